@@ -1,0 +1,122 @@
+"""Strict, typed configuration: the base class every stage's config section derives from, YAML loading,
+`--set a.b=value` overrides, and error messages that name the key and its valid choices.
+
+A recipe (see `flows.recipe`) is a YAML file with one section per stage; each section is validated by the
+config class that lives next to the code it configures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import ConfigError
+from .io import content_hash
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class StrictModel(BaseModel):
+    """Config base: unknown keys are errors, values are validated on assignment, models are frozen-ish
+    (use `model_copy(update=...)`)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    def config_hash(self) -> str:
+        return content_hash(self.model_dump(mode="json"))
+
+
+def _valid_keys_at(model: type[BaseModel], loc: Sequence[Any]) -> list[str] | None:
+    """The field names of the (nested) model that `loc[:-1]` points into, for 'did you mean' messages."""
+    current: Any = model
+    for part in loc[:-1]:
+        fields = getattr(current, "model_fields", None)
+        if fields is None or not isinstance(part, str) or part not in fields:
+            return None
+        ann = fields[part].annotation
+        # unwrap Optional[...] and similar single-model unions
+        args = getattr(ann, "__args__", None)
+        if args:
+            models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            ann = models[0] if models else ann
+        current = ann
+    fields = getattr(current, "model_fields", None)
+    return sorted(fields) if fields else None
+
+
+def format_validation_error(model: type[BaseModel], err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(root)"
+        if e["type"] == "extra_forbidden":
+            valid = _valid_keys_at(model, e["loc"])
+            hint = f"; valid keys here: {', '.join(valid)}" if valid else ""
+            lines.append(f"  - unknown key '{key}'{hint}")
+        else:
+            got = e.get("input")
+            got_s = repr(got) if not isinstance(got, dict) else "{...}"
+            if len(got_s) > 80:
+                got_s = got_s[:77] + "..."
+            lines.append(f"  - '{key}': {e['msg']} (got {got_s})")
+    return "\n".join(lines)
+
+
+def validate(model: type[M], data: Mapping[str, Any], source: str = "config") -> M:
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(model, err, source)) from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """'pretrain.max_steps=200' -> (['pretrain', 'max_steps'], 200). Values are parsed as YAML scalars/lists."""
+    if "=" not in item:
+        raise ConfigError(f"override '{item}' must look like section.key=value")
+    key, raw = item.split("=", 1)
+    parts = [p for p in key.strip().split(".")]
+    if not all(parts):
+        raise ConfigError(f"override '{item}': empty key component")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Return a deep copy of `data` with each `a.b.c=value` applied. Unknown keys are caught later by
+    validation, which names them and the valid choices."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for item in overrides:
+        parts, value = parse_override(item)
+        node = out
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = {}
+                node[p] = nxt
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override '{item}': '{p}' is a value, not a section")
+            node = nxt
+        node[parts[-1]] = value
+    return out

@@ -1,0 +1,127 @@
+"""Atomic file writes and content hashes.
+
+Every output of every stage goes through these helpers so that a crash never leaves a half-written file
+under its final name, and reruns can tell finished work from unfinished work by hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and no incidental whitespace: the form that is hashed."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_hash(obj: Any) -> str:
+    return sha256_bytes(canonical_json(obj).encode("utf-8"))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+class AtomicFile:
+    """Context manager yielding a temporary path; on clean exit it is renamed to the final path.
+
+    For writers that want a path rather than bytes (pyarrow, safetensors, torch.save)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.tmp: Path | None = None
+
+    def __enter__(self) -> Path:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        os.close(fd)
+        self.tmp = Path(tmp)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        assert self.tmp is not None
+        if exc_type is None:
+            with open(self.tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(self.tmp, self.path)
+            _fsync_dir(self.path.parent)
+        elif self.tmp.exists():
+            self.tmp.unlink()
+
+
+def publish_dir(staging: Path, final: Path) -> None:
+    """Replace directory `final` by a fully written `staging` directory (same filesystem)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old")
+        if trash.exists():
+            shutil.rmtree(trash)
+        os.replace(final, trash)
+        os.replace(staging, final)
+        shutil.rmtree(trash)
+    else:
+        os.replace(staging, final)
+    _fsync_dir(final.parent)
+
+
+def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())

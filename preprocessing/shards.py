@@ -1,0 +1,301 @@
+"""The shard contract between preprocessing and training: Arrow IPC *stream* shards + `manifest.json`.
+
+Documented in docs/shards.md (schema v1). Writers call `write_shard` and `write_manifest`; readers call
+`ShardSet.open`, which validates the manifest, the schema version and (optionally) every shard's sha256 and the
+tokenizer's sha256.
+
+Row of schema v1 (one training instance, unpadded):
+    input_ids       list<uint16>  (int32 when vocab_size >= 65536)   [CLS] A [SEP] B [SEP]
+    len_a           uint16        tokens of [CLS] A [SEP]; token_type_ids = 0 for the first len_a positions, else 1
+    nsp_label       int8          0 = B follows A in the document (IsNext), 1 = B from a random document (NotNext)
+    mask_positions  list<list<uint16>>  K variants, each sorted ascending
+    mask_tokens     list<list<int32>>   the id placed at each masked position; the label is input_ids[position]
+    doc_id          uint64        stable id of the source document
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bertfactory.errors import ContractError
+from bertfactory.io import AtomicFile, atomic_write_json, sha256_file
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+MANIFEST_NAME = "manifest.json"
+SPLITS = ("train", "heldout")
+
+
+def token_type(vocab_size: int) -> pa.DataType:
+    return pa.uint16() if vocab_size < 65536 else pa.int32()
+
+
+def shard_schema(vocab_size: int) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("input_ids", pa.list_(token_type(vocab_size)), nullable=False),
+            pa.field("len_a", pa.uint16(), nullable=False),
+            pa.field("nsp_label", pa.int8(), nullable=False),
+            pa.field("mask_positions", pa.list_(pa.list_(pa.uint16())), nullable=False),
+            pa.field("mask_tokens", pa.list_(pa.list_(pa.int32())), nullable=False),
+            pa.field("doc_id", pa.uint64(), nullable=False),
+        ],
+        metadata={b"bertfactory.schema_version": str(SCHEMA_VERSION).encode()},
+    )
+
+
+# ---------------------------------------------------------------------------------------------- manifest
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TokenizerInfo(_Strict):
+    path: str = Field(description="tokenizer.json, relative to the manifest's directory")
+    sha256: str
+    vocab_size: int
+    special_ids: dict[str, int] = Field(description="pad, unk, cls, sep, mask")
+    lowercase: bool
+
+
+class ShardInfo(_Strict):
+    path: str = Field(description="relative to the manifest's directory")
+    rows: int
+    sha256: str
+
+
+class SplitInfo(_Strict):
+    rows: int
+    tokens: int
+    shards: list[ShardInfo]
+
+
+class SourceInfo(_Strict):
+    path: str
+    sha256: str
+    bytes: int
+
+
+class Manifest(_Strict):
+    format: Literal["bertfactory.shards"] = "bertfactory.shards"
+    schema_version: int
+    created_by: str
+    tokenizer: TokenizerInfo
+    instance_format: dict[str, Any]
+    masking: dict[str, Any]
+    seed: int
+    config_hash: str
+    counts: dict[str, Any]
+    splits: dict[str, SplitInfo]
+    sources: list[SourceInfo]
+    runner: dict[str, Any]
+
+    @property
+    def mask_variants(self) -> int:
+        return int(self.masking["variants"])
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> Path:
+    path = Path(directory) / MANIFEST_NAME
+    atomic_write_json(path, manifest.model_dump(mode="json"))
+    return path
+
+
+def read_manifest(directory: str | Path) -> Manifest:
+    directory = Path(directory)
+    path = directory / MANIFEST_NAME if directory.is_dir() else directory
+    if not path.is_file():
+        raise ContractError(f"no shard manifest at {path}; run `bertfactory preprocess` first")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ContractError(f"{path} is not valid JSON: {err}") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise ContractError(
+            f"{path}: shard schema version {version!r} is not supported by this bertfactory "
+            f"(supported: {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))})"
+        )
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as err:
+        raise ContractError(f"{path} is not a valid shard manifest:\n{err}") from None
+
+
+# ------------------------------------------------------------------------------------------------ writer
+
+
+def write_shard(path: Path, rows: Sequence[Mapping[str, Any]], vocab_size: int, batch_rows: int = 4096) -> ShardInfo:
+    """Write `rows` (dicts with the schema's fields, in the order given) to an Arrow stream file, atomically.
+
+    Returns the ShardInfo with `path` = the file name (callers make it relative to the manifest)."""
+    schema = shard_schema(vocab_size)
+    with AtomicFile(path) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            for start in range(0, max(len(rows), 1), batch_rows):
+                chunk = rows[start : start + batch_rows]
+                columns = {name: [r[name] for r in chunk] for name in schema.names}
+                writer.write_batch(pa.record_batch(columns, schema=schema))
+    return ShardInfo(path=Path(path).name, rows=len(rows), sha256=sha256_file(path))
+
+
+# ------------------------------------------------------------------------------------------------ reader
+
+
+@dataclass
+class _ShardArrays:
+    """One shard as flat numpy arrays (zero-copy views of the memory-mapped Arrow buffers where possible)."""
+
+    ids_offsets: np.ndarray
+    ids_values: np.ndarray
+    len_a: np.ndarray
+    nsp_label: np.ndarray
+    mask_offsets: np.ndarray  # over rows*K variant lists
+    mask_positions: np.ndarray
+    mask_tokens: np.ndarray
+    doc_id: np.ndarray
+    rows: int
+
+
+def _flat_list(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of a list array, offsets rebased to 0."""
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    return offsets - offsets[0], values[offsets[0] : offsets[-1]] if len(offsets) else values[:0]
+
+
+def _load_shard(path: Path, expect_k: int) -> _ShardArrays:
+    try:
+        source = pa.memory_map(str(path), "r")
+        reader = pa.ipc.open_stream(source)
+        table = reader.read_all()
+    except (pa.ArrowInvalid, OSError) as err:
+        raise ContractError(f"shard {path} is not a readable Arrow stream: {err}") from None
+    version = (table.schema.metadata or {}).get(b"bertfactory.schema_version", b"?").decode()
+    if version not in {str(v) for v in SUPPORTED_SCHEMA_VERSIONS}:
+        raise ContractError(f"shard {path}: schema version {version} not supported")
+    table = table.combine_chunks()
+    batch = table.to_batches()[0] if table.num_rows else None
+    if batch is None:
+        empty_i = np.zeros(1, np.int64)
+        return _ShardArrays(empty_i, np.zeros(0, np.int32), np.zeros(0, np.uint16), np.zeros(0, np.int8),
+                            empty_i, np.zeros(0, np.uint16), np.zeros(0, np.int32), np.zeros(0, np.uint64), 0)
+    col = {name: batch.column(name) for name in batch.schema.names}
+    ids_off, ids_val = _flat_list(col["input_ids"])
+    pos_outer = col["mask_positions"]
+    tok_outer = col["mask_tokens"]
+    k_counts = np.diff(pos_outer.offsets.to_numpy())
+    if not np.all(k_counts == expect_k):
+        raise ContractError(f"shard {path}: expected {expect_k} mask variants per row, found {sorted(set(k_counts))}")
+    pos_off, pos_val = _flat_list(pos_outer.flatten())
+    tok_off, tok_val = _flat_list(tok_outer.flatten())
+    if not np.array_equal(pos_off, tok_off):
+        raise ContractError(f"shard {path}: mask_positions and mask_tokens have different lengths")
+    return _ShardArrays(
+        ids_offsets=ids_off,
+        ids_values=ids_val,
+        len_a=col["len_a"].to_numpy(),
+        nsp_label=col["nsp_label"].to_numpy(),
+        mask_offsets=pos_off,
+        mask_positions=pos_val,
+        mask_tokens=tok_val,
+        doc_id=col["doc_id"].to_numpy(),
+        rows=batch.num_rows,
+    )
+
+
+@dataclass(frozen=True)
+class Instance:
+    input_ids: np.ndarray
+    len_a: int
+    nsp_label: int
+    mask_positions: np.ndarray
+    mask_tokens: np.ndarray
+    doc_id: int
+
+
+class ShardSet:
+    """All shards of one split, indexable by a global row index. Open with `ShardSet.open`."""
+
+    def __init__(self, directory: Path, manifest: Manifest, split: str, shards: list[_ShardArrays]):
+        self.directory = directory
+        self.manifest = manifest
+        self.split = split
+        self._shards = shards
+        self._starts = np.cumsum([0] + [s.rows for s in shards])
+        self.k = manifest.mask_variants
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        split: str = "train",
+        tokenizer_sha256: str | None = None,
+        verify: bool = True,
+    ) -> "ShardSet":
+        """Open a split. `tokenizer_sha256`: refuse shards built with another tokenizer. `verify`: check every
+        shard's sha256 against the manifest (cheap next to training; turn off only for huge corpora)."""
+        directory = Path(directory)
+        manifest = read_manifest(directory)
+        if split not in manifest.splits:
+            raise ContractError(f"{directory}/{MANIFEST_NAME} has no split '{split}' (has: {', '.join(manifest.splits)})")
+        if tokenizer_sha256 is not None and tokenizer_sha256 != manifest.tokenizer.sha256:
+            raise ContractError(
+                f"{directory}/{MANIFEST_NAME} was built with tokenizer sha256 {manifest.tokenizer.sha256}, "
+                f"but the tokenizer given has sha256 {tokenizer_sha256}; the token ids would not match"
+            )
+        shards = []
+        for info in manifest.splits[split].shards:
+            path = directory / info.path
+            if not path.is_file():
+                raise ContractError(f"shard {path} listed in the manifest is missing")
+            if verify:
+                got = sha256_file(path)
+                if got != info.sha256:
+                    raise ContractError(
+                        f"shard {path} changed since the manifest was written (sha256 {got}, manifest {info.sha256})"
+                    )
+            arrays = _load_shard(path, manifest.mask_variants)
+            if arrays.rows != info.rows:
+                raise ContractError(f"shard {path} has {arrays.rows} rows, manifest says {info.rows}")
+            shards.append(arrays)
+        return cls(directory, manifest, split, shards)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def _locate(self, index: int) -> tuple[_ShardArrays, int]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"row {index} out of range for {len(self)} rows")
+        s = int(np.searchsorted(self._starts, index, side="right") - 1)
+        return self._shards[s], index - int(self._starts[s])
+
+    def lengths(self) -> np.ndarray:
+        """Sequence length of every row (for length-aware batching and token counts)."""
+        return np.concatenate([np.diff(s.ids_offsets) for s in self._shards]) if self._shards else np.zeros(0, np.int64)
+
+    def instance(self, index: int, variant: int = 0) -> Instance:
+        shard, r = self._locate(index)
+        ids = shard.ids_values[shard.ids_offsets[r] : shard.ids_offsets[r + 1]]
+        m = r * self.k + (variant % self.k)
+        lo, hi = shard.mask_offsets[m], shard.mask_offsets[m + 1]
+        return Instance(
+            input_ids=ids,
+            len_a=int(shard.len_a[r]),
+            nsp_label=int(shard.nsp_label[r]),
+            mask_positions=shard.mask_positions[lo:hi],
+            mask_tokens=shard.mask_tokens[lo:hi],
+            doc_id=int(shard.doc_id[r]),
+        )
+
+    def __iter__(self) -> Iterable[Instance]:
+        for i in range(len(self)):
+            yield self.instance(i)
