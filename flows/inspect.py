@@ -1,0 +1,66 @@
+"""`bertfactory inspect SHARD_DIR`: what a shard directory holds (from its manifest) and one instance decoded
+with its masks, so a person can check the data the model will see."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from bertfactory.errors import ContractError
+from preprocessing.shards import MANIFEST_NAME, ShardSet
+
+from .summary import fmt
+
+
+def _shard_dir(path: Path) -> Path:
+    if (path / MANIFEST_NAME).is_file():
+        return path
+    if (path / "shards" / MANIFEST_NAME).is_file():
+        return path / "shards"
+    raise ContractError(f"no {MANIFEST_NAME} in {path} or {path / 'shards'}; run `bertfactory preprocess` first")
+
+
+def inspect_shards(path: Path, split: str = "train", index: int = 0, variant: int = 0) -> str:
+    directory = _shard_dir(Path(path))
+    shards = ShardSet.open(directory, split, verify=True)
+    m = shards.manifest
+    tok_path = (directory / m.tokenizer.path).resolve()
+    tokenizer = Tokenizer.from_file(str(tok_path))
+    out = [f"shards: {directory}  (schema v{m.schema_version}, {m.created_by})"]
+    out.append(f"tokenizer: {tok_path}  vocab {m.tokenizer.vocab_size:,}  sha256 {m.tokenizer.sha256[:16]}…")
+    out.append(f"instances: {m.instance_format}")
+    out.append(f"masking: {m.masking}")
+    out.append(f"seed {m.seed}  config {m.config_hash[:16]}…  runner {m.runner}")
+    out.append("counts:")
+    for k, v in m.counts.items():
+        out.append(f"  {k}: {v if isinstance(v, dict) else fmt(v)}")
+    for name, info in m.splits.items():
+        out.append(f"split {name}: {info.rows:,} rows, {info.tokens:,} tokens, {len(info.shards)} shard(s)")
+    if len(shards) == 0:
+        return "\n".join(out + [f"(split {split} is empty)"])
+    inst = shards.instance(index, variant)
+    ids = [int(i) for i in inst.input_ids]
+    toks = [tokenizer.id_to_token(i) for i in ids]
+    label = {0: "IsNext", 1: "NotNext (random B)"}.get(inst.nsp_label, str(inst.nsp_label))
+    out.append("")
+    out.append(f"{split}[{index}]  doc {inst.doc_id}  {len(ids)} tokens  len_a {inst.len_a}  nsp_label {inst.nsp_label} = {label}")
+    out.append("  A: " + " ".join(toks[: inst.len_a]))
+    out.append("  B: " + " ".join(toks[inst.len_a :]))
+    mask_id = m.tokenizer.special_ids.get("mask")
+    changes = []
+    for pos, new in zip(inst.mask_positions.tolist(), inst.mask_tokens.tolist()):
+        orig = toks[pos]
+        if new == mask_id:
+            kind = "[MASK]"
+        elif new == ids[pos]:
+            kind = "kept"
+        else:
+            kind = f"random {tokenizer.id_to_token(new)!r}"
+        changes.append(f"{pos}:{orig!r}->{kind}")
+    out.append(f"  variant {variant % shards.k} of {shards.k}: {len(changes)} masked: " + ", ".join(changes))
+    shown = list(toks)
+    for pos, new in zip(inst.mask_positions.tolist(), inst.mask_tokens.tolist()):
+        shown[pos] = f"<{tokenizer.id_to_token(new)}>"
+    out.append("  model input: " + " ".join(shown))
+    return "\n".join(out)

@@ -1,0 +1,25 @@
+"""The end-to-end flow: preprocess -> pretrain -> evaluate, each stage a cached task (see flows.stages).
+
+    bertfactory run configs/local.yaml --run-dir runs/local
+    python -c "from flows.pipeline import pipeline; pipeline('configs/local.yaml', 'runs/local')"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+
+from .recipe import load_recipe
+from .stages import STAGE_ORDER, _flow_run_name, submit_stage
+
+
+@flow(name="pipeline", flow_run_name=_flow_run_name, log_prints=True, validate_parameters=True)
+def pipeline(config: str, run_dir: str, overrides: list[str] | None = None) -> dict:
+    """Run every stage of a recipe into `run_dir`; stages whose inputs did not change are skipped."""
+    recipe = load_recipe(config, overrides or [])
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    results = {}
+    for stage in STAGE_ORDER:
+        results[stage] = submit_stage(stage, recipe, Path(run_dir))
+    return results

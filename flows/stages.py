@@ -1,0 +1,162 @@
+"""One Prefect flow per stage (`preprocess`, `pretrain`, `evaluate`) and the task that runs a stage.
+
+A stage run: compute its input key (flows.stamps) -> skip if the run directory already holds its outputs for
+that key -> otherwise clear stale outputs, call the stage's entry point, stamp it, publish artifacts. The same
+function (`run_stage`) runs without Prefect for `bertfactory ... --no-prefect` and in unit tests.
+
+    bertfactory preprocess configs/local.yaml --run-dir runs/local
+    python -c "from flows.stages import preprocess; preprocess('configs/local.yaml', 'runs/local')"
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from bertfactory.errors import BertfactoryError
+from bertfactory.samples import resolve_input
+
+from . import stamps
+from .artifacts import publish_stage_artifacts
+from .recipe import Recipe, load_recipe
+
+logger = logging.getLogger("flows")
+
+STAGE_ORDER = ("preprocess", "pretrain", "evaluate")
+
+
+# ----------------------------------------------------------------------------------------- plain stage logic
+
+
+def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[Path]]:
+    """The config sections and input files whose content decides whether `stage` must run again."""
+    if stage == "preprocess":
+        from preprocessing.pipeline import input_files
+
+        return recipe.model_dump(mode="json", include={"corpus", "preprocess"}), input_files(recipe.corpus)
+    if stage == "pretrain":
+        manifest = run_dir / "shards" / "manifest.json"
+        _require(manifest, "pretrain", "preprocess")
+        return recipe.model_dump(mode="json", include={"model", "pretrain"}), [manifest, run_dir / "tokenizer/tokenizer.json"]
+    if stage == "evaluate":
+        final = run_dir / "pretrain" / "final"
+        _require(final / "model.safetensors", "evaluate", "pretrain")
+        files = [final / "model.safetensors", final / "config.json", final / "tokenizer.json", run_dir / "shards/manifest.json"]
+        return recipe.model_dump(mode="json", include={"evaluate"}), files
+    raise BertfactoryError(f"unknown stage '{stage}'; stages: {', '.join(STAGE_ORDER)}")
+
+
+def _require(path: Path, stage: str, upstream: str) -> None:
+    if not path.is_file():
+        raise BertfactoryError(
+            f"{stage} needs {path}, which the {upstream} stage writes; run `bertfactory {upstream}` "
+            f"(or `bertfactory run`) with the same --run-dir first"
+        )
+
+
+def _entry_point(stage: str) -> Callable[[Recipe, Path], dict]:
+    if stage == "preprocess":
+        from preprocessing.pipeline import run_preprocess
+
+        return lambda r, d: run_preprocess(r.corpus, r.preprocess, d)
+    if stage == "pretrain":
+        from training.pretrain import run_pretrain
+
+        return lambda r, d: run_pretrain(r.model, r.pretrain, d)
+    from evaluation.run import run_evaluate
+
+    return lambda r, d: run_evaluate(r.evaluate, d)
+
+
+def compute_key(stage: str, recipe: Recipe, run_dir: Path) -> str:
+    config, files = stage_inputs(stage, recipe, run_dir)
+    return stamps.stage_key(stage, config, files)
+
+
+def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None, force: bool = False) -> dict:
+    """Run one stage unless it is up to date. Returns {'stage', 'status': 'ran'|'up-to-date', 'key', 'seconds',
+    'summary'}."""
+    run_dir = Path(run_dir)
+    key = key or compute_key(stage, recipe, run_dir)
+    if not force and stamps.is_fresh(run_dir, stage, key):
+        logger.info("%s: up to date (key %s), skipping", stage, key[:12])
+        return {"stage": stage, "status": "up-to-date", "key": key, "seconds": 0.0,
+                "summary": stamps.recorded_summary(run_dir, stage)}
+    stamps.begin(run_dir, stage, key, log=logger.warning)
+    logger.info("%s: running (key %s) in %s", stage, key[:12], run_dir)
+    t0 = time.perf_counter()
+    summary = _entry_point(stage)(recipe, run_dir)
+    seconds = time.perf_counter() - t0
+    summary = json.loads(json.dumps(summary, default=str))
+    stamps.finish(run_dir, stage, key, summary)
+    logger.info("%s: done in %.1f s", stage, seconds)
+    return {"stage": stage, "status": "ran", "key": key, "seconds": round(seconds, 2), "summary": summary}
+
+
+# ------------------------------------------------------------------------------------------------- Prefect
+
+
+def _is_transient(task, task_run, state) -> bool:
+    """Retry only failures that a retry can fix (I/O hiccups, a preempted worker), never bad config or input."""
+    try:
+        exc = state.result(raise_on_failure=False)
+    except Exception as err:  # the result itself could not be read: treat as transient
+        exc = err
+    if isinstance(exc, BertfactoryError):
+        return False
+    return isinstance(exc, (OSError, TimeoutError, ConnectionError, EOFError)) and not isinstance(
+        exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+    )
+
+
+# Caching is done by the stage stamp (flows.stamps), not by Prefect's result cache: a Prefect cache record
+# holds an absolute path into one PREFECT_HOME's result storage and knows nothing of the run directory's
+# outputs, so a run directory whose outputs were deleted would be trusted wrongly, and one used from another
+# PREFECT_HOME crashes reading a path outside the base path (measured with prefect 3.8). The stamp checks both.
+@task(
+    name="stage",
+    task_run_name="{stage}",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=[10, 60],
+    retry_condition_fn=_is_transient,
+)
+def stage_task(stage: str, recipe_json: dict, run_dir: str) -> dict:
+    """Run one stage (skipped inside when up to date) and publish its artifacts."""
+    recipe = Recipe.model_validate(recipe_json)
+    result = run_stage(stage, recipe, Path(run_dir))
+    publish_stage_artifacts(stage, Path(run_dir), result)
+    return result
+
+
+def submit_stage(stage: str, recipe: Recipe, run_dir: Path) -> dict:
+    return stage_task(stage, recipe.model_dump(mode="json"), str(Path(run_dir).resolve()))
+
+
+def _flow_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    return f"{flow_run.flow_name}:{Path(params.get('config', 'recipe')).stem}@{Path(params.get('run_dir') or 'runs').name}"
+
+
+def _stage_flow(stage: str):
+    @flow(name=stage, flow_run_name=_flow_run_name, log_prints=True, validate_parameters=True)
+    def stage_flow(config: str, run_dir: str, overrides: list[str] | None = None) -> dict:
+        recipe = load_recipe(config, overrides or [])
+        return submit_stage(stage, recipe, Path(run_dir))
+
+    stage_flow.__doc__ = f"Run the {stage} stage of a recipe into a run directory (skipped when up to date)."
+    return stage_flow
+
+
+preprocess = _stage_flow("preprocess")
+pretrain = _stage_flow("pretrain")
+evaluate = _stage_flow("evaluate")
+FLOWS = {"preprocess": preprocess, "pretrain": pretrain, "evaluate": evaluate}

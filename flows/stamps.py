@@ -1,0 +1,128 @@
+"""Stage freshness by content hash, recorded in the run directory.
+
+Each stage has an input key: a hash of its config section(s), the content of its inputs (source files, the
+upstream stage's outputs) and the bertfactory version. When a stage finishes, `RUN/.bertfactory/<stage>.json`
+records that key and a fingerprint of its outputs. A rerun whose key matches and whose outputs are intact skips
+the stage; a changed key (e.g. new masking settings) makes that stage and everything downstream run again.
+
+Why a stamp in the run directory and not only Prefect's result cache: Prefect knows the inputs but cannot know
+whether the outputs in the run directory still exist; the stamp checks both, survives across processes and
+machines, and works with or without a Prefect server. The Prefect tasks use the same key as their cache key.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertfactory import __version__
+from bertfactory.io import atomic_write_json, content_hash, sha256_file
+
+STAMP_DIR = ".bertfactory"
+# Files at most this big are fingerprinted by sha256, bigger ones by size (hashing every shard of a large
+# corpus on each rerun would cost minutes; shards carry their own sha256 in the manifest).
+_HASH_LIMIT = 64 << 20
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    outputs: tuple[str, ...]  # paths relative to RUN that must exist when the stage is done
+    workdirs: tuple[str, ...]  # directories the stage owns (cleared when its inputs change)
+
+
+STAGES = {
+    "preprocess": StageSpec(
+        "preprocess", ("tokenizer/tokenizer.json", "shards/manifest.json"), ("shards", "tokenizer")
+    ),
+    "pretrain": StageSpec(
+        "pretrain",
+        ("pretrain/final/model.safetensors", "pretrain/final/config.json", "pretrain/final/tokenizer.json"),
+        ("pretrain",),
+    ),
+    "evaluate": StageSpec("evaluate", ("eval/results.json", "eval/report.md"), ("eval",)),
+}
+
+
+def file_fingerprint(path: Path) -> str:
+    size = path.stat().st_size
+    return sha256_file(path) if size <= _HASH_LIMIT else f"size:{size}"
+
+
+def stage_key(stage: str, config: dict, input_files: list[Path]) -> str:
+    """The content hash that decides whether `stage` must run."""
+    return content_hash(
+        {
+            "stage": stage,
+            "bertfactory": __version__,
+            "config": config,
+            "inputs": {str(p): file_fingerprint(p) for p in sorted(input_files, key=str)},
+        }
+    )
+
+
+def _stamp_path(run_dir: Path, stage: str, suffix: str = "") -> Path:
+    return run_dir / STAMP_DIR / f"{stage}{suffix}.json"
+
+
+def _outputs(run_dir: Path, stage: str) -> list[Path]:
+    spec = STAGES[stage]
+    files = [run_dir / o for o in spec.outputs]
+    if stage == "preprocess" and (run_dir / "shards/manifest.json").is_file():
+        manifest = json.loads((run_dir / "shards/manifest.json").read_text())
+        for split in manifest.get("splits", {}).values():
+            files += [run_dir / "shards" / s["path"] for s in split.get("shards", [])]
+    return files
+
+
+def is_fresh(run_dir: Path, stage: str, key: str) -> bool:
+    """True when `stage` finished with this key and its outputs are unchanged since."""
+    path = _stamp_path(run_dir, stage)
+    if not path.is_file():
+        return False
+    try:
+        stamp = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return False
+    if stamp.get("key") != key:
+        return False
+    recorded = stamp.get("outputs", {})
+    for f in _outputs(run_dir, stage):
+        rel = str(f.relative_to(run_dir))
+        if not f.is_file() or recorded.get(rel) != file_fingerprint(f):
+            return False
+    return True
+
+
+def begin(run_dir: Path, stage: str, key: str, log=None) -> None:
+    """Called before a stage runs. If the stage's directories hold outputs of *other* inputs (a different key
+    started them), they are stale: remove them so the stage does not resume from them. Outputs of the same key
+    (a crashed or interrupted run) are kept so the stage can resume."""
+    started = _stamp_path(run_dir, stage, ".started")
+    previous = None
+    if started.is_file():
+        try:
+            previous = json.loads(started.read_text()).get("key")
+        except json.JSONDecodeError:
+            previous = None
+    spec = STAGES[stage]
+    existing = [run_dir / d for d in spec.workdirs if (run_dir / d).exists()]
+    if existing and previous != key:
+        if log:
+            log(f"{stage}: inputs changed since the outputs in {', '.join(map(str, existing))} were made; removing them")
+        for d in existing:
+            shutil.rmtree(d)
+    _stamp_path(run_dir, stage).unlink(missing_ok=True)
+    atomic_write_json(started, {"key": key, "stage": stage})
+
+
+def finish(run_dir: Path, stage: str, key: str, summary: dict) -> None:
+    outputs = {str(f.relative_to(run_dir)): file_fingerprint(f) for f in _outputs(run_dir, stage) if f.is_file()}
+    atomic_write_json(_stamp_path(run_dir, stage), {"key": key, "stage": stage, "outputs": outputs, "summary": summary})
+
+
+def recorded_summary(run_dir: Path, stage: str) -> dict:
+    path = _stamp_path(run_dir, stage)
+    return json.loads(path.read_text()).get("summary", {}) if path.is_file() else {}

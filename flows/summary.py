@@ -1,0 +1,59 @@
+"""The console summary printed after `bertfactory run`: corpus, pretraining and evaluation in one table,
+read from the run directory's contract files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4f}" if abs(v) < 100 else f"{v:,.1f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return "—" if v is None else str(v)
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
+    rows: list[tuple[str, str, object]] = []
+    manifest = _read(run_dir / "shards/manifest.json")
+    if manifest:
+        c = manifest["counts"]
+        rows += [("corpus", "documents kept / read", f"{fmt(c.get('docs_kept'))} / {fmt(c.get('docs_read'))}")]
+        for split, info in manifest["splits"].items():
+            rows.append(("corpus", f"instances ({split})", info["rows"]))
+            rows.append(("corpus", f"tokens ({split})", info["tokens"]))
+    metrics_path = run_dir / "pretrain/metrics.jsonl"
+    if metrics_path.is_file():
+        lines = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
+        if lines:
+            last = lines[-1]
+            rows.append(("pretrain", "steps", last.get("step")))
+            for k in ("loss", "mlm_loss", "nsp_loss"):
+                if k in last:
+                    rows.append(("pretrain", f"final {k}", last[k]))
+    results = _read(run_dir / "eval/results.json")
+    for k in ("mlm_accuracy", "nsp_accuracy"):
+        if k in results.get("intrinsic", {}):
+            rows.append(("evaluate", f"held-out {k.replace('_', ' ')}", results["intrinsic"][k]))
+    for task, per in results.get("tasks", {}).items():
+        for model in ("pretrained", "random_init", "majority"):
+            if isinstance(per.get(model), dict) and "accuracy" in per[model]:
+                rows.append(("evaluate", f"{task} accuracy · {model}", per[model]["accuracy"]))
+    return rows
+
+
+def summary_table(run_dir: Path) -> str:
+    rows = summary_rows(run_dir)
+    if not rows:
+        return f"(nothing in {run_dir} yet)"
+    w1 = max(len(r[0]) for r in rows)
+    w2 = max(len(r[1]) for r in rows)
+    out = [f"{'stage':<{w1}}  {'':<{w2}}  value", f"{'-' * w1}  {'-' * w2}  {'-' * 12}"]
+    out += [f"{a:<{w1}}  {b:<{w2}}  {fmt(c)}" for a, b, c in rows]
+    return "\n".join(out)

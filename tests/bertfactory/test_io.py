@@ -1,0 +1,37 @@
+import json
+
+import pytest
+
+from bertfactory.io import AtomicFile, atomic_write_json, content_hash, publish_dir, sha256_file
+
+
+def test_atomic_write_leaves_old_file_on_crash(tmp_path):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with AtomicFile(target) as tmp:
+            tmp.write_bytes(b"half-written")
+            raise RuntimeError("crash mid-write")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]  # no temp file left behind
+
+
+def test_atomic_write_json_and_hashes(tmp_path):
+    p = tmp_path / "a" / "x.json"
+    atomic_write_json(p, {"b": 1, "a": [1, 2]})
+    assert json.loads(p.read_text()) == {"a": [1, 2], "b": 1}
+    assert len(sha256_file(p)) == 64
+    assert content_hash({"a": 1, "b": 2}) == content_hash({"b": 2, "a": 1})
+    assert content_hash({"a": 1}) != content_hash({"a": 2})
+
+
+def test_publish_dir_replaces_whole_directory(tmp_path):
+    final = tmp_path / "shards"
+    final.mkdir()
+    (final / "stale.arrow").write_text("old")
+    staging = tmp_path / ".staging"
+    staging.mkdir()
+    (staging / "part-0.arrow").write_text("new")
+    publish_dir(staging, final)
+    assert sorted(p.name for p in final.iterdir()) == ["part-0.arrow"]
+    assert not staging.exists()
