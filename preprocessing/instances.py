@@ -1,0 +1,136 @@
+"""BERT sentence-pair instances, as google-research/bert `create_pretraining_data.py` builds them.
+
+For each document (a list of tokenised sentences): pick a target length (max_seq_len - 3, or with probability
+short_seq_prob a random length in 2..max), gather sentences into a chunk until it reaches the target, split the
+chunk at a random point into A and B; with probability nsp_random_prob (always when the chunk has one sentence)
+B is instead taken from a random *other* document (nsp_label 1; drawn uniformly among the others, where google
+retries up to 10 times and can end on the same document) and the chunk's unused sentences are put back to
+start the next chunk; otherwise B is the rest of the chunk (nsp_label 0). The pair is truncated to fit
+(truncate_seq_pair: remove a token from the longer segment, from the front or the back at random).
+
+Random documents inside Beam: google's script draws them from all documents in memory. Here documents are
+grouped into buckets by a hash of their doc_id (hashing.bucket_of, about `docs_per_bucket` documents each, per
+split), and one bucket is processed at a time: documents sorted by doc_id, one `random.Random` seeded from
+(seed, split, bucket) drives every choice, exactly in google's loop order (dupe passes, then documents). So
+the random B segment comes from another document of the same bucket (a bucket of one document yields only IsNext
+pairs), and the result depends only on the inputs,
+the config and the seed, not on bundle order or the number of workers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+Document = Sequence[Sequence[int]]  # sentences of token ids (no special tokens)
+
+
+@dataclass(frozen=True)
+class PairInstance:
+    """An unmasked instance: [CLS] A [SEP] B [SEP] as token ids."""
+
+    doc_id: int
+    index: int  # n-th instance of this document (over all dupe passes)
+    input_ids: list[int]
+    len_a: int  # tokens of [CLS] A [SEP]
+    nsp_label: int  # 0 = B is the actual continuation, 1 = B from a random document
+
+
+def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
+    """Truncate in place to a total of at most `max_num_tokens`, as BERT does."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del trunc[0]
+        else:
+            trunc.pop()
+
+
+def instances_from_document(
+    documents: Sequence[Document],
+    document_index: int,
+    max_seq_len: int,
+    short_seq_prob: float,
+    nsp_random_prob: float,
+    cls_id: int,
+    sep_id: int,
+    rng: random.Random,
+) -> list[tuple[list[int], int, int]]:
+    """google's create_instances_from_document without masking: [(input_ids, len_a, nsp_label), ...]."""
+    document = documents[document_index]
+    max_num_tokens = max_seq_len - 3
+    target_seq_length = max_num_tokens
+    if rng.random() < short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
+    out: list[tuple[list[int], int, int]] = []
+    current_chunk: list[Sequence[int]] = []
+    current_length = 0
+    i = 0
+    while i < len(document):
+        segment = document[i]
+        current_chunk.append(segment)
+        current_length += len(segment)
+        if i == len(document) - 1 or current_length >= target_seq_length:
+            if current_chunk:
+                a_end = rng.randint(1, len(current_chunk) - 1) if len(current_chunk) >= 2 else 1
+                tokens_a = [t for seg in current_chunk[:a_end] for t in seg]
+                tokens_b: list[int] = []
+                can_draw_other = len(documents) > 1
+                if can_draw_other and (len(current_chunk) == 1 or rng.random() < nsp_random_prob):
+                    is_random_next = 1
+                    target_b_length = target_seq_length - len(tokens_a)
+                    # uniform over the *other* documents (google retries 10 times and may end on the same one,
+                    # which would be a wrong NotNext label in a small bucket)
+                    random_document_index = rng.randint(0, len(documents) - 2)
+                    if random_document_index >= document_index:
+                        random_document_index += 1
+                    random_document = documents[random_document_index]
+                    random_start = rng.randint(0, len(random_document) - 1)
+                    for j in range(random_start, len(random_document)):
+                        tokens_b.extend(random_document[j])
+                        if len(tokens_b) >= target_b_length:
+                            break
+                    # the segments of the chunk not used for A are put back
+                    i -= len(current_chunk) - a_end
+                elif len(current_chunk) >= 2:
+                    is_random_next = 0
+                    tokens_b = [t for seg in current_chunk[a_end:] for t in seg]
+                else:
+                    # one sentence left and no other document to pair it with: no valid instance
+                    tokens_b = []
+                    is_random_next = 0
+                truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+                if tokens_a and tokens_b:
+                    ids = [cls_id, *tokens_a, sep_id, *tokens_b, sep_id]
+                    out.append((ids, len(tokens_a) + 2, is_random_next))
+            current_chunk = []
+            current_length = 0
+        i += 1
+    return out
+
+
+def build_bucket_instances(
+    docs: Sequence[tuple[int, Document]],
+    rng: random.Random,
+    *,
+    max_seq_len: int,
+    short_seq_prob: float,
+    nsp_random_prob: float,
+    dupe_factor: int,
+    cls_id: int,
+    sep_id: int,
+) -> list[PairInstance]:
+    """All instances of one bucket: `docs` = [(doc_id, sentences)], in any order (sorted here by doc_id)."""
+    ordered = sorted(docs, key=lambda d: d[0])
+    documents = [sentences for _, sentences in ordered]
+    counters = [0] * len(ordered)
+    out: list[PairInstance] = []
+    for _ in range(dupe_factor):
+        for index, (doc, _sentences) in enumerate(ordered):
+            for ids, len_a, label in instances_from_document(
+                documents, index, max_seq_len, short_seq_prob, nsp_random_prob, cls_id, sep_id, rng
+            ):
+                out.append(PairInstance(doc, counters[index], ids, len_a, label))
+                counters[index] += 1
+    return out

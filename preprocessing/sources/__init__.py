@@ -1,0 +1,1 @@
+"""Input formats: each module streams one kind of corpus file into records."""

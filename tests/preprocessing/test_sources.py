@@ -1,0 +1,72 @@
+"""preprocessing.sources.wikipedia: streaming pages, quarantining malformed ones, clear errors for bad files."""
+
+import bz2
+
+import pytest
+
+from bertfactory.errors import InputError
+from preprocessing.sources.wikipedia import Page, Quarantined, iter_pages, validate_dump
+
+
+def test_iter_pages_reads_every_page_and_quarantines_malformed(tmp_path, wiki):
+    path = wiki.write_dump(tmp_path / "d.xml.bz2", wiki.standard_pages())
+    records = list(iter_pages(path, source=0))
+    assert len(records) == wiki.expected["docs_read"]
+    pages = [r for r in records if isinstance(r, Page)]
+    bad = [r for r in records if isinstance(r, Quarantined)]
+    assert [b.reason for b in bad] == ["missing_id"]
+    assert bad[0].file == str(path) and bad[0].record_id == "title='No id'"
+    assert sum(p.redirect for p in pages) == 3
+    assert {p.namespace for p in pages} == {0, 1}
+    assert [p.ordinal for p in records if isinstance(p, Page)] == sorted(p.ordinal for p in pages)
+    first = pages[0]
+    assert first.title == "Article 0" and first.page_id == 100 and "{{Infobox" in first.text
+
+
+def test_plain_xml_is_read_too(tmp_path, wiki):
+    path = wiki.write_dump(tmp_path / "d.xml", wiki.standard_pages(), compress=False)
+    validate_dump(path)
+    assert len(list(iter_pages(path))) == wiki.expected["docs_read"]
+
+
+def test_corrupt_bz2_in_the_middle_names_file_and_progress(tmp_path, wiki):
+    pages = [wiki.page_xml(f"P{i}", wiki.article_text(__import__("random").Random(i)) * 20, page_id=i) for i in range(60)]
+    data = bytearray(bz2.compress((wiki.header + "".join(pages) + "</mediawiki>").encode()))
+    middle = len(data) * 2 // 3
+    data[middle : middle + 64] = b"\x00" * 64
+    path = tmp_path / "corrupt.xml.bz2"
+    path.write_bytes(bytes(data))
+    validate_dump(path)  # the head is fine: only reading finds the damage
+    with pytest.raises(InputError) as err:
+        list(iter_pages(path))
+    message = str(err.value)
+    assert str(path) in message and "corrupt bz2" in message and "pages read" in message and "compressed bytes" in message
+
+
+@pytest.mark.parametrize(
+    "content, compress, expect",
+    [
+        (b"just some words\nin a text file\n", False, "not MediaWiki XML"),
+        (b"<!DOCTYPE html><html><body><p>hi</p></body></html>", False, "<html>, not <mediawiki>"),
+        (b"<html><body><p>unclosed<br></body></html>", False, "<html>, not <mediawiki>"),
+        (b"\xef\xbb\xbfid,text\n1,<b>hello</b>\n", False, "not MediaWiki XML"),
+        (b"<html><body><p>hi</p></body></html>", True, "<html>, not <mediawiki>"),
+        (b"", False, "empty"),
+        (b"BZh91AY&SY garbage that is not bz2", False, "not a readable bz2"),
+    ],
+)
+def test_validate_dump_rejects_non_mediawiki(tmp_path, content, compress, expect):
+    path = tmp_path / "input.bin"
+    path.write_bytes(bz2.compress(content) if compress and content else content)
+    with pytest.raises(InputError) as err:
+        validate_dump(path)
+    assert str(path) in str(err.value) and expect in str(err.value)
+
+
+def test_truncated_xml_is_an_input_error(tmp_path, wiki):
+    text = wiki.header + "".join(wiki.standard_pages()[:3]) + "  <page><title>Cut"
+    path = tmp_path / "cut.xml.bz2"
+    path.write_bytes(bz2.compress(text.encode()))
+    with pytest.raises(InputError) as err:
+        list(iter_pages(path))
+    assert str(path) in str(err.value) and "after 3 pages" in str(err.value)
