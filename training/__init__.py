@@ -1,0 +1,2 @@
+"""Pretraining: BERT models (models/), the shard loader (data), optimiser (optim), objectives, the training loop
+(trainer), checkpoints (checkpoint, hf) and the stage entry point `training.pretrain.run_pretrain`."""

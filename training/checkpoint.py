@@ -1,0 +1,291 @@
+"""Checkpoints: the pretrained-model directory (`save_pretrained` / `load_pretrained`) and resumable training
+checkpoints (`save_checkpoint` / `latest_checkpoint` / `load_training_state`). Contract: docs/checkpoints.md.
+
+A model directory holds `model.safetensors`, `config.json` and `tokenizer.json`; a training checkpoint
+(`RUN/pretrain/checkpoints/step-N/`) adds `training_state.pt` (optimizer, scheduler, RNG states, data position),
+loadable with `torch.load(path, weights_only=True)`. Every directory is written into a staging directory and
+renamed into place, so a crash never leaves a half-written checkpoint under its final name.
+
+    from training.checkpoint import load_pretrained
+    model, config, tokenizer_path = load_pretrained("runs/local/pretrain/final")
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from bertfactory.errors import ContractError
+from bertfactory.io import publish_dir, sha256_file
+
+from .models.bert import BertConfig, BertForPreTraining
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "bertfactory.checkpoint"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+ARCHITECTURE = "BertForPreTraining"
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+STATE_FILE = "training_state.pt"
+SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+# ------------------------------------------------------------------------------------------- model directory
+
+
+def tokenizer_info(tokenizer_path: Path) -> dict[str, Any]:
+    """sha256, vocabulary size and special-token ids of a `tokenizers` JSON file."""
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_file(str(tokenizer_path))
+    except Exception as err:  # tokenizers raises a bare Exception for unreadable files
+        raise ContractError(f"{tokenizer_path} is not a readable tokenizers JSON file: {err}") from None
+    special = {name: tok.token_to_id(token) for name, token in SPECIAL_TOKENS.items()}
+    return {
+        "file": TOKENIZER_FILE,
+        "sha256": sha256_file(tokenizer_path),
+        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+        "special_ids": {k: v for k, v in special.items() if v is not None},
+    }
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _staging_dir(final: Path) -> Path:
+    staging = final.with_name(f".{final.name}.staging-{os.getpid()}")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _write_model_files(staging: Path, model: torch.nn.Module, config: BertConfig, tokenizer_path: Path,
+                       training: Mapping[str, Any] | None) -> None:
+    tokenizer_path = Path(tokenizer_path)
+    if not tokenizer_path.is_file():
+        raise ContractError(f"tokenizer {tokenizer_path} does not exist")
+    info = tokenizer_info(tokenizer_path)
+    if info["vocab_size"] > config.vocab_size:
+        raise ContractError(
+            f"tokenizer {tokenizer_path} has {info['vocab_size']} tokens but the model's vocab_size is {config.vocab_size}"
+        )
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(staging / MODEL_FILE), metadata={"format": "pt"})  # one key: safetensors orders metadata keys randomly
+    shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
+    doc = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "architecture": ARCHITECTURE,
+        "model": config.to_dict(),
+        "tokenizer": info,
+    }
+    if training is not None:
+        doc["training"] = dict(training)
+    (staging / CONFIG_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    for name in (MODEL_FILE, TOKENIZER_FILE, CONFIG_FILE):
+        _fsync_file(staging / name)
+
+
+def save_pretrained(model: torch.nn.Module, config: BertConfig, tokenizer_path: str | Path, directory: str | Path,
+                    training: Mapping[str, Any] | None = None) -> Path:
+    """Write model.safetensors + config.json + tokenizer.json (copied) to `directory`, atomically (replacing any
+    previous content). `training`: optional JSON-able provenance stored under config.json's `training`."""
+    directory = Path(directory)
+    staging = _staging_dir(directory)
+    try:
+        _write_model_files(staging, model, config, Path(tokenizer_path), training)
+        publish_dir(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory
+
+
+def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
+    """The validated config.json of a model directory (format, version, architecture, model, tokenizer)."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise ContractError(f"no {CONFIG_FILE} in {directory}; is this a bertfactory model directory?")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ContractError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise ContractError(f"{path}: expected a JSON object")
+    if doc.get("format") != FORMAT:
+        raise ContractError(f"{path}: field 'format' is {doc.get('format')!r}, expected {FORMAT!r}")
+    if doc.get("version") not in SUPPORTED_VERSIONS:
+        raise ContractError(
+            f"{path}: checkpoint version {doc.get('version')!r} is not supported "
+            f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))})"
+        )
+    if doc.get("architecture") != ARCHITECTURE:
+        raise ContractError(f"{path}: field 'architecture' is {doc.get('architecture')!r}, expected {ARCHITECTURE!r}")
+    for field in ("model", "tokenizer"):
+        if not isinstance(doc.get(field), dict):
+            raise ContractError(f"{path}: field '{field}' is missing or not an object")
+    return doc
+
+
+def load_pretrained(directory: str | Path, device: str | torch.device = "cpu"):
+    """Load a model directory -> (BertForPreTraining in eval mode, BertConfig, path of its tokenizer.json).
+
+    Validates config.json, that the tokenizer is the one the model was trained with (sha256), and that the
+    weights match the architecture exactly (names and shapes)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ContractError(f"model directory {directory} does not exist")
+    doc = read_checkpoint_config(directory)
+    config = BertConfig.from_dict(doc["model"], source=f"{directory / CONFIG_FILE} field 'model'")
+    tokenizer_path = directory / TOKENIZER_FILE
+    if not tokenizer_path.is_file():
+        raise ContractError(f"no {TOKENIZER_FILE} in {directory}")
+    want_sha = doc["tokenizer"].get("sha256")
+    if want_sha is not None and sha256_file(tokenizer_path) != want_sha:
+        raise ContractError(
+            f"{tokenizer_path} does not match the tokenizer recorded in {directory / CONFIG_FILE} "
+            f"(field 'tokenizer.sha256' = {want_sha})"
+        )
+    model = BertForPreTraining(config)
+    load_weights(model, directory / MODEL_FILE)
+    model.to(device)
+    model.eval()
+    return model, config, tokenizer_path
+
+
+def load_weights(model: torch.nn.Module, path: Path, rename: Callable[[str], str | None] | None = None) -> None:
+    """Load safetensors weights into `model`, refusing missing/unexpected names and wrong shapes.
+    `rename` maps stored names to the model's (None = skip the tensor), for foreign layouts."""
+    if not path.is_file():
+        raise ContractError(f"weights file {path} does not exist")
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise ContractError(f"{path} is not a readable safetensors file: {err}") from None
+    if rename is not None:
+        state = {new: v for k, v in state.items() if (new := rename(k)) is not None}
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ContractError(
+            f"{path} does not match the model's architecture (config.json): "
+            f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+            f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+        )
+    wrong = [f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items() if state[k].shape != v.shape]
+    if wrong:
+        raise ContractError(f"{path}: tensor shapes do not match config.json: {'; '.join(wrong[:5])}")
+    model.load_state_dict(state, strict=True)
+
+
+# --------------------------------------------------------------------------------------- training checkpoints
+
+
+def rng_state() -> dict[str, Any]:
+    """All RNG states as tensors / plain lists, so that `torch.load(..., weights_only=True)` can read them."""
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"kind": np_kind, "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
+                  "has_gauss": int(np_has_gauss), "cached_gaussian": float(np_gauss)},
+        "python": {"version": py_version, "internal": list(py_internal), "gauss_next": py_gauss},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["internal"]), p["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def step_dir(checkpoints_dir: Path, step: int) -> Path:
+    return Path(checkpoints_dir) / f"step-{step}"
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints (published step-N directories holding every file), oldest first."""
+    found = []
+    if Path(checkpoints_dir).is_dir():
+        for p in Path(checkpoints_dir).iterdir():
+            m = _STEP_DIR.match(p.name)
+            if m and p.is_dir() and all((p / f).is_file() for f in (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, STATE_FILE)):
+                found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
+    found = list_checkpoints(checkpoints_dir)
+    return found[-1] if found else None
+
+
+def save_checkpoint(checkpoints_dir: Path, step: int, model: torch.nn.Module, config: BertConfig,
+                    tokenizer_path: Path, training: Mapping[str, Any], state: Mapping[str, Any],
+                    keep_last: int) -> Path:
+    """Write checkpoints_dir/step-N atomically (model files + training_state.pt), then delete all but the
+    newest `keep_last` checkpoints."""
+    final = step_dir(checkpoints_dir, step)
+    staging = _staging_dir(final)
+    try:
+        _write_model_files(staging, model, config, tokenizer_path, training)
+        torch.save(dict(state), staging / STATE_FILE)
+        _fsync_file(staging / STATE_FILE)
+        publish_dir(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for _, old in list_checkpoints(checkpoints_dir)[:-keep_last]:
+        shutil.rmtree(old)
+    return final
+
+
+def load_training_state(directory: Path) -> dict[str, Any]:
+    path = Path(directory) / STATE_FILE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for corrupt / foreign pickles
+        raise ContractError(f"{path} is not a readable training state: {err}") from None
+    if not isinstance(state, dict) or state.get("version") not in SUPPORTED_VERSIONS:
+        raise ContractError(f"{path}: training state version {getattr(state, 'get', lambda _: None)('version')!r} "
+                            f"is not supported (supported: {', '.join(map(str, SUPPORTED_VERSIONS))})")
+    return state
+
+
+def fingerprint_diff(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the fields that differ between two nested dicts (for 'refuse to resume' messages)."""
+    diffs = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        name = f"{prefix}{key}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            diffs += fingerprint_diff(a, b, name + ".")
+        elif a != b:
+            diffs.append(f"{name} (checkpoint {a!r}, now {b!r})")
+    return diffs

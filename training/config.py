@@ -1,0 +1,86 @@
+"""Config sections of the training stage: `model` (ModelConfig: the encoder architecture) and `pretrain`
+(PretrainConfig: device, batch, steps, optimiser, schedule, checkpoints).
+
+Defaults are BERT-base as in Devlin et al. 2019 (12 layers, hidden 768, 12 heads, FFN 3072, 512 positions;
+batch 256, 1M steps, Adam lr 1e-4, betas 0.9/0.999, weight decay 0.01, 10k warmup steps then linear decay,
+dropout 0.1). configs/local.yaml overrides them down to a tiny model for a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from bertfactory.config import StrictModel
+from bertfactory.errors import ConfigError
+
+from .models.bert import BertConfig
+
+
+class ModelConfig(StrictModel):
+    """Architecture of the BERT encoder."""
+
+    vocab_size: int | None = Field(None, ge=1, description="vocabulary size; null = the tokenizer's size from the shard manifest")
+    hidden_size: int = Field(768, ge=1, description="width of every layer (H)")
+    num_layers: int = Field(12, ge=1, description="number of transformer layers (L)")
+    num_heads: int = Field(12, ge=1, description="attention heads per layer (A); must divide hidden_size")
+    intermediate_size: int = Field(3072, ge=1, description="width of the feed-forward inner layer (4H in BERT)")
+    max_position_embeddings: int = Field(512, ge=1, description="learned positions; must be >= the shards' sequence length")
+    type_vocab_size: int = Field(2, ge=2, description="segment (token type) embeddings: A and B")
+    hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on embeddings and sub-layer outputs")
+    attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on attention probabilities")
+    layer_norm_eps: float = Field(1e-12, gt=0.0, description="LayerNorm epsilon")
+    initializer_range: float = Field(0.02, gt=0.0, description="std of the normal weight initialisation")
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "ModelConfig":
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
+        return self
+
+    def to_bert_config(self, vocab_size: int, pad_token_id: int) -> BertConfig:
+        """The architecture for a tokenizer of `vocab_size` tokens (ModelConfig.vocab_size, when set, must
+        cover it; a larger value pads the embedding matrix, e.g. to a multiple of 64 for GPU efficiency)."""
+        size = self.vocab_size if self.vocab_size is not None else vocab_size
+        if size < vocab_size:
+            raise ConfigError(f"model.vocab_size={size} is smaller than the tokenizer's vocabulary ({vocab_size} tokens)")
+        fields = self.model_dump(exclude={"vocab_size"})
+        return BertConfig(vocab_size=size, pad_token_id=pad_token_id, **fields)
+
+
+class PretrainConfig(StrictModel):
+    """How to pretrain: device, batch, steps, optimiser, schedule, logging and checkpoints."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available, else cpu")
+    bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU, which trains in fp32 for exact reproducibility)")
+    num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (null = torch's default)")
+    seed: int = Field(12345, description="seed of weight init, dropout and data order")
+    objective: Literal["mlm_nsp", "mlm"] = Field("mlm_nsp", description="training objective: masked LM + next sentence, or masked LM only")
+    batch_size: int = Field(256, ge=1, description="sequences per optimiser step")
+    max_steps: int = Field(1_000_000, ge=1, description="optimiser steps in total")
+    learning_rate: float = Field(1e-4, gt=0.0, description="peak learning rate (after warmup)")
+    warmup_steps: int = Field(10_000, ge=0, description="linear warmup steps from 0 to learning_rate, then linear decay to 0 at max_steps")
+    weight_decay: float = Field(0.01, ge=0.0, description="AdamW decoupled weight decay (not on biases and LayerNorm weights)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam beta1, beta2")
+    eps: float = Field(1e-6, gt=0.0, description="Adam epsilon")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="clip the global gradient norm to this value")
+    log_every: int = Field(100, ge=1, description="append a metrics.jsonl line (averages over the window) every N steps")
+    save_every: int = Field(10_000, ge=1, description="write a resumable checkpoint every N steps")
+    keep_last: int = Field(3, ge=1, description="keep only the newest N checkpoints")
+    verify_shards: bool = Field(True, description="check every shard's sha256 against the manifest before training")
+
+    @model_validator(mode="after")
+    def _check(self) -> "PretrainConfig":
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= max_steps ({self.max_steps})")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must lie in [0, 1) (got {self.betas})")
+        return self
+
+    # Fields that change how training is observed or stored, not the trajectory: a checkpoint written under
+    # other values of these may still be resumed.
+    RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"log_every", "save_every", "keep_last", "num_threads", "verify_shards"})
+
+    def trajectory_fields(self) -> dict:
+        return self.model_dump(mode="json", exclude=set(PretrainConfig.RESUME_NEUTRAL))

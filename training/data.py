@@ -1,0 +1,149 @@
+"""Pretraining batches from the shard set: `collate` (instances -> padded tensors with the masks applied) and
+`PretrainBatches`, a loader that can produce the batch of ANY global step without replaying the data.
+
+Step s of training reads epoch e = s // steps_per_epoch, batch b = s % steps_per_epoch of that epoch: rows
+permutation(seed, e)[b*B : (b+1)*B] with mask variant e % K (K = the manifest's mask variants). The permutation
+is numpy's `default_rng([seed, e])`, so the order depends only on (seed, epoch), never on how many steps ran
+before; an incomplete last batch of an epoch is dropped so that every step has the same batch size.
+
+    batches = PretrainBatches.open(run_dir / "shards", tokenizer_sha256, batch_size=32, seed=1234)
+    batch = batches.batch(step)      # dict of tensors, see collate()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from bertfactory.errors import ConfigError, ContractError
+from preprocessing.shards import Instance, ShardSet
+
+IGNORE_INDEX = -100
+
+
+def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int) -> dict[str, torch.Tensor]:
+    """Pad a list of instances to the longest in the list and apply their masks.
+
+    Returns int64 tensors: input_ids [B, T] (mask_tokens written at mask_positions, pad_id after the end),
+    token_type_ids [B, T] (0 for the first len_a positions, 1 for the rest of the real tokens, 0 on padding),
+    attention_mask [B, T] (1 real / 0 pad), masked_positions [B, max_predictions] (0-padded), masked_labels
+    [B, max_predictions] (the original ids at the positions, -100 on padding), nsp_labels [B]."""
+    if not instances:
+        raise ValueError("collate needs at least one instance")
+    batch = len(instances)
+    width = max(len(inst.input_ids) for inst in instances)
+    input_ids = np.full((batch, width), pad_id, dtype=np.int64)
+    token_type_ids = np.zeros((batch, width), dtype=np.int64)
+    attention_mask = np.zeros((batch, width), dtype=np.int64)
+    masked_positions = np.zeros((batch, max_predictions), dtype=np.int64)
+    masked_labels = np.full((batch, max_predictions), IGNORE_INDEX, dtype=np.int64)
+    nsp_labels = np.zeros(batch, dtype=np.int64)
+    for i, inst in enumerate(instances):
+        ids = np.asarray(inst.input_ids, dtype=np.int64)  # a copy: the shard buffers are read-only
+        length = len(ids)
+        positions = np.asarray(inst.mask_positions, dtype=np.int64)
+        n = len(positions)
+        if n > max_predictions:
+            raise ContractError(f"instance of document {inst.doc_id} has {n} masked positions, more than "
+                                f"max_predictions={max_predictions}")
+        if n and (positions.min() < 0 or positions.max() >= length):
+            raise ContractError(f"instance of document {inst.doc_id}: mask position outside its {length} tokens")
+        if not 0 < inst.len_a <= length:
+            raise ContractError(f"instance of document {inst.doc_id}: len_a={inst.len_a} with {length} tokens")
+        masked_positions[i, :n] = positions
+        masked_labels[i, :n] = ids[positions]
+        ids[positions] = np.asarray(inst.mask_tokens, dtype=np.int64)
+        input_ids[i, :length] = ids
+        token_type_ids[i, inst.len_a:length] = 1
+        attention_mask[i, :length] = 1
+        nsp_labels[i] = inst.nsp_label
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "token_type_ids": torch.from_numpy(token_type_ids),
+        "attention_mask": torch.from_numpy(attention_mask),
+        "masked_positions": torch.from_numpy(masked_positions),
+        "masked_labels": torch.from_numpy(masked_labels),
+        "nsp_labels": torch.from_numpy(nsp_labels),
+    }
+
+
+def max_predictions_of(shards: ShardSet) -> int:
+    """The largest number of masked positions of any row and variant of the split."""
+    # ShardSet keeps each shard's flat mask offsets; their differences are the per-(row, variant) counts.
+    counts = [np.diff(s.mask_offsets) for s in shards._shards if len(s.mask_offsets) > 1]
+    return int(max((c.max() for c in counts), default=0))
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where global step `step` reads: `epoch`, the batch index within it, and the mask variant."""
+
+    step: int
+    epoch: int
+    batch_in_epoch: int
+    variant: int
+
+
+class PretrainBatches:
+    """Deterministic, resumable batches over one split (see the module docstring for the order)."""
+
+    def __init__(self, shards: ShardSet, batch_size: int, seed: int, pad_id: int, max_predictions: int | None = None):
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1 (got {batch_size})")
+        if len(shards) < batch_size:
+            raise ConfigError(
+                f"the '{shards.split}' split of {shards.directory} has {len(shards)} instances, fewer than one batch "
+                f"(pretrain.batch_size={batch_size}); lower the batch size or preprocess more text"
+            )
+        self.shards = shards
+        self.batch_size = batch_size
+        self.seed = seed
+        self.pad_id = pad_id
+        self.max_predictions = max_predictions if max_predictions is not None else max_predictions_of(shards)
+        self.rows = len(shards)
+        self.steps_per_epoch = self.rows // batch_size
+        self.variants = shards.k
+        self._perm_epoch: int | None = None
+        self._perm: np.ndarray | None = None
+
+    @classmethod
+    def open(cls, shard_dir: Path, tokenizer_sha256: str, batch_size: int, seed: int, split: str = "train",
+             verify: bool = True) -> "PretrainBatches":
+        """Open `split` of the shard set, refusing shards built with another tokenizer (ContractError)."""
+        shards = ShardSet.open(shard_dir, split, tokenizer_sha256=tokenizer_sha256, verify=verify)
+        pad_id = shards.manifest.tokenizer.special_ids.get("pad")
+        if pad_id is None:
+            raise ContractError(f"{shard_dir}/manifest.json: tokenizer.special_ids has no 'pad'")
+        return cls(shards, batch_size, seed, pad_id)
+
+    def position(self, step: int) -> Position:
+        if step < 0:
+            raise ValueError(f"step must be >= 0 (got {step})")
+        epoch, batch_in_epoch = divmod(step, self.steps_per_epoch)
+        return Position(step, epoch, batch_in_epoch, epoch % self.variants)
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        if self._perm_epoch != epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.rows)
+            self._perm_epoch = epoch
+        assert self._perm is not None
+        return self._perm
+
+    def rows_of(self, step: int) -> np.ndarray:
+        pos = self.position(step)
+        start = pos.batch_in_epoch * self.batch_size
+        return self.permutation(pos.epoch)[start : start + self.batch_size]
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        pos = self.position(step)
+        rows = self.rows_of(step)
+        return collate([self.shards.instance(int(r), pos.variant) for r in rows], self.pad_id, self.max_predictions)
+
+    def iter_from(self, step: int) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            yield self.batch(step)
+            step += 1

@@ -1,0 +1,200 @@
+"""BERT: the configuration, the encoder (`BertModel`) and the pretraining model (`BertForPreTraining`, MLM + NSP).
+
+    from training.models.bert import BertConfig, BertForPreTraining
+    model = BertForPreTraining(BertConfig(vocab_size=8000, hidden_size=128, num_layers=2, num_heads=2,
+                                          intermediate_size=512, max_position_embeddings=128))
+    out = model(input_ids, token_type_ids, attention_mask, masked_positions, masked_labels, nsp_labels)
+    out["loss"].backward()
+
+The encoder core (embeddings, attention, encoder layers) lives in sibling modules so that other members of the
+family reuse it; parameter names of `BertModel` match the original BERT layout (see embeddings.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertfactory.errors import ContractError
+
+from .embeddings import BertEmbeddings
+from .encoder import Encoder
+from .heads import MaskedLMHead, NextSentenceHead, Pooler
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """Architecture of a BERT encoder (what `config.json` of a checkpoint stores under `model`)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    type_vocab_size: int = 2
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.num_heads >= 1 and self.hidden_size % self.num_heads:
+            problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            problems.append(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if problems:
+            raise ValueError("invalid BertConfig: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "BertConfig") -> "BertConfig":
+        """Build from a dict, with a ContractError naming `source` and the field for unknown, missing or
+        wrongly typed fields."""
+        if not isinstance(data, Mapping):
+            raise ContractError(f"{source}: the model config must be a mapping, got {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ContractError(f"{source}: unknown model config field(s) {', '.join(unknown)}; valid: {', '.join(fields)}")
+        missing = [n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING]
+        if missing:
+            raise ContractError(f"{source}: missing model config field(s) {', '.join(missing)}")
+        values = {}
+        for name, value in data.items():
+            want = int if fields[name].type in ("int", int) else float
+            ok = isinstance(value, int) if want is int else isinstance(value, (int, float))
+            if not ok or isinstance(value, bool):
+                raise ContractError(f"{source}: model config field '{name}' must be {want.__name__}, got {value!r}")
+            values[name] = want(value)
+        try:
+            return cls(**values)
+        except ValueError as err:
+            raise ContractError(f"{source}: {err}") from None
+
+
+def init_bert_weights(module: nn.Module, std: float) -> None:
+    """BERT initialisation: linear and embedding weights ~ N(0, std), biases 0, LayerNorm weight 1 / bias 0."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, MaskedLMHead):
+            nn.init.zeros_(m.bias)
+
+
+class BertModel(nn.Module):
+    """The encoder: embeddings -> N post-LN transformer layers. Also owns the [CLS] pooler (used by NSP and by
+    sentence-level fine-tuning), which `forward` does not apply."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(
+            config.vocab_size, config.hidden_size, config.max_position_embeddings, config.type_vocab_size,
+            config.layer_norm_eps, config.hidden_dropout, config.pad_token_id,
+        )
+        self.encoder = Encoder(
+            config.num_layers, hidden_size=config.hidden_size, num_heads=config.num_heads,
+            intermediate_size=config.intermediate_size, hidden_dropout=config.hidden_dropout,
+            attention_dropout=config.attention_dropout, layer_norm_eps=config.layer_norm_eps,
+        )
+        self.pooler = Pooler(config.hidden_size)
+        init_bert_weights(self, config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False):
+        """input_ids, token_type_ids, attention_mask: [B, T] (mask 1 = real, 0 = pad) -> last hidden [B, T, H];
+        with output_hidden_states, (last, (embeddings, layer 1, ..., layer N))."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        embedded = self.embeddings(input_ids, token_type_ids)
+        layers = self.encoder(embedded, attention_mask)
+        last = layers[-1] if layers else embedded
+        if output_hidden_states:
+            return last, tuple([embedded, *layers])
+        return last
+
+
+def gather_masked(hidden: torch.Tensor, masked_positions: torch.Tensor, masked_labels: torch.Tensor):
+    """hidden [B, T, H], positions/labels [B, P] (labels -100 = padding) -> (hidden at the N real masked
+    positions [N, H], their labels [N]), in row-major (batch, then position) order."""
+    b, t, h = hidden.shape
+    real = masked_labels != IGNORE_INDEX
+    flat_index = (masked_positions + torch.arange(b, device=hidden.device)[:, None] * t)[real]
+    return hidden.reshape(b * t, h).index_select(0, flat_index), masked_labels[real]
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with the masked-LM head (decoder tied to the word embeddings) and the next-sentence head."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.mlm_head = MaskedLMHead(config.hidden_size, config.vocab_size, config.layer_norm_eps)
+        self.nsp_head = NextSentenceHead(config.hidden_size)
+        init_bert_weights(self.mlm_head, config.initializer_range)
+        init_bert_weights(self.nsp_head, config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
+                masked_positions: torch.Tensor, masked_labels: torch.Tensor,
+                nsp_labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+        """Returns loss (mlm_loss + nsp_loss, or mlm_loss alone without nsp_labels), mlm_loss, nsp_loss,
+        mlm_logits [N, V] at the N real masked positions, nsp_logits [B, 2], mlm_correct and mlm_count."""
+        hidden = self.bert(input_ids, token_type_ids, attention_mask)
+        masked_hidden, labels = gather_masked(hidden, masked_positions, masked_labels)
+        mlm_logits = self.mlm_head(masked_hidden, self.bert.embeddings.word_embeddings.weight)
+        count = labels.numel()
+        if count:
+            mlm_loss = F.cross_entropy(mlm_logits.float(), labels)
+        else:  # no masked token in the batch: a zero that still depends on the graph
+            mlm_loss = mlm_logits.float().sum() * 0.0
+        nsp_logits = self.nsp_head(self.bert.pooler(hidden))
+        nsp_loss = F.cross_entropy(nsp_logits.float(), nsp_labels) if nsp_labels is not None else None
+        loss = mlm_loss + nsp_loss if nsp_loss is not None else mlm_loss
+        with torch.no_grad():
+            mlm_correct = (mlm_logits.argmax(-1) == labels).sum()
+        return {
+            "loss": loss,
+            "mlm_loss": mlm_loss,
+            "nsp_loss": nsp_loss,
+            "mlm_logits": mlm_logits,
+            "nsp_logits": nsp_logits,
+            "mlm_correct": mlm_correct,
+            "mlm_count": torch.tensor(count, device=hidden.device),
+        }
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def chance_mlm_accuracy(vocab_size: int) -> float:
+    return 1.0 / vocab_size if vocab_size > 0 else math.nan

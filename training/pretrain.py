@@ -1,0 +1,192 @@
+"""The pretraining stage: RUN/tokenizer + RUN/shards -> RUN/pretrain/{metrics.jsonl, checkpoints/step-N/, final/}.
+
+    from training.pretrain import run_pretrain
+    summary = run_pretrain(recipe.model, recipe.pretrain, Path("runs/local"))
+    # or: bertfactory pretrain configs/local.yaml --run-dir runs/local
+
+Rerunning on the same run directory resumes from the newest checkpoint (and refuses one written under another
+config, naming the differing fields); when RUN/pretrain/final/ already holds the result of the same config it
+returns the recorded summary without training. On CPU a resumed run reproduces the uninterrupted loss curve
+exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertfactory.errors import ConfigError, ContractError
+from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, sha256_file
+
+from .backends import describe, resolve_device
+from .checkpoint import (CONFIG_FILE, fingerprint_diff, latest_checkpoint, load_training_state, load_weights,
+                         MODEL_FILE, read_checkpoint_config, save_checkpoint, save_pretrained)
+from .config import ModelConfig, PretrainConfig
+from .data import PretrainBatches
+from .models.bert import BertForPreTraining
+from .objectives import get_objective
+from .optim import build_optimizer, build_scheduler
+from .trainer import Trainer
+
+logger = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _fingerprint(model: ModelConfig, cfg: PretrainConfig, tokenizer_sha256: str, batches: PretrainBatches) -> dict:
+    """Everything that decides the training trajectory; a checkpoint resumes only under an equal fingerprint."""
+    manifest = batches.shards.manifest
+    return json.loads(json.dumps({
+        "model": model.model_dump(mode="json"),
+        "pretrain": cfg.trajectory_fields(),
+        "data": {"tokenizer_sha256": tokenizer_sha256,
+                 "train_shards_sha256": content_hash([s.sha256 for s in manifest.splits["train"].shards])},
+    }))
+
+
+def _check_compatible(directory: Path, current: dict, what: str) -> None:
+    saved = read_checkpoint_config(directory).get("training", {}).get("fingerprint")
+    if saved is None:
+        raise ContractError(f"{directory / CONFIG_FILE} has no 'training.fingerprint'; it was not written by pretraining")
+    diffs = fingerprint_diff(saved, current)
+    if diffs:
+        raise ContractError(
+            f"{what} {directory} was written under a different config; refusing to continue it. Differing: "
+            + "; ".join(diffs)
+            + f". Use another --run-dir, or delete {directory.parents[1] if what == 'checkpoint' else directory.parent} "
+            "to start over."
+        )
+
+
+def _remove_staging_leftovers(out_dir: Path) -> None:
+    """Staging directories of a process that died mid-save are never complete; nothing reads them."""
+    for pattern in (".final.staging-*", "checkpoints/.step-*.staging-*"):
+        for leftover in out_dir.glob(pattern):
+            logger.info("pretrain: removing unfinished %s", leftover)
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _truncate_metrics(path: Path, keep_through_step: int) -> None:
+    """Drop metrics lines logged after the checkpoint we resume from (they will be logged again)."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line)["step"] <= keep_through_step]
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def run_pretrain(model: ModelConfig, cfg: PretrainConfig, run_dir: Path) -> dict:
+    """Pretrain on RUN/shards (train split) and write RUN/pretrain; returns the summary (also in
+    RUN/pretrain/summary.json)."""
+    return pretrain(model, cfg, Path(run_dir))
+
+
+def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_after: int | None = None) -> dict:
+    """run_pretrain, plus `stop_after`: stop (without writing final/) once that many steps are done in total,
+    as an interruption would — for tests of resuming and for training in slices."""
+    tokenizer_path = run_dir / "tokenizer" / "tokenizer.json"
+    shard_dir = run_dir / "shards"
+    out_dir = run_dir / "pretrain"
+    checkpoints_dir = out_dir / "checkpoints"
+    final_dir = out_dir / "final"
+    metrics_path = out_dir / "metrics.jsonl"
+    summary_path = out_dir / "summary.json"
+    if not tokenizer_path.is_file():
+        raise ContractError(f"no tokenizer at {tokenizer_path}; run `bertfactory preprocess` on this run directory first")
+    tokenizer_sha256 = sha256_file(tokenizer_path)
+
+    if cfg.num_threads is not None:
+        torch.set_num_threads(cfg.num_threads)
+    device = resolve_device(cfg.device)
+    batches = PretrainBatches.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards)
+    manifest = batches.shards.manifest
+    bert_config = model_cfg.to_bert_config(manifest.tokenizer.vocab_size, batches.pad_id)
+    longest = int(batches.shards.lengths().max())
+    declared = manifest.instance_format.get("max_seq_len")
+    needed = max(longest, int(declared) if isinstance(declared, int) else 0)
+    if bert_config.max_position_embeddings < needed:
+        raise ConfigError(
+            f"model.max_position_embeddings={bert_config.max_position_embeddings} is shorter than the sequences in "
+            f"{shard_dir}/manifest.json (max_seq_len {declared}, longest instance {longest}); raise it to >= {needed}"
+        )
+    fingerprint = _fingerprint(model_cfg, cfg, tokenizer_sha256, batches)
+
+    if (final_dir / MODEL_FILE).is_file():
+        _check_compatible(final_dir, fingerprint, "final model")
+        logger.info("pretrain: %s already holds the result of this config; nothing to do", final_dir)
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        return {**summary, "status": "already complete"}
+
+    _remove_staging_leftovers(out_dir)
+    seed_everything(cfg.seed)
+    model = BertForPreTraining(bert_config).to(device)
+    optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, cfg.eps)
+    scheduler = build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(model, optimizer, scheduler, batches, get_objective(cfg.objective), device, cfg.max_steps,
+                      cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16)
+
+    resumed_from = None
+    latest = latest_checkpoint(checkpoints_dir)
+    if latest is not None:
+        step, directory = latest
+        _check_compatible(directory, fingerprint, "checkpoint")
+        load_weights(model, directory / MODEL_FILE)
+        trainer.load_state_dict(load_training_state(directory))
+        resumed_from = step
+        _truncate_metrics(metrics_path, step)
+        logger.warning("pretrain: RESUMING from checkpoint %s (step %d of %d)", directory, step, cfg.max_steps)
+    else:
+        if metrics_path.exists():  # left by a run that stopped before its first checkpoint
+            metrics_path.unlink()
+        logger.info("pretrain: starting from scratch in %s", out_dir)
+    logger.info(
+        "pretrain: %s parameters, %d train instances, %d steps/epoch, %d steps (%.2f epochs), batch %d, device %s",
+        f"{model.num_parameters():,}", batches.rows, batches.steps_per_epoch, cfg.max_steps,
+        cfg.max_steps / batches.steps_per_epoch, cfg.batch_size, describe(device),
+    )
+
+    def provenance(t: Trainer) -> dict[str, Any]:
+        return {"step": t.step, "tokens_seen": t.tokens_seen, "fingerprint": fingerprint,
+                "fingerprint_sha256": content_hash(fingerprint)}
+
+    def checkpoint_if_due(t: Trainer) -> None:
+        if t.step % cfg.save_every == 0 and t.step < cfg.max_steps:
+            path = save_checkpoint(checkpoints_dir, t.step, model, bert_config, tokenizer_path, provenance(t),
+                                   t.state_dict(), cfg.keep_last)
+            logger.info("pretrain: checkpoint %s", path)
+
+    trainer.train(stop_after=stop_after, on_step_end=checkpoint_if_due)
+    summary = {
+        "status": "trained" if trainer.step >= cfg.max_steps else "stopped",
+        "steps": trainer.step,
+        "max_steps": cfg.max_steps,
+        "resumed_from_step": resumed_from,
+        **{k: trainer.last_metrics[k] for k in ("loss", "mlm_loss", "nsp_loss", "mlm_acc") if k in trainer.last_metrics},
+        "tokens": trainer.tokens_seen,
+        "seconds": round(trainer.train_seconds, 2),
+        "tokens_per_s": round(trainer.tokens_seen / trainer.train_seconds, 1) if trainer.train_seconds else None,
+        "parameters": model.num_parameters(),
+        "vocab_size": bert_config.vocab_size,
+        "train_instances": batches.rows,
+        "epochs": round(trainer.step / batches.steps_per_epoch, 4),
+        "device": str(device),
+        "final_dir": str(final_dir),
+    }
+    if trainer.step < cfg.max_steps:
+        return summary
+    save_pretrained(model, bert_config, tokenizer_path, final_dir, training=provenance(trainer))
+    atomic_write_json(summary_path, summary)
+    logger.info("pretrain: done, final model in %s (loss %s)", final_dir, summary.get("loss"))
+    return summary
