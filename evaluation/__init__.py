@@ -1,0 +1,3 @@
+"""The evaluation stage: intrinsic MLM/NSP scores on held-out shards and fine-tuning on downstream tasks, written
+to RUN/eval/results.json (contract: docs/results.md) and RUN/eval/report.md. Entry point:
+`evaluation.run.run_evaluate(cfg, run_dir)`."""

@@ -1,0 +1,93 @@
+"""Intrinsic evaluation: masked-LM accuracy / loss / perplexity and next-sentence accuracy of a pretrained model on
+a shard split it was not trained on (RUN/shards, split `heldout`, mask variant 0 by default).
+
+The masked positions and the tokens placed there are the ones stored in the shards (BERT's 80/10/10
+[MASK]/random/unchanged replacement), so every model evaluated on the same shards answers the same questions.
+MLM accuracy = argmax prediction equals the original token, over every masked position; MLM loss = mean
+cross-entropy over those positions; perplexity = exp(MLM loss). NSP accuracy is over instances.
+
+The shards must have been built with the checkpoint's tokenizer (sha256 of its tokenizer.json, checked against the
+manifest): otherwise the ids would mean other words and the scores nothing.
+
+    from evaluation.intrinsic import evaluate_intrinsic
+    scores = evaluate_intrinsic(model, shard_dir, tokenizer_sha256, IntrinsicConfig(), torch.device("cpu"))
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from bertfactory.errors import ContractError
+from preprocessing.shards import ShardSet
+from training.data import IGNORE_INDEX, collate
+from training.models.bert import BertForPreTraining, chance_mlm_accuracy
+
+from .config import IntrinsicConfig
+
+logger = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha256: str, cfg: IntrinsicConfig,
+                       device: torch.device) -> dict:
+    """Score `model` on `cfg.split` of the shard set in `shard_dir`, in row order, `cfg.batch_size` rows at a time."""
+    shards = ShardSet.open(shard_dir, cfg.split, tokenizer_sha256=tokenizer_sha256)
+    if len(shards) == 0:
+        raise ContractError(f"{shard_dir}: split '{cfg.split}' has no instances to evaluate on")
+    if cfg.mask_variant >= shards.k:
+        raise ContractError(f"{shard_dir}: evaluate.intrinsic.mask_variant={cfg.mask_variant} but the shards hold only "
+                            f"{shards.k} mask variant(s)")
+    longest = int(shards.lengths().max())
+    if longest > model.config.max_position_embeddings:
+        raise ContractError(f"{shard_dir}: split '{cfg.split}' has {longest}-token instances but the model has only "
+                            f"{model.config.max_position_embeddings} positions")
+    pad_id = shards.manifest.tokenizer.special_ids.get("pad")
+    if pad_id is None:
+        raise ContractError(f"{shard_dir}/manifest.json: tokenizer.special_ids has no 'pad'")
+
+    model.eval()
+    rows = len(shards)
+    batches = math.ceil(rows / cfg.batch_size)
+    if cfg.max_batches is not None:
+        batches = min(batches, cfg.max_batches)
+    mlm_correct = mlm_count = nsp_correct = instances = 0
+    mlm_loss_sum = nsp_loss_sum = 0.0
+    for b in tqdm(range(batches), desc=f"intrinsic ({cfg.split})", unit="batch", disable=None, leave=False):
+        chunk = [shards.instance(i, cfg.mask_variant) for i in range(b * cfg.batch_size, min(rows, (b + 1) * cfg.batch_size))]
+        max_predictions = max(1, max(len(inst.mask_positions) for inst in chunk))
+        batch = {k: v.to(device) for k, v in collate(chunk, pad_id, max_predictions).items()}
+        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_positions"],
+                    batch["masked_labels"], batch["nsp_labels"])
+        labels = batch["masked_labels"][batch["masked_labels"] != IGNORE_INDEX]
+        logits = out["mlm_logits"].float()
+        mlm_correct += int((logits.argmax(-1) == labels).sum())
+        mlm_count += labels.numel()
+        mlm_loss_sum += float(F.cross_entropy(logits, labels, reduction="sum")) if labels.numel() else 0.0
+        nsp_logits = out["nsp_logits"].float()
+        nsp_correct += int((nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
+        nsp_loss_sum += float(F.cross_entropy(nsp_logits, batch["nsp_labels"], reduction="sum"))
+        instances += len(chunk)
+    if mlm_count == 0:
+        raise ContractError(f"{shard_dir}: the evaluated '{cfg.split}' instances have no masked positions")
+    mlm_loss = mlm_loss_sum / mlm_count
+    scores = {
+        "split": cfg.split,
+        "mask_variant": cfg.mask_variant,
+        "instances": instances,
+        "masked_tokens": mlm_count,
+        "mlm_accuracy": mlm_correct / mlm_count,
+        "mlm_loss": mlm_loss,
+        "mlm_perplexity": math.exp(min(mlm_loss, 700.0)),  # exp overflows a float past ~709
+        "nsp_accuracy": nsp_correct / instances,
+        "nsp_loss": nsp_loss_sum / instances,
+        "chance_mlm_accuracy": chance_mlm_accuracy(model.config.vocab_size),
+    }
+    logger.info("intrinsic on %d %s instances: MLM accuracy %.4f (loss %.4f), NSP accuracy %.4f", instances, cfg.split,
+                scores["mlm_accuracy"], mlm_loss, scores["nsp_accuracy"])
+    return scores

@@ -1,0 +1,79 @@
+"""Intrinsic evaluation: scores computed batch-wise equal a plain per-instance loop, max_batches limits the work,
+and shards built with another tokenizer are refused."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertfactory.errors import ContractError
+from bertfactory.io import sha256_file
+from evaluation.config import IntrinsicConfig
+from evaluation.intrinsic import evaluate_intrinsic
+from preprocessing.shards import ShardSet
+from training.checkpoint import load_pretrained
+
+CPU = torch.device("cpu")
+
+
+def manual_scores(model, shard_dir, variant):
+    """One instance at a time, no padding, heads applied by hand."""
+    shards = ShardSet.open(shard_dir, "heldout")
+    correct = count = nsp_correct = 0
+    loss_sum = 0.0
+    with torch.no_grad():
+        for i in range(len(shards)):
+            inst = shards.instance(i, variant)
+            ids = torch.tensor(inst.input_ids, dtype=torch.long)
+            positions = torch.tensor(inst.mask_positions, dtype=torch.long)
+            labels = ids[positions].clone()
+            ids[positions] = torch.tensor(inst.mask_tokens, dtype=torch.long)
+            types = torch.zeros_like(ids)
+            types[inst.len_a:] = 1
+            hidden = model.bert(ids[None], types[None], torch.ones_like(ids)[None])[0]
+            logits = model.mlm_head(hidden[positions], model.bert.embeddings.word_embeddings.weight)
+            correct += int((logits.argmax(-1) == labels).sum())
+            count += len(labels)
+            loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
+            nsp = model.nsp_head(model.bert.pooler(hidden[None]))
+            nsp_correct += int(nsp.argmax(-1).item() == inst.nsp_label)
+    return correct / count, loss_sum / count, nsp_correct / len(shards), count, len(shards)
+
+
+@pytest.mark.parametrize("variant", [0, 1])
+def test_matches_a_manual_per_instance_loop(eval_run, variant):
+    model, _, tokenizer = load_pretrained(eval_run / "pretrain" / "final")
+    cfg = IntrinsicConfig(batch_size=7, mask_variant=variant)  # 7 does not divide 96: a short last batch
+    scores = evaluate_intrinsic(model, eval_run / "shards", sha256_file(tokenizer), cfg, CPU)
+    mlm_acc, mlm_loss, nsp_acc, count, instances = manual_scores(model, eval_run / "shards", variant)
+    assert scores["instances"] == instances == 96
+    assert scores["masked_tokens"] == count
+    assert scores["mlm_accuracy"] == mlm_acc
+    assert scores["nsp_accuracy"] == nsp_acc
+    assert scores["mlm_loss"] == pytest.approx(mlm_loss, rel=1e-5)
+    assert scores["mlm_perplexity"] == pytest.approx(math.exp(mlm_loss), rel=1e-4)
+    # the fixture model was trained a few steps: its answers are neither all wrong nor all right
+    assert 0 < scores["mlm_accuracy"] < 1
+    assert scores["chance_mlm_accuracy"] == 1 / model.config.vocab_size
+
+
+def test_max_batches_limits_the_instances(eval_run):
+    model, _, tokenizer = load_pretrained(eval_run / "pretrain" / "final")
+    scores = evaluate_intrinsic(model, eval_run / "shards", sha256_file(tokenizer),
+                                IntrinsicConfig(batch_size=10, max_batches=2), CPU)
+    assert scores["instances"] == 20
+
+
+def test_unknown_variant_is_refused(eval_run):
+    model, _, tokenizer = load_pretrained(eval_run / "pretrain" / "final")
+    with pytest.raises(ContractError, match="mask_variant=5 but the shards hold only 2"):
+        evaluate_intrinsic(model, eval_run / "shards", sha256_file(tokenizer), IntrinsicConfig(mask_variant=5), CPU)
+
+
+def test_shards_of_another_tokenizer_are_refused(eval_run, tmp_path, make_tokenizer):
+    # A checkpoint whose tokenizer differs from the one the shards were built with.
+    other = make_tokenizer(tmp_path / "other.json", 500, 300)
+    model, _, _ = load_pretrained(eval_run / "pretrain" / "final")
+    with pytest.raises(ContractError, match="built with tokenizer sha256 .* but the tokenizer given has sha256"):
+        evaluate_intrinsic(model, eval_run / "shards", sha256_file(other), IntrinsicConfig(), CPU)
