@@ -51,12 +51,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _default_file_mode() -> int:
+    """The mode an ordinary open() would give a new file (0o666 minus the umask); mkstemp makes 0o600 files,
+    which would leave shards and checkpoints unreadable to the other users of a shared run directory."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _default_file_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -89,6 +98,7 @@ class AtomicFile:
     def __enter__(self) -> Path:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        os.fchmod(fd, _default_file_mode())
         os.close(fd)
         self.tmp = Path(tmp)
         return self.tmp

@@ -3,7 +3,6 @@ in the Prefect UI), made from the files each stage wrote (not from its internals
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .summary import fmt
@@ -18,7 +17,9 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
     status = result["status"]
     head = f"### {stage} — {status}\n\nRun directory: `{run_dir}` · key `{result['key'][:12]}` · {result['seconds']} s\n\n"
     if stage == "preprocess":
-        manifest = json.loads((run_dir / "shards/manifest.json").read_text())
+        from preprocessing.shards import read_manifest
+
+        manifest = read_manifest(run_dir / "shards").model_dump(mode="json")
         c = manifest["counts"]
         rows = [("documents read", c.get("docs_read")), ("documents kept", c.get("docs_kept"))]
         rows += [(f"dropped: {k}", v) for k, v in sorted((c.get("docs_dropped") or {}).items())]
@@ -31,7 +32,9 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
     if stage == "pretrain":
         s = result.get("summary", {})
         return head + _md_table([(k, v) for k, v in s.items() if not isinstance(v, (dict, list))])
-    results = json.loads((run_dir / "eval/results.json").read_text())
+    from evaluation.results import read_results
+
+    results = read_results(run_dir / "eval")
     rows = [(f"intrinsic {k}", v) for k, v in results.get("intrinsic", {}).items() if not isinstance(v, (dict, list))]
     for task, per in results.get("tasks", {}).items():
         for model, metrics in per.items():

@@ -153,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    if not args.verbose:
+        # Beam relays every worker's INFO lines and httpx logs each call to the Prefect API: useful only when
+        # debugging, so they show with --verbose.
+        for noisy in ("apache_beam", "httpx", "httpcore", "__main__"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         if args.command == "samples":
             return _cmd_samples(args)

@@ -19,7 +19,7 @@ from typing import Callable
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from bertfactory.errors import BertfactoryError
+from bertfactory.errors import BertfactoryError, InputError
 from bertfactory.samples import resolve_input
 
 from . import stamps
@@ -37,9 +37,10 @@ STAGE_ORDER = ("preprocess", "pretrain", "evaluate")
 def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[Path]]:
     """The config sections and input files whose content decides whether `stage` must run again."""
     if stage == "preprocess":
-        from preprocessing.pipeline import input_files
-
-        return recipe.model_dump(mode="json", include={"corpus", "preprocess"}), input_files(recipe.corpus)
+        files = [resolve_input(p) for p in recipe.corpus.inputs]
+        if recipe.preprocess.tokenizer.path:
+            files.append(Path(recipe.preprocess.tokenizer.path))
+        return recipe.model_dump(mode="json", include={"corpus", "preprocess"}), files
     if stage == "pretrain":
         manifest = run_dir / "shards" / "manifest.json"
         _require(manifest, "pretrain", "preprocess")
@@ -48,6 +49,10 @@ def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[
         final = run_dir / "pretrain" / "final"
         _require(final / "model.safetensors", "evaluate", "pretrain")
         files = [final / "model.safetensors", final / "config.json", final / "tokenizer.json", run_dir / "shards/manifest.json"]
+        # the task data decide the scores as much as the model: a changed file reruns the evaluation
+        tasks = recipe.evaluate.tasks
+        files += [resolve_input(getattr(tasks, name).input) for name in type(tasks).model_fields
+                  if getattr(tasks, name).enabled]
         return recipe.model_dump(mode="json", include={"evaluate"}), files
     raise BertfactoryError(f"unknown stage '{stage}'; stages: {', '.join(STAGE_ORDER)}")
 
@@ -76,6 +81,9 @@ def _entry_point(stage: str) -> Callable[[Recipe, Path], dict]:
 
 def compute_key(stage: str, recipe: Recipe, run_dir: Path) -> str:
     config, files = stage_inputs(stage, recipe, run_dir)
+    for f in files:
+        if not f.is_file():
+            raise InputError(f"{stage}: input file {f} does not exist")
     return stamps.stage_key(stage, config, files)
 
 

@@ -15,13 +15,21 @@ def fmt(v) -> str:
     return "—" if v is None else str(v)
 
 
-def _read(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
+def _manifest(run_dir: Path) -> dict:
+    from preprocessing.shards import read_manifest
+
+    return read_manifest(run_dir / "shards").model_dump(mode="json") if (run_dir / "shards/manifest.json").is_file() else {}
+
+
+def _results(run_dir: Path) -> dict:
+    from evaluation.results import read_results
+
+    return read_results(run_dir / "eval") if (run_dir / "eval/results.json").is_file() else {}
 
 
 def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
     rows: list[tuple[str, str, object]] = []
-    manifest = _read(run_dir / "shards/manifest.json")
+    manifest = _manifest(run_dir)
     if manifest:
         c = manifest["counts"]
         rows += [("corpus", "documents kept / read", f"{fmt(c.get('docs_kept'))} / {fmt(c.get('docs_read'))}")]
@@ -37,7 +45,7 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
             for k in ("loss", "mlm_loss", "nsp_loss"):
                 if k in last:
                     rows.append(("pretrain", f"final {k}", last[k]))
-    results = _read(run_dir / "eval/results.json")
+    results = _results(run_dir)
     for k in ("mlm_accuracy", "nsp_accuracy"):
         if k in results.get("intrinsic", {}):
             rows.append(("evaluate", f"held-out {k.replace('_', ' ')}", results["intrinsic"][k]))

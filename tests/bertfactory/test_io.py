@@ -35,3 +35,20 @@ def test_publish_dir_replaces_whole_directory(tmp_path):
     publish_dir(staging, final)
     assert sorted(p.name for p in final.iterdir()) == ["part-0.arrow"]
     assert not staging.exists()
+
+
+def test_atomic_writes_get_the_mode_of_an_ordinary_new_file(tmp_path):
+    import os
+    import stat
+
+    from bertfactory.io import AtomicFile, atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.txt", "x")
+        with AtomicFile(tmp_path / "b.bin") as tmp:
+            tmp.write_bytes(b"y")
+    finally:
+        os.umask(old)
+    for name in ("a.txt", "b.bin"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
