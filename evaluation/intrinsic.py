@@ -6,6 +6,11 @@ The masked positions and the tokens placed there are the ones stored in the shar
 MLM accuracy = argmax prediction equals the original token, over every masked position; MLM loss = mean
 cross-entropy over those positions; perplexity = exp(MLM loss). NSP accuracy is over instances.
 
+For scale, the same positions are also scored by the best context-free predictor learnt from the training split
+(the unigram distribution of its non-special tokens, add-one smoothed): `unigram_mlm_accuracy` (always answer the
+most frequent token) and `unigram_mlm_loss`. A model that has learnt nothing from context sits at these values,
+far above the 1/vocab chance level — so it is these a model must beat.
+
 The shards must have been built with the checkpoint's tokenizer (sha256 of its tokenizer.json, checked against the
 manifest): otherwise the ids would mean other words and the scores nothing.
 
@@ -19,6 +24,7 @@ import logging
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
@@ -51,6 +57,12 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
     if pad_id is None:
         raise ContractError(f"{shard_dir}/manifest.json: tokenizer.special_ids has no 'pad'")
 
+    unigram = _unigram_log_probs(shard_dir, tokenizer_sha256, model.config.vocab_size,
+                                 shards.manifest.tokenizer.special_ids.values())
+    unigram_top = int(unigram.argmax())
+    unigram_correct = 0
+    unigram_loss_sum = 0.0
+
     model.eval()
     rows = len(shards)
     batches = math.ceil(rows / cfg.batch_size)
@@ -68,6 +80,9 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
         logits = out["mlm_logits"].float()
         mlm_correct += int((logits.argmax(-1) == labels).sum())
         mlm_count += labels.numel()
+        label_ids = labels.cpu().numpy()
+        unigram_correct += int((label_ids == unigram_top).sum())
+        unigram_loss_sum -= float(unigram[label_ids].sum())
         mlm_loss_sum += float(F.cross_entropy(logits, labels, reduction="sum")) if labels.numel() else 0.0
         nsp_logits = out["nsp_logits"].float()
         nsp_correct += int((nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
@@ -87,7 +102,19 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
         "nsp_accuracy": nsp_correct / instances,
         "nsp_loss": nsp_loss_sum / instances,
         "chance_mlm_accuracy": chance_mlm_accuracy(model.config.vocab_size),
+        "unigram_mlm_accuracy": unigram_correct / mlm_count,
+        "unigram_mlm_loss": unigram_loss_sum / mlm_count,
     }
-    logger.info("intrinsic on %d %s instances: MLM accuracy %.4f (loss %.4f), NSP accuracy %.4f", instances, cfg.split,
-                scores["mlm_accuracy"], mlm_loss, scores["nsp_accuracy"])
+    logger.info("intrinsic on %d %s instances: MLM accuracy %.4f (loss %.4f; unigram baseline %.4f, loss %.4f), "
+                "NSP accuracy %.4f", instances, cfg.split, scores["mlm_accuracy"], mlm_loss,
+                scores["unigram_mlm_accuracy"], scores["unigram_mlm_loss"], scores["nsp_accuracy"])
     return scores
+
+
+def _unigram_log_probs(shard_dir: Path, tokenizer_sha256: str, vocab_size: int, special_ids) -> np.ndarray:
+    """log p(token) of the training split's non-special tokens, add-one smoothed (specials are never masked)."""
+    train = ShardSet.open(shard_dir, "train", tokenizer_sha256=tokenizer_sha256, verify=False)
+    counts = train.token_counts(vocab_size).astype(np.float64) + 1.0
+    counts[[i for i in special_ids if 0 <= i < vocab_size]] = 0.0
+    with np.errstate(divide="ignore"):
+        return np.log(counts / counts.sum())

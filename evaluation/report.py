@@ -130,8 +130,9 @@ def render_markdown(results: dict, pretrain_plot: str | None, finetune_plot: str
             "",
             "| metric | value |",
             "|---|---|",
-            f"| MLM accuracy | {_f(intr['mlm_accuracy'])} (chance {intr['chance_mlm_accuracy']:.2g}) |",
-            f"| MLM loss | {_f(intr['mlm_loss'])} |",
+            f"| MLM accuracy | {_f(intr['mlm_accuracy'])} (unigram baseline {_f(intr['unigram_mlm_accuracy'])}, "
+            f"chance {intr['chance_mlm_accuracy']:.2g}) |",
+            f"| MLM loss | {_f(intr['mlm_loss'])} (unigram baseline {_f(intr['unigram_mlm_loss'])}) |",
             f"| MLM perplexity | {_f(intr['mlm_perplexity'], 2)} |",
             f"| NSP accuracy | {_f(intr['nsp_accuracy'])} |",
             f"| NSP loss | {_f(intr['nsp_loss'])} |",

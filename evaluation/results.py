@@ -48,6 +48,8 @@ class IntrinsicResults(_Strict):
     nsp_accuracy: Fraction
     nsp_loss: float = Field(ge=0.0)
     chance_mlm_accuracy: Fraction
+    unigram_mlm_accuracy: Fraction
+    unigram_mlm_loss: float = Field(ge=0.0)
 
 
 class TaskDataInfo(_Strict):

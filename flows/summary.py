@@ -46,9 +46,13 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
                 if k in last:
                     rows.append(("pretrain", f"final {k}", last[k]))
     results = _results(run_dir)
-    for k in ("mlm_accuracy", "nsp_accuracy"):
-        if k in results.get("intrinsic", {}):
-            rows.append(("evaluate", f"held-out {k.replace('_', ' ')}", results["intrinsic"][k]))
+    intrinsic = results.get("intrinsic", {})
+    if intrinsic:
+        rows.append(("evaluate", "held-out mlm accuracy", intrinsic["mlm_accuracy"]))
+        rows.append(("evaluate", "  unigram baseline (no context)", intrinsic["unigram_mlm_accuracy"]))
+        rows.append(("evaluate", "held-out mlm loss", intrinsic["mlm_loss"]))
+        rows.append(("evaluate", "  unigram baseline (no context)", intrinsic["unigram_mlm_loss"]))
+        rows.append(("evaluate", "held-out nsp accuracy", intrinsic["nsp_accuracy"]))
     for task, per in results.get("tasks", {}).items():
         for model in ("pretrained", "random_init", "majority"):
             if isinstance(per.get(model), dict) and "accuracy" in per[model]:

@@ -282,6 +282,18 @@ class ShardSet:
         """Sequence length of every row (for length-aware batching and token counts)."""
         return np.concatenate([np.diff(s.ids_offsets) for s in self._shards]) if self._shards else np.zeros(0, np.int64)
 
+    def max_predictions(self) -> int:
+        """The largest number of masked positions of any row and variant (to size fixed-shape batches)."""
+        counts = [np.diff(s.mask_offsets) for s in self._shards if len(s.mask_offsets) > 1]
+        return int(max((c.max() for c in counts), default=0))
+
+    def token_counts(self, vocab_size: int) -> np.ndarray:
+        """How often each token id occurs in the split's input_ids (int64, length vocab_size)."""
+        total = np.zeros(vocab_size, np.int64)
+        for s in self._shards:
+            total += np.bincount(s.ids_values, minlength=vocab_size)[:vocab_size]
+        return total
+
     def instance(self, index: int, variant: int = 0) -> Instance:
         shard, r = self._locate(index)
         ids = shard.ids_values[shard.ids_offsets[r] : shard.ids_offsets[r + 1]]

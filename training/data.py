@@ -73,9 +73,7 @@ def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int) ->
 
 def max_predictions_of(shards: ShardSet) -> int:
     """The largest number of masked positions of any row and variant of the split."""
-    # ShardSet keeps each shard's flat mask offsets; their differences are the per-(row, variant) counts.
-    counts = [np.diff(s.mask_offsets) for s in shards._shards if len(s.mask_offsets) > 1]
-    return int(max((c.max() for c in counts), default=0))
+    return shards.max_predictions()
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,25 @@ def test_matches_a_manual_per_instance_loop(eval_run, variant):
     assert scores["chance_mlm_accuracy"] == 1 / model.config.vocab_size
 
 
+def test_unigram_baseline_is_the_train_splits_token_distribution(eval_run):
+    import collections
+
+    import numpy as np
+
+    model, _, tokenizer = load_pretrained(eval_run / "pretrain" / "final")
+    scores = evaluate_intrinsic(model, eval_run / "shards", sha256_file(tokenizer), IntrinsicConfig(), CPU)
+    train, heldout = ShardSet.open(eval_run / "shards", "train"), ShardSet.open(eval_run / "shards", "heldout")
+    specials = set(train.manifest.tokenizer.special_ids.values())
+    counts = collections.Counter(int(t) for inst in train for t in inst.input_ids if int(t) not in specials)
+    vocab = model.config.vocab_size
+    total = sum(counts.values()) + vocab - len([i for i in specials if i < vocab])
+    top = max(counts, key=lambda t: (counts[t], -t))
+    labels = [int(inst.input_ids[p]) for inst in heldout for p in inst.mask_positions]
+    assert scores["unigram_mlm_accuracy"] == sum(label == top for label in labels) / len(labels)
+    expected_loss = -np.mean([np.log((counts[label] + 1) / total) for label in labels])
+    assert scores["unigram_mlm_loss"] == pytest.approx(expected_loss, rel=1e-9)
+
+
 def test_max_batches_limits_the_instances(eval_run):
     model, _, tokenizer = load_pretrained(eval_run / "pretrain" / "final")
     scores = evaluate_intrinsic(model, eval_run / "shards", sha256_file(tokenizer),

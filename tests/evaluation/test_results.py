@@ -26,7 +26,8 @@ def example() -> dict:
         "config": {"finetune": {"epochs": 2}},
         "intrinsic": {"split": "heldout", "mask_variant": 0, "instances": 10, "masked_tokens": 40,
                       "mlm_accuracy": 0.25, "mlm_loss": 4.0, "mlm_perplexity": 54.6, "nsp_accuracy": 0.6,
-                      "nsp_loss": 0.68, "chance_mlm_accuracy": 0.001},
+                      "nsp_loss": 0.68, "chance_mlm_accuracy": 0.001,
+                      "unigram_mlm_accuracy": 0.05, "unigram_mlm_loss": 6.2},
         "tasks": {"movie_sentiment": {
             "data": {"source_path": "x.txt", "source_sha256": "ef" * 32, "lines": 100, "split_method": "hash",
                      "sizes": {"train": 80, "dev": 9, "test": 10}, "label_names": ["negative", "positive"],
