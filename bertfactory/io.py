@@ -135,3 +135,18 @@ def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> None:
             f.write(json.dumps(r, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def read_json_file(path: str | os.PathLike, missing: str, error: type[Exception] | None = None) -> Any:
+    """Parse a JSON file that another stage (or the user) wrote. A missing file raises `error` with the
+    message `missing`; invalid JSON raises `error` naming the file and the parser's position."""
+    from .errors import ContractError
+
+    error = error or ContractError
+    path = Path(path)
+    if not path.is_file():
+        raise error(missing)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise error(f"{path} is not valid JSON: {err}") from None

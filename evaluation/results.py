@@ -8,14 +8,13 @@ then writes atomically) and the reader (checks format and schema version first, 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bertfactory.errors import ContractError
-from bertfactory.io import atomic_write_json
+from bertfactory.io import atomic_write_json, read_json_file
 
 FORMAT = "bertfactory.results"
 SCHEMA_VERSION = 1
@@ -139,10 +138,5 @@ def read_results(path: str | Path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
-    if not path.is_file():
-        raise ContractError(f"no evaluation results at {path}; run `bertfactory evaluate` first")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ContractError(f"{path} is not valid JSON: {err}") from None
+    data = read_json_file(path, f"no evaluation results at {path}; run `bertfactory evaluate` first")
     return validate_results(data, str(path)).model_dump(mode="json", exclude_none=True)

@@ -15,7 +15,6 @@ Row of schema v1 (one training instance, unpadded):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
@@ -25,7 +24,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bertfactory.errors import ContractError
-from bertfactory.io import AtomicFile, atomic_write_json, sha256_file
+from bertfactory.io import AtomicFile, atomic_write_json, read_json_file, sha256_file
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -112,12 +111,7 @@ def write_manifest(directory: Path, manifest: Manifest) -> Path:
 def read_manifest(directory: str | Path) -> Manifest:
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() else directory
-    if not path.is_file():
-        raise ContractError(f"no shard manifest at {path}; run `bertfactory preprocess` first")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ContractError(f"{path} is not valid JSON: {err}") from None
+    raw = read_json_file(path, f"no shard manifest at {path}; run `bertfactory preprocess` first")
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         raise ContractError(

@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertfactory.errors import ContractError
-from bertfactory.io import publish_dir, sha256_file
+from bertfactory.io import publish_dir, read_json_file, sha256_file
 
 from .models.bert import BertConfig, BertForPreTraining
 
@@ -123,12 +123,7 @@ def save_pretrained(model: torch.nn.Module, config: BertConfig, tokenizer_path: 
 def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
     """The validated config.json of a model directory (format, version, architecture, model, tokenizer)."""
     path = Path(directory) / CONFIG_FILE
-    if not path.is_file():
-        raise ContractError(f"no {CONFIG_FILE} in {directory}; is this a bertfactory model directory?")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ContractError(f"{path} is not valid JSON: {err}") from None
+    doc = read_json_file(path, f"no {CONFIG_FILE} in {directory}; is this a bertfactory model directory?")
     if not isinstance(doc, dict):
         raise ContractError(f"{path}: expected a JSON object")
     if doc.get("format") != FORMAT:
