@@ -30,7 +30,7 @@ from training.optim import build_optimizer, build_scheduler, clip_gradients
 
 from .config import FinetuneConfig
 from .encode import pad_batch
-from .metrics import accuracy, binary_f1
+from .metrics import accuracy, binary_f1, wilson_interval
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +76,14 @@ class FinetuneResult:
     step_losses: list[float] = field(default_factory=list)
     steps: int = 0
     seconds: float = 0.0
+    test_accuracy_ci95: tuple[float, float] | None = None
+    test_predictions: np.ndarray | None = None  # for paired comparisons between models; not written out
 
     def to_json(self) -> dict:
-        return {"accuracy": self.test_accuracy, "f1": self.test_f1, "dev_accuracy": self.dev_accuracy,
-                "best_epoch": self.best_epoch, "steps": self.steps, "epochs": self.epochs}
+        ci = list(self.test_accuracy_ci95) if self.test_accuracy_ci95 else None
+        return {"accuracy": self.test_accuracy, "accuracy_ci95": ci, "f1": self.test_f1,
+                "dev_accuracy": self.dev_accuracy, "best_epoch": self.best_epoch, "steps": self.steps,
+                "epochs": self.epochs}
 
 
 @torch.no_grad()
@@ -139,6 +143,8 @@ def finetune(encoder: BertModel, train: LabelledSet, dev: LabelledSet, test: Lab
     model.load_state_dict(best_state)
     test_pred = predict(model, test, cfg.eval_batch_size, pad_id, device)
     result.test_accuracy = accuracy(test.labels, test_pred)
+    result.test_predictions = test_pred
+    result.test_accuracy_ci95 = wilson_interval(int((test_pred == test.labels).sum()), len(test))
     result.test_f1 = binary_f1(test.labels, test_pred) if num_labels == 2 else math.nan
     result.steps = total_steps
     result.seconds = time.perf_counter() - started

@@ -155,14 +155,24 @@ def render_markdown(results: dict, pretrain_plot: str | None, finetune_plot: str
             f"Split train/dev/test = {sizes['train']:,}/{sizes['dev']:,}/{sizes['test']:,} ({data['split_method']}); "
             f"dropped: {dropped}.",
             "",
-            "| model | test accuracy | test F1 | dev accuracy | best epoch |",
-            "|---|---|---|---|---|",
+            "| model | test accuracy | 95 % interval | test F1 | dev accuracy | best epoch |",
+            "|---|---|---|---|---|---|",
         ]
         for model in ("pretrained", "random_init", "majority"):
             s = per.get(model)
             if s:
-                lines.append(f"| {MODEL_LABELS[model]} | {_f(s['accuracy'])} | {_f(s.get('f1'))} | "
+                ci = s.get("accuracy_ci95")
+                interval = f"{_f(ci[0])} – {_f(ci[1])}" if ci else "—"
+                lines.append(f"| {MODEL_LABELS[model]} | {_f(s['accuracy'])} | {interval} | {_f(s.get('f1'))} | "
                              f"{_f(s['dev_accuracy'])} | {s.get('best_epoch', '—')} |")
+        cmp = per.get("comparison")
+        if cmp:
+            verdict = ("unlikely to be chance" if cmp["mcnemar_p_value"] < 0.05
+                       else "not distinguishable from chance at this test-set size")
+            lines += ["", f"Pretrained minus random init: {100 * cmp['accuracy_difference']:+.1f} accuracy points; "
+                      f"{cmp['pretrained_only_correct']} test examples only the pretrained model gets right, "
+                      f"{cmp['random_init_only_correct']} only the random-init one; McNemar p = "
+                      f"{cmp['mcnemar_p_value']:.3g} ({verdict})."]
     lines += ["", "## Curves", ""]
     lines.append(f"![pretraining loss]({pretrain_plot})" if pretrain_plot else metrics_note)
     if finetune_plot:

@@ -71,6 +71,7 @@ class EpochRecord(_Strict):
 
 class FinetuneScores(_Strict):
     accuracy: float = Field(ge=0.0, le=1.0, description="test accuracy of the best-dev epoch")
+    accuracy_ci95: tuple[Fraction, Fraction] | None = Field(None, description="Wilson 95 % interval of the test accuracy")
     f1: float | None = Field(None, ge=0.0, le=1.0, description="test F1 of the positive class (binary tasks)")
     dev_accuracy: Fraction
     best_epoch: int = Field(ge=1)
@@ -86,11 +87,21 @@ class MajorityScores(_Strict):
     dev_accuracy: Fraction
 
 
+class Comparison(_Strict):
+    """Pretrained vs random init on the same test examples (McNemar's test)."""
+
+    accuracy_difference: float = Field(ge=-1.0, le=1.0, description="pretrained minus random_init test accuracy")
+    pretrained_only_correct: int = Field(ge=0, description="test examples only the pretrained model gets right")
+    random_init_only_correct: int = Field(ge=0, description="test examples only the random-init model gets right")
+    mcnemar_p_value: Fraction = Field(description="two-sided; below 0.05 the difference is unlikely to be chance")
+
+
 class TaskResults(_Strict):
     data: TaskDataInfo
     pretrained: FinetuneScores
     random_init: FinetuneScores | None = None
     majority: MajorityScores
+    comparison: Comparison | None = Field(None, description="present when random_init is")
 
 
 class Results(_Strict):

@@ -32,7 +32,7 @@ from .config import EvaluateConfig, FinetuneConfig
 from .encode import TextEncoder
 from .finetune import encode_split, finetune
 from .intrinsic import evaluate_intrinsic
-from .metrics import accuracy, binary_f1, majority_label
+from .metrics import accuracy, binary_f1, majority_label, mcnemar
 from .report import write_report
 from .results import FORMAT as RESULTS_FORMAT
 from .results import RESULTS_FILE, to_document, write_results
@@ -106,6 +106,7 @@ def evaluate_task(name: str, input_spec: str, checkpoint: Path, text_encoder: Te
                       num_labels, f"{name}/pretrained")
     out["pretrained"] = result.to_json()
     timings[f"{name}.pretrained"] = result.seconds
+    pretrained_predictions = result.test_predictions
     del pretrained_model
     if random_init:
         torch.manual_seed(ft.seed)  # the random encoder depends only on the seed and the architecture
@@ -113,6 +114,13 @@ def evaluate_task(name: str, input_spec: str, checkpoint: Path, text_encoder: Te
                           num_labels, f"{name}/random_init")
         out["random_init"] = result.to_json()
         timings[f"{name}.random_init"] = result.seconds
+        test = mcnemar(splits["test"].labels, pretrained_predictions, result.test_predictions)
+        out["comparison"] = {
+            "accuracy_difference": out["pretrained"]["accuracy"] - out["random_init"]["accuracy"],
+            "pretrained_only_correct": test["a_only"],
+            "random_init_only_correct": test["b_only"],
+            "mcnemar_p_value": test["p_value"],
+        }
     out["majority"] = majority_scores(data)
     return out
 

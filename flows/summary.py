@@ -57,6 +57,10 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
         for model in ("pretrained", "random_init", "majority"):
             if isinstance(per.get(model), dict) and "accuracy" in per[model]:
                 rows.append(("evaluate", f"{task} accuracy · {model}", per[model]["accuracy"]))
+        cmp = per.get("comparison")
+        if cmp:
+            rows.append(("evaluate", f"{task} pretrained − random_init",
+                         f"{100 * cmp['accuracy_difference']:+.1f} pts (McNemar p = {cmp['mcnemar_p_value']:.2g})"))
     return rows
 
 

@@ -1,6 +1,8 @@
 """Metrics against hand-worked examples (scikit-learn is not a dependency, so the expected values are computed
 by hand in the comments)."""
 
+import math
+
 import pytest
 
 from evaluation.metrics import accuracy, binary_f1, binary_precision_recall_f1, majority_label
@@ -41,3 +43,41 @@ def test_majority_label_and_ties():
     assert majority_label([0, 1, 0, 1]) == 0
     with pytest.raises(ValueError):
         majority_label([])
+
+
+def test_wilson_interval_known_values_and_bounds():
+    from evaluation.metrics import wilson_interval
+
+    lo, hi = wilson_interval(81, 263)  # Newcombe (1998) example 1: 0.2553 - 0.3662... for 81/263
+    assert lo == pytest.approx(0.2553, abs=1e-4) and hi == pytest.approx(0.3662, abs=1e-4)
+    assert wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
+    assert wilson_interval(10, 10)[1] == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 0)
+
+
+def test_mcnemar_counts_discordant_pairs_and_exact_p():
+    from evaluation.metrics import mcnemar
+
+    y = [1] * 12
+    a = [1] * 10 + [0, 0]          # right on 0..9
+    b = [0, 0] + [1] * 8 + [1, 1]  # right on 2..11
+    out = mcnemar(y, a, b)
+    assert out["a_only"] == 2 and out["b_only"] == 2 and out["p_value"] == 1.0
+    # 9 vs 1 discordant: two-sided exact binomial p = 2 * (1 + 10) / 1024
+    y = [1] * 10
+    out = mcnemar(y, [1] * 9 + [0], [0] * 9 + [1])
+    assert (out["a_only"], out["b_only"]) == (9, 1)
+    assert out["p_value"] == pytest.approx(22 / 1024)
+    assert mcnemar([1, 0], [1, 0], [1, 0])["p_value"] == 1.0
+
+
+def test_mcnemar_large_samples_use_the_chi_square_approximation():
+    from evaluation.metrics import mcnemar
+
+    n_a, n_b = 1300, 1200  # 2,500 discordant pairs
+    y = [1] * (n_a + n_b)
+    out = mcnemar(y, [1] * n_a + [0] * n_b, [0] * n_a + [1] * n_b)
+    statistic = (abs(n_a - n_b) - 1) ** 2 / (n_a + n_b)
+    assert out["p_value"] == pytest.approx(math.erfc(math.sqrt(statistic / 2)))
+    assert 0.04 < out["p_value"] < 0.06

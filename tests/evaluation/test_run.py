@@ -60,6 +60,14 @@ def test_evaluate_writes_results_report_and_plots(run_dir, task_slice, tmp_path)
     for model in ("pretrained", "random_init"):
         assert [e["epoch"] for e in task[model]["epochs"]] == [1, 2]
         assert task[model]["steps"] == 2 * -(-task["data"]["sizes"]["train"] // 32)
+        low, high = task[model]["accuracy_ci95"]
+        assert low < task[model]["accuracy"] < high
+    cmp = task["comparison"]
+    assert cmp["accuracy_difference"] == pytest.approx(task["pretrained"]["accuracy"] - task["random_init"]["accuracy"])
+    # the discordant counts are what separates the two accuracies
+    assert (cmp["pretrained_only_correct"] - cmp["random_init_only_correct"]) == round(
+        cmp["accuracy_difference"] * task["data"]["sizes"]["test"])
+    assert 0.0 < cmp["mcnemar_p_value"] <= 1.0
 
     report = (eval_dir / "report.md").read_text(encoding="utf-8")
     assert f"![pretraining loss]({PRETRAIN_PLOT})" in report
@@ -85,7 +93,7 @@ def test_options_switch_parts_off_and_missing_metrics_are_noted(run_dir, task_sl
     assert torch.get_num_threads() == threads  # the stage's thread setting does not leak into later stages
     assert "intrinsic" not in results
     task = results["tasks"]["movie_sentiment"]
-    assert "random_init" not in task and task["data"]["sizes"]["train"] == 50
+    assert "random_init" not in task and "comparison" not in task and task["data"]["sizes"]["train"] == 50
     report = (run_dir / "eval" / "report.md").read_text(encoding="utf-8")
     assert "No pretraining curve" in report and not (run_dir / "eval" / PRETRAIN_PLOT).exists()
 
