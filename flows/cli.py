@@ -31,6 +31,7 @@ def _prefect_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "preprocessing,training,evaluation,bertfactory,flows")
     os.environ.setdefault("PREFECT_UI_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 
 def _default_run_dir(config: str) -> str:
