@@ -55,7 +55,7 @@ class PretrainConfig(StrictModel):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available, else cpu")
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU, which trains in fp32 for exact reproducibility)")
     num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (null = torch's default)")
-    seed: int = Field(12345, description="seed of weight init, dropout and data order")
+    seed: int = Field(12345, ge=0, description="seed of weight init, dropout and data order")
     objective: Literal["mlm_nsp", "mlm"] = Field("mlm_nsp", description="training objective: masked LM + next sentence, or masked LM only")
     batch_size: int = Field(256, ge=1, description="sequences per optimiser step")
     max_steps: int = Field(1_000_000, ge=1, description="optimiser steps in total")

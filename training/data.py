@@ -22,7 +22,7 @@ import torch
 from bertfactory.errors import ConfigError, ContractError
 from preprocessing.shards import Instance, ShardSet
 
-IGNORE_INDEX = -100
+from .models.bert import IGNORE_INDEX  # re-exported: evaluation imports it from here
 
 
 def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int) -> dict[str, torch.Tensor]:
@@ -71,11 +71,6 @@ def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int) ->
     }
 
 
-def max_predictions_of(shards: ShardSet) -> int:
-    """The largest number of masked positions of any row and variant of the split."""
-    return shards.max_predictions()
-
-
 @dataclass(frozen=True)
 class Position:
     """Where global step `step` reads: `epoch`, the batch index within it, and the mask variant."""
@@ -101,7 +96,7 @@ class PretrainBatches:
         self.batch_size = batch_size
         self.seed = seed
         self.pad_id = pad_id
-        self.max_predictions = max_predictions if max_predictions is not None else max_predictions_of(shards)
+        self.max_predictions = max_predictions if max_predictions is not None else shards.max_predictions()
         self.rows = len(shards)
         self.steps_per_epoch = self.rows // batch_size
         self.variants = shards.k

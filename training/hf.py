@@ -8,10 +8,10 @@ strict, shape-checked state-dict load. Used to take a published model as a refer
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from bertfactory.errors import ContractError
+from bertfactory.io import read_json_file
 
 from .checkpoint import load_weights
 from .models.bert import BertConfig, BertModel
@@ -36,6 +36,8 @@ _HF_FIELDS = {
 def bert_config_from_hf(hf: dict, source: str = "config.json") -> BertConfig:
     """Translate a HF BERT config; refuses what our encoder does not implement (another activation or
     position-embedding type)."""
+    if not isinstance(hf, dict):
+        raise ContractError(f"{source}: expected a JSON object, got {type(hf).__name__}")
     if hf.get("model_type") != "bert":
         raise ContractError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'bert'")
     if hf.get("hidden_act", "gelu") != "gelu":
@@ -52,7 +54,7 @@ def load_hf_bert_encoder(directory: str | Path) -> tuple[BertModel, BertConfig]:
     config_path, weights_path = directory / "config.json", directory / "model.safetensors"
     if not config_path.is_file() or not weights_path.is_file():
         raise ContractError(f"{directory} must hold config.json and model.safetensors of a HF BERT model")
-    config = bert_config_from_hf(json.loads(config_path.read_text(encoding="utf-8")), source=str(config_path))
+    config = bert_config_from_hf(read_json_file(config_path, f"no config.json in {directory}"), source=str(config_path))
     model = BertModel(config)
     load_weights(model, weights_path, rename=_hf_encoder_name)
     return model.eval(), config

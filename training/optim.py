@@ -49,6 +49,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_ste
     return LambdaLR(optimizer, WarmupLinearDecay(warmup_steps, max_steps))
 
 
-def clip_gradients(model: nn.Module, max_norm: float) -> float:
-    """Clip the global L2 norm of all gradients; returns the norm before clipping."""
-    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+def clip_gradients(model: nn.Module, max_norm: float) -> torch.Tensor:
+    """Clip the global L2 norm of all gradients; returns the norm before clipping as a 0-dim tensor on the
+    gradients' device (not a float: that would wait for the GPU every step)."""
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from bertfactory.errors import ConfigError, ContractError
-from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, sha256_file
+from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, read_json_file, sha256_file
 
 from .backends import describe, resolve_device
 from .checkpoint import (CONFIG_FILE, fingerprint_diff, latest_checkpoint, load_training_state, load_weights,
@@ -78,11 +78,21 @@ def _remove_staging_leftovers(out_dir: Path) -> None:
 
 
 def _truncate_metrics(path: Path, keep_through_step: int) -> None:
-    """Drop metrics lines logged after the checkpoint we resume from (they will be logged again)."""
+    """Drop metrics lines logged after the checkpoint we resume from (they will be logged again), including a
+    last line torn by a process that died while appending it."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line)["step"] <= keep_through_step]
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = []
+    for number, line in enumerate(lines, 1):
+        try:
+            step = json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            if number == len(lines):
+                break
+            raise ContractError(f"{path} line {number} is not a metrics record: {err}") from None
+        if step <= keep_through_step:
+            kept.append(line)
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
@@ -125,7 +135,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     if (final_dir / MODEL_FILE).is_file():
         _check_compatible(final_dir, fingerprint, "final model")
         logger.info("pretrain: %s already holds the result of this config; nothing to do", final_dir)
-        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        summary = read_json_file(summary_path, f"no {summary_path}") if summary_path.is_file() else {}
         return {**summary, "status": "already complete"}
 
     _remove_staging_leftovers(out_dir)

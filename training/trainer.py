@@ -128,8 +128,12 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {k: (v.detach().item() if isinstance(v, torch.Tensor) and v.dim() == 0 else v)
-                for k, v in out.items() if k in (*_SUMMED, "mlm_correct", "mlm_count")}
+        scalars = {k: out[k] for k in (*_SUMMED, "mlm_correct", "mlm_count") if out.get(k) is not None}
+        tensors = [k for k, v in scalars.items() if isinstance(v, torch.Tensor) and v.dim() == 0]
+        if tensors:  # one device->host copy for all of them (float64 holds float32 losses and int64 counts exactly)
+            values = torch.stack([scalars[k].detach().to(torch.float64) for k in tensors]).tolist()
+            scalars.update(zip(tensors, values))
+        return scalars
 
     def _log(self) -> None:
         record = {"step": self.step, "lr": self.scheduler.get_last_lr()[0], "tokens": self.tokens_seen,

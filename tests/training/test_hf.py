@@ -41,3 +41,12 @@ def test_unsupported_hf_configs_are_refused():
         bert_config_from_hf({**hf, "hidden_act": "relu"})
     with pytest.raises(ContractError, match="model_type is 'roberta'"):
         bert_config_from_hf({**hf, "model_type": "roberta"})
+    with pytest.raises(ContractError, match="expected a JSON object"):
+        bert_config_from_hf([hf])
+
+
+def test_invalid_hf_config_json_names_the_file(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ContractError, match="config.json is not valid JSON"):
+        load_hf_bert_encoder(tmp_path)

@@ -66,6 +66,8 @@ def test_resume_reproduces_the_loss_curve_exactly(run_factory):
     leftover = resumed_run / "pretrain" / "checkpoints" / ".step-25.staging-999"  # a save killed midway
     leftover.mkdir()
     (leftover / "model.safetensors").write_bytes(b"partial")
+    with open(resumed_run / "pretrain" / "metrics.jsonl", "a") as f:  # an append killed midway
+        f.write('{"step": 30, "lo')
     _scramble_global_rngs()
     resumed = pretrain(SMALL, cfg.model_copy(update={"log_every": 5, "keep_last": 1}), resumed_run)
     assert resumed["resumed_from_step"] == 20 and straight["resumed_from_step"] is None
@@ -120,6 +122,8 @@ def test_config_validation():
         PretrainConfig(warmup_steps=10, max_steps=5)
     with pytest.raises(ValueError, match="divisible"):
         ModelConfig(hidden_size=30, num_heads=4)
+    with pytest.raises(ValueError, match="seed"):  # numpy's default_rng([seed, epoch]) refuses negative seeds
+        PretrainConfig(seed=-1)
     defaults = ModelConfig().to_bert_config(30522, 0)
     assert (defaults.num_layers, defaults.hidden_size, defaults.num_heads, defaults.intermediate_size) == (12, 768, 12, 3072)
 
