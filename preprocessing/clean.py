@@ -57,7 +57,7 @@ def _link_text(link: Wikilink) -> str:
     return title.lstrip(":").split("#", 1)[0] if not title.startswith("#") else title[1:]
 
 
-def _render(nodes: Iterable, keep_lists: bool = False) -> str:
+def _render(nodes: Iterable) -> str:
     out: list[str] = []
     for node in nodes:
         if isinstance(node, Text):
@@ -80,7 +80,7 @@ def _render(nodes: Iterable, keep_lists: bool = False) -> str:
             elif tag in _LINE_TAGS:
                 out.append("\n")
             if node.contents is not None and tag not in _LINE_TAGS:
-                out.append(_render(node.contents.nodes, keep_lists))
+                out.append(_render(node.contents.nodes))
             if tag in ("p", "div", "blockquote") and not node.wiki_markup:
                 out.append("\n\n")
         elif isinstance(node, (Template, Comment, Argument, Heading)):
@@ -124,7 +124,7 @@ def wikitext_to_paragraphs(
 ) -> list[str]:
     """Clean `wikitext` into plain-text paragraphs (in document order, each one line of text)."""
     code = mwparserfromhell.parse(wikitext)
-    text = _render(_section_nodes(code, {s.strip().lower() for s in drop_sections}), keep_lists)
+    text = _render(_section_nodes(code, {s.strip().lower() for s in drop_sections}))
     paragraphs: list[str] = []
     for block in _PARAGRAPH_BREAK.split(text):
         lines = []

@@ -392,8 +392,7 @@ def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, voc
     )
     summaries = {(s["split"], s["shard"]): s for s in map(json.loads, _read_lines(str(staging.work / "shard_summaries" / "part*.jsonl")))}
     splits: dict[str, SplitInfo] = {}
-    masked = Counter()
-    nsp_random = Counter()
+    tokens, masked, nsp_random = Counter(), Counter(), Counter()
     for split, n_shards in (("train", cfg.shards.train_shards), ("heldout", cfg.shards.heldout_shards)):
         infos = []
         for shard in range(n_shards):
@@ -402,13 +401,10 @@ def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, voc
                 info = write_shard(staging.shards / split / shard_name(shard), [], vocab_size, cfg.shards.batch_rows)
                 summary = {"rows": 0, "sha256": info.sha256, "tokens": 0, "masked_tokens": 0, "nsp_random": 0}
             infos.append(ShardInfo(path=f"{split}/{shard_name(shard)}", rows=summary["rows"], sha256=summary["sha256"]))
+            tokens[split] += summary["tokens"]
             masked[split] += summary["masked_tokens"]
             nsp_random[split] += summary["nsp_random"]
-        splits[split] = SplitInfo(
-            rows=sum(i.rows for i in infos),
-            tokens=sum(summaries.get((split, k), {}).get("tokens", 0) for k in range(n_shards)),
-            shards=infos,
-        )
+        splits[split] = SplitInfo(rows=sum(i.rows for i in infos), tokens=tokens[split], shards=infos)
     instance_counts = {
         "instances": {s: splits[s].rows for s in SPLITS},
         "nsp_random": {s: nsp_random[s] for s in SPLITS},
@@ -424,11 +420,11 @@ def config_hash(corpus: CorpusConfig, cfg: PreprocessConfig) -> str:
                          "preprocess": cfg.model_dump(mode="json", exclude={"runner"})})
 
 
-def _is_lowercase(tokenizer: Tokenizer, cfg: PreprocessConfig) -> bool:
-    if not cfg.tokenizer.path:
-        return cfg.tokenizer.lowercase
-    normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
-    return bool(normalizer.get("lowercase", False))
+def _is_lowercase(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer's normalizer lowercases, asked of the normalizer itself: an adopted tokenizer may
+    lowercase with a `Lowercase` step inside a `Sequence` rather than with BertNormalizer(lowercase=True)."""
+    normalizer = tokenizer.normalizer
+    return normalizer is not None and normalizer.normalize_str("ABC") == "abc"
 
 
 def _manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Tokenizer, tokenizer_sha256: str,
@@ -440,7 +436,7 @@ def _manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Tokenizer,
         created_by=f"bertfactory {__version__} preprocessing.pipeline",
         tokenizer=TokenizerInfo(path="../tokenizer/tokenizer.json", sha256=tokenizer_sha256,
                                 vocab_size=tokenizer.get_vocab_size(with_added_tokens=True), special_ids=specials,
-                                lowercase=_is_lowercase(tokenizer, cfg)),
+                                lowercase=_is_lowercase(tokenizer)),
         instance_format={
             "max_seq_len": inst.max_seq_len, "short_seq_prob": inst.short_seq_prob,
             "nsp_random_prob": inst.nsp_random_prob, "dupe_factor": inst.dupe_factor,

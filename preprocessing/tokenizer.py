@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Iterable
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertfactory.errors import InputError
-from bertfactory.io import atomic_write_text
+from bertfactory.io import atomic_write_bytes, atomic_write_text
 
 from .config import TokenizerConfig
 
@@ -131,15 +130,13 @@ def adopt_tokenizer(source: Path, path: Path) -> Tokenizer:
     """Use an existing tokenizer.json: validate it, then copy it byte for byte to `path`."""
     if not source.is_file():
         raise InputError(f"{source}: tokenizer file not found (preprocess.tokenizer.path)")
+    data = source.read_bytes()  # read once: the bytes validated are the bytes copied
     try:
-        tokenizer = Tokenizer.from_file(str(source))
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as err:  # tokenizers raises plain Exception subclasses for bad JSON
         raise InputError(f"{source}: not a valid tokenizers JSON file ({err})") from None
     special_ids(tokenizer, str(source))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    shutil.copyfile(source, tmp)
-    tmp.replace(path)
+    atomic_write_bytes(path, data)
     return tokenizer
 
 

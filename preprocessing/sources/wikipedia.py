@@ -90,7 +90,7 @@ def validate_dump(path: Path) -> None:
     kind = "bz2-compressed file" if compressed else "file"
     try:
         for _event, element in ET.iterparse(io.BytesIO(head), events=("start",)):
-            tag = element.tag.rsplit("}", 1)[-1]
+            tag = _local(element.tag)
             if tag != "mediawiki":
                 raise InputError(
                     f"{path}: this {kind} is XML whose root element is <{tag}>, not <mediawiki>; "

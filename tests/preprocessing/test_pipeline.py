@@ -169,3 +169,18 @@ def test_missing_input_file(tmp_path, wiki):
     with pytest.raises(InputError) as err:
         run_preprocess(wiki.corpus(tmp_path / "nope.xml.bz2"), wiki.config(), tmp_path / "run")
     assert "nope.xml.bz2" in str(err.value) and "not found" in str(err.value)
+
+
+def test_manifest_lowercase_is_read_from_the_normalizer():
+    """An adopted tokenizer may lowercase with a Lowercase step in a Sequence (no top-level 'lowercase' key)."""
+    from tokenizers import Tokenizer, models, normalizers
+
+    from preprocessing.pipeline import _is_lowercase
+
+    tok = Tokenizer(models.WordPiece({"[UNK]": 0}, unk_token="[UNK]"))
+    assert _is_lowercase(tok) is False
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase(), normalizers.StripAccents()])
+    assert _is_lowercase(tok) is True
+    for lowercase in (True, False):
+        tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+        assert _is_lowercase(tok) is lowercase

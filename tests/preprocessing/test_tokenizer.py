@@ -74,3 +74,17 @@ def test_adopting_an_existing_tokenizer_copies_it(tmp_path, wiki):
     target = tmp_path / "run" / "tokenizer.json"
     adopt_tokenizer(source, target)
     assert target.read_bytes() == source.read_bytes()
+
+
+def test_adopting_a_broken_tokenizer_names_it_and_writes_nothing(tmp_path):
+    import pytest
+
+    from bertfactory.errors import InputError
+
+    source = tmp_path / "broken.json"
+    source.write_bytes(b"\xff\xfe not json")
+    target = tmp_path / "run" / "tokenizer.json"
+    with pytest.raises(InputError) as err:
+        adopt_tokenizer(source, target)
+    assert str(source) in str(err.value)
+    assert not target.parent.exists() or not any(target.parent.iterdir())
