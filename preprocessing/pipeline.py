@@ -187,7 +187,9 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, cfg: PreprocessConf
 
 
 class TokenizeDoc(beam.DoFn):
-    """Document JSON -> ((split, bucket), (doc_id, sentences as token ids))."""
+    """Document JSON -> ((split, bucket), (doc_id, sentences as token ids)). A document whose every sentence
+    tokenises to nothing (text made only of what the normalizer strips) goes to the `no_tokens` output, to be
+    counted as dropped."""
 
     def __init__(self, tokenizer_path: str, buckets: dict[str, int]):
         self.tokenizer_path = tokenizer_path
@@ -201,9 +203,11 @@ class TokenizeDoc(beam.DoFn):
         sentences = [s for paragraph in doc["paragraphs"] for s in paragraph]
         encoded = self.tokenizer.encode_batch(sentences, add_special_tokens=False)
         ids = [e.ids for e in encoded if e.ids]
+        split = doc["split"]
         if ids:
-            split = doc["split"]
             yield (split, hashing.bucket_of(doc["doc_id"], self.buckets[split])), (doc["doc_id"], ids)
+        else:
+            yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
 
 
 class BuildInstances(beam.DoFn):
@@ -273,10 +277,14 @@ class WriteShardFn(beam.DoFn):
 
 def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokenizer_path: Path, shard_dir: Path,
                              buckets: dict[str, int], vocab_size: int, specials: dict[str, int]) -> None:
-    (
+    tokenized = (
         pipeline
         | "ReadDocs" >> ReadFromText(str(work / "docs" / "part*.jsonl"))
-        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), buckets))
+        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), buckets)).with_outputs("no_tokens", main="docs")
+    )
+    tokenized.no_tokens | "WriteNoTokens" >> WriteToText(str(work / "no_tokens" / "part"), file_name_suffix=".jsonl")
+    (
+        tokenized.docs
         | "ByBucket" >> beam.GroupByKey()
         | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"]))
         | "SpreadInstances" >> beam.Reshuffle()
@@ -383,13 +391,18 @@ def _tokenizer_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging) -> 
 
 def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, vocab_size: int,
                      specials: dict[str, int]) -> tuple[dict[str, SplitInfo], dict]:
-    """Run the instances pipeline; fill in empty shards; return the splits and the instance counts."""
+    """Run the instances pipeline; fill in empty shards; return the splits and the instance counts (and move
+    documents without tokens from kept to dropped in `counts`)."""
     buckets = {s: max(1, math.ceil(counts["docs"][s] / cfg.instances.docs_per_bucket)) for s in SPLITS}
     run_pipeline(
         lambda p: build_instances_pipeline(p, cfg, staging.work, staging.tokenizer, staging.shards, buckets,
                                            vocab_size, specials),
         cfg.runner, "instances",
     )
+    for doc in map(json.loads, _read_lines(str(staging.work / "no_tokens" / "part*.jsonl"))):
+        counts["docs_kept"] -= 1
+        counts["docs"][doc["split"]] -= 1
+        counts["docs_dropped"]["no_tokens"] = counts["docs_dropped"].get("no_tokens", 0) + 1
     summaries = {(s["split"], s["shard"]): s for s in map(json.loads, _read_lines(str(staging.work / "shard_summaries" / "part*.jsonl")))}
     splits: dict[str, SplitInfo] = {}
     tokens, masked, nsp_random = Counter(), Counter(), Counter()

@@ -184,3 +184,17 @@ def test_manifest_lowercase_is_read_from_the_normalizer():
     for lowercase in (True, False):
         tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
         assert _is_lowercase(tok) is lowercase
+
+
+def test_document_that_tokenises_to_nothing_is_counted_as_dropped(tmp_path, wiki):
+    # Paragraphs made only of combining accents survive cleaning but BERT's normalizer strips them all.
+    accents = "\u0301" * 60
+    pages = wiki.standard_pages() + [wiki.page_xml("Only accents", f"{accents}\n\n{accents}\n\n{accents}\n\n{accents}",
+                                                   page_id=500)]
+    dump = wiki.write_dump(tmp_path / "accents.xml.bz2", pages)
+    counts = run_preprocess(wiki.corpus(dump), wiki.config(preset="in_process"), tmp_path / "run")["counts"]
+    expected_kept = wiki.expected["docs_kept"]
+    assert counts["docs_dropped"].get("no_tokens") == 1
+    assert counts["docs_kept"] == expected_kept
+    assert sum(counts["docs"].values()) == expected_kept
+    assert counts["docs_read"] == counts["docs_kept"] + sum(counts["docs_dropped"].values()) + sum(counts["quarantined"].values())
