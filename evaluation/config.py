@@ -9,6 +9,7 @@ configs/local.yaml overrides them for a tiny model on a 2-core CPU.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -65,3 +66,8 @@ class EvaluateConfig(StrictModel):
     intrinsic: IntrinsicConfig = Field(default_factory=IntrinsicConfig, description="held-out masked-LM / NSP accuracy")
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig, description="fine-tuning recipe for every task")
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="downstream tasks")
+
+    def checkpoint_path(self, run_dir: Path) -> Path:
+        """The model directory to evaluate: `checkpoint`, relative paths taken inside `run_dir`."""
+        path = Path(self.checkpoint).expanduser()
+        return path if path.is_absolute() else Path(run_dir) / path

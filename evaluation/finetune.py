@@ -71,7 +71,7 @@ class FinetuneResult:
     best_epoch: int  # 1-based
     dev_accuracy: float
     test_accuracy: float
-    test_f1: float
+    test_f1: float | None  # binary tasks only
     epochs: list[dict] = field(default_factory=list)  # epoch, train_loss, dev_accuracy, lr_end
     step_losses: list[float] = field(default_factory=list)
     steps: int = 0
@@ -110,7 +110,7 @@ def finetune(encoder: BertModel, train: LabelledSet, dev: LabelledSet, test: Lab
     scheduler = build_scheduler(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
     labels = torch.from_numpy(train.labels.astype(np.int64))
 
-    result = FinetuneResult(name, best_epoch=0, dev_accuracy=-1.0, test_accuracy=math.nan, test_f1=math.nan)
+    result = FinetuneResult(name, best_epoch=0, dev_accuracy=-1.0, test_accuracy=math.nan, test_f1=None)
     best_state: dict[str, torch.Tensor] | None = None
     progress = tqdm(total=total_steps, desc=f"fine-tune {name}", unit="step", disable=None, leave=False)
     for epoch in range(cfg.epochs):
@@ -145,7 +145,7 @@ def finetune(encoder: BertModel, train: LabelledSet, dev: LabelledSet, test: Lab
     result.test_accuracy = accuracy(test.labels, test_pred)
     result.test_predictions = test_pred
     result.test_accuracy_ci95 = wilson_interval(int((test_pred == test.labels).sum()), len(test))
-    result.test_f1 = binary_f1(test.labels, test_pred) if num_labels == 2 else math.nan
+    result.test_f1 = binary_f1(test.labels, test_pred) if num_labels == 2 else None  # results.json: f1 absent
     result.steps = total_steps
     result.seconds = time.perf_counter() - started
     logger.info("%s: best dev accuracy %.4f at epoch %d, test accuracy %.4f (%.1f s)", name, result.dev_accuracy,

@@ -86,6 +86,6 @@ def mcnemar(y_true: Sequence[int], pred_a: Sequence[int], pred_b: Sequence[int])
         tail = sum(math.comb(n, k) for k in range(min(a_only, b_only) + 1))
         p_value = min(1.0, 2 * tail / 2**n)
     else:
-        statistic = (abs(a_only - b_only) - 1) ** 2 / n
+        statistic = max(0, abs(a_only - b_only) - 1) ** 2 / n  # equal counts: p = 1, as the exact test
         p_value = math.erfc(math.sqrt(statistic / 2))
     return {"a_only": a_only, "b_only": b_only, "p_value": p_value}

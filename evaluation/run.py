@@ -53,11 +53,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def checkpoint_dir(cfg: EvaluateConfig, run_dir: Path) -> Path:
-    path = Path(cfg.checkpoint).expanduser()
-    return path if path.is_absolute() else run_dir / path
-
-
 def _display_path(path: Path, run_dir: Path) -> str:
     try:
         return path.resolve().relative_to(run_dir.resolve()).as_posix()
@@ -77,16 +72,14 @@ def majority_scores(data: TaskData) -> dict:
     }
 
 
-def data_info(data: TaskData, train_used: int) -> dict:
-    sizes = data.sizes()
-    sizes["train"] = train_used
+def data_info(data: TaskData) -> dict:
+    """Provenance, sizes and label counts of the splits as used (train already cut to max_train_examples)."""
     counts = {}
     for split in ("train", "dev", "test"):
-        examples = getattr(data, split)[:train_used] if split == "train" else getattr(data, split)
-        c = Counter(e.label for e in examples)
+        c = Counter(e.label for e in getattr(data, split))
         counts[split] = {name: c.get(i, 0) for i, name in enumerate(data.label_names)}
     return {"source_path": data.source["path"], "source_sha256": data.source["sha256"], "lines": data.source["lines"],
-            "split_method": data.split_method, "sizes": sizes, "label_names": list(data.label_names),
+            "split_method": data.split_method, "sizes": data.sizes(), "label_names": list(data.label_names),
             "label_counts": counts, "dropped": dict(data.dropped)}
 
 
@@ -101,7 +94,7 @@ def evaluate_task(name: str, input_spec: str, checkpoint: Path, text_encoder: Te
     logger.info("%s: %s examples (train/dev/test), dropped %s", name, data.sizes(), data.dropped)
 
     pretrained_model, config, _ = load_pretrained(checkpoint, device="cpu")
-    out: dict = {"data": data_info(data, len(data.train))}
+    out: dict = {"data": data_info(data)}
     result = finetune(pretrained_model.bert, splits["train"], splits["dev"], splits["test"], ft, device, pad_id,
                       num_labels, f"{name}/pretrained")
     out["pretrained"] = result.to_json()
@@ -139,7 +132,7 @@ def run_evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
 def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     started = time.perf_counter()
     device = resolve_device(cfg.device)
-    checkpoint = checkpoint_dir(cfg, run_dir)
+    checkpoint = cfg.checkpoint_path(run_dir)
     model, config, tokenizer_path = load_pretrained(checkpoint, device=device)
     if cfg.finetune.max_seq_len > config.max_position_embeddings:
         raise ConfigError(f"evaluate.finetune.max_seq_len={cfg.finetune.max_seq_len} exceeds the checkpoint's "

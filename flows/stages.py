@@ -46,9 +46,13 @@ def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[
         _require(manifest, "pretrain", "preprocess")
         return recipe.model_dump(mode="json", include={"model", "pretrain"}), [manifest, run_dir / "tokenizer/tokenizer.json"]
     if stage == "evaluate":
-        final = run_dir / "pretrain" / "final"
-        _require(final / "model.safetensors", "evaluate", "pretrain")
-        files = [final / "model.safetensors", final / "config.json", final / "tokenizer.json", run_dir / "shards/manifest.json"]
+        # the checkpoint actually evaluated (evaluate.checkpoint), not always pretrain/final
+        final = recipe.evaluate.checkpoint_path(run_dir)
+        if final == run_dir / "pretrain" / "final":
+            _require(final / "model.safetensors", "evaluate", "pretrain")
+        files = [final / "model.safetensors", final / "config.json", final / "tokenizer.json"]
+        if recipe.evaluate.intrinsic.enabled:
+            files.append(run_dir / "shards/manifest.json")
         # the task data decide the scores as much as the model: a changed file reruns the evaluation
         tasks = recipe.evaluate.tasks
         files += [resolve_input(getattr(tasks, name).input) for name in type(tasks).model_fields
@@ -84,7 +88,7 @@ def compute_key(stage: str, recipe: Recipe, run_dir: Path) -> str:
     for f in files:
         if not f.is_file():
             raise InputError(f"{stage}: input file {f} does not exist")
-    return stamps.stage_key(stage, config, files)
+    return stamps.stage_key(stage, config, files, run_dir)
 
 
 def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None, force: bool = False) -> dict:

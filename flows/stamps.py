@@ -51,14 +51,27 @@ def file_fingerprint(path: Path) -> str:
     return sha256_file(path) if size <= _HASH_LIMIT else f"size:{size}"
 
 
-def stage_key(stage: str, config: dict, input_files: list[Path]) -> str:
+def _input_name(path: Path, run_dir: Path | None) -> str:
+    """How an input file is named in the key: relative to the run directory when inside it (so the same run
+    directory given as a relative or an absolute path, or moved, gives the same key), else its absolute path."""
+    path = Path(path).resolve()
+    if run_dir is not None:
+        try:
+            return "RUN/" + path.relative_to(Path(run_dir).resolve()).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def stage_key(stage: str, config: dict, input_files: list[Path], run_dir: Path | None = None) -> str:
     """The content hash that decides whether `stage` must run."""
+    inputs = {_input_name(p, run_dir): file_fingerprint(p) for p in input_files}
     return content_hash(
         {
             "stage": stage,
             "bertfactory": __version__,
             "config": config,
-            "inputs": {str(p): file_fingerprint(p) for p in sorted(input_files, key=str)},
+            "inputs": inputs,
         }
     )
 
@@ -71,7 +84,10 @@ def _outputs(run_dir: Path, stage: str) -> list[Path]:
     spec = STAGES[stage]
     files = [run_dir / o for o in spec.outputs]
     if stage == "preprocess" and (run_dir / "shards/manifest.json").is_file():
-        manifest = json.loads((run_dir / "shards/manifest.json").read_text())
+        try:
+            manifest = json.loads((run_dir / "shards/manifest.json").read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return files  # an unreadable manifest no longer matches its recorded fingerprint: not fresh
         for split in manifest.get("splits", {}).values():
             files += [run_dir / "shards" / s["path"] for s in split.get("shards", [])]
     return files

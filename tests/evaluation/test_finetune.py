@@ -69,6 +69,17 @@ def test_finetuning_is_reproducible_under_a_seed(eval_run, task_slice, tmp_path)
     assert c.step_losses != a.step_losses  # the seed matters (data order, classifier init, dropout)
 
 
+def test_f1_is_left_out_for_tasks_with_more_than_two_labels(eval_run, task_slice, tmp_path):
+    from evaluation.results import FinetuneScores
+
+    _, (train, dev, test) = encoded_task(eval_run, task_slice, tmp_path, 300)
+    train.labels = np.arange(len(train)) % 3  # three classes
+    cfg = FinetuneConfig(epochs=1, learning_rate=1e-3, batch_size=32, max_seq_len=32, seed=1)
+    result = finetune(model(32), train, dev, test, cfg, CPU, pad_id=0, num_labels=3, name="three")
+    assert result.test_f1 is None
+    FinetuneScores.model_validate(result.to_json())  # a NaN F1 used to fail the results contract
+
+
 def test_empty_split_is_refused(eval_run, task_slice, tmp_path):
     _, (train, dev, test) = encoded_task(eval_run, task_slice, tmp_path, 300)
     empty = type(dev)([], np.zeros(0, dtype=np.int64))

@@ -81,3 +81,11 @@ def test_mcnemar_large_samples_use_the_chi_square_approximation():
     statistic = (abs(n_a - n_b) - 1) ** 2 / (n_a + n_b)
     assert out["p_value"] == pytest.approx(math.erfc(math.sqrt(statistic / 2)))
     assert 0.04 < out["p_value"] < 0.06
+
+
+def test_mcnemar_large_samples_with_equal_discordant_counts_give_p_one():
+    from evaluation.metrics import mcnemar
+
+    n = 1500  # 3,000 discordant pairs, split evenly: no evidence either way, as the exact test says
+    out = mcnemar([1] * 2 * n, [1] * n + [0] * n, [0] * n + [1] * n)
+    assert (out["a_only"], out["b_only"]) == (n, n) and out["p_value"] == 1.0

@@ -1,6 +1,7 @@
 """Stage freshness: a stage is skipped only when its input key matches and its outputs are intact."""
 
 import json
+from pathlib import Path
 
 from flows import stamps
 
@@ -47,3 +48,36 @@ def test_begin_keeps_same_key_outputs_and_removes_stale_ones(tmp_path):
     stamps.begin(run, "evaluate", "k2", log=messages.append)
     assert not (run / "eval").exists()
     assert messages and "inputs changed" in messages[0]
+
+
+def test_key_does_not_depend_on_how_the_run_directory_is_spelled(tmp_path, monkeypatch):
+    # `--no-prefect` passes the run directory as given, the Prefect task passes it resolved: same key
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs/a/shards").mkdir(parents=True)
+    (tmp_path / "runs/a/shards/manifest.json").write_text("{}")
+    rel, absolute = Path("runs/a"), tmp_path / "runs/a"
+    key_rel = stamps.stage_key("pretrain", {}, [rel / "shards/manifest.json"], rel)
+    assert key_rel == stamps.stage_key("pretrain", {}, [absolute / "shards/manifest.json"], absolute)
+    # and a moved run directory with the same contents is still up to date
+    (tmp_path / "runs/a").rename(tmp_path / "runs/b")
+    assert key_rel == stamps.stage_key("pretrain", {}, [tmp_path / "runs/b/shards/manifest.json"], tmp_path / "runs/b")
+
+
+def test_evaluate_key_follows_the_configured_checkpoint(tmp_path):
+    from flows.recipe import load_recipe
+    from flows.stages import compute_key
+
+    elsewhere = tmp_path / "external"
+    elsewhere.mkdir()
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        (elsewhere / name).write_text("v1")
+    reviews = tmp_path / "reviews.txt"
+    reviews.write_text("1\t1.0\tgood\n")
+    (tmp_path / "recipe.yaml").write_text("{}")
+    recipe = load_recipe(tmp_path / "recipe.yaml", [f"evaluate.checkpoint={elsewhere}", "evaluate.intrinsic.enabled=false",
+                                                     f"evaluate.tasks.movie_sentiment.input={reviews}"])
+    run = tmp_path / "run"  # no pretrain/final here: not needed when another checkpoint is evaluated
+    run.mkdir()
+    key = compute_key("evaluate", recipe, run)
+    (elsewhere / "model.safetensors").write_text("v2")
+    assert compute_key("evaluate", recipe, run) != key
