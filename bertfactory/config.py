@@ -14,7 +14,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError
-from .io import content_hash
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -24,9 +23,6 @@ class StrictModel(BaseModel):
     (use `model_copy(update=...)`)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
-
-    def config_hash(self) -> str:
-        return content_hash(self.model_dump(mode="json"))
 
 
 def _valid_keys_at(model: type[BaseModel], loc: Sequence[Any]) -> list[str] | None:

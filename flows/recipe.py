@@ -14,7 +14,6 @@ from typing import Sequence
 from pydantic import Field
 
 from bertfactory.config import StrictModel, apply_overrides, load_yaml, validate
-from bertfactory.io import content_hash
 from evaluation.config import EvaluateConfig
 from preprocessing.config import CorpusConfig, PreprocessConfig
 from training.config import ModelConfig, PretrainConfig
@@ -30,15 +29,8 @@ class Recipe(StrictModel):
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig, description="optimisation and checkpoints")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="intrinsic and fine-tuning evaluation")
 
-    def section_hash(self, *sections: str) -> str:
-        return content_hash({s: getattr(self, s).model_dump(mode="json") for s in sections})
-
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     data = apply_overrides(load_yaml(path), list(overrides))
     source = str(path) + (f" with overrides {list(overrides)}" if overrides else "")
     return validate(Recipe, data, source)
-
-
-def recipe_from_dict(data: dict, overrides: Sequence[str] = (), source: str = "recipe") -> Recipe:
-    return validate(Recipe, apply_overrides(data, list(overrides)), source)
