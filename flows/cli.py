@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(stage, help=text, description=text)
         _add_recipe_args(p)
 
+    p = sub.add_parser("describe", help="parameter counts and FLOPs per token of a recipe's model (allocates nothing)",
+                       description="Count the parameters of the recipe's model (built on the meta device, so "
+                       "BERT-large costs nothing) and its matrix-multiply FLOPs per token of a pretraining step, "
+                       "with MLM logits only at the masked fraction and, for comparison, at every token.")
+    p.add_argument("config", help="recipe YAML, e.g. configs/local.yaml")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe value (repeatable)")
+
     p = sub.add_parser("inspect", help="show a shard directory's manifest and one decoded instance with its masks")
     p.add_argument("shard_dir", help="a shards directory (RUN/shards) or a run directory")
     p.add_argument("--split", default="train", help="train or heldout (default train)")
@@ -103,6 +111,36 @@ def _cmd_samples(args) -> int:
     names = args.names or list(samples.SAMPLES)
     for name in names:
         samples.fetch(name, root)
+    return 0
+
+
+def _cmd_describe(args) -> int:
+    from training.describe import describe
+
+    from .recipe import load_recipe
+    from .summary import fmt
+
+    recipe = load_recipe(args.config, args.overrides)
+    vocab = recipe.preprocess.tokenizer.vocab_size
+    if recipe.preprocess.tokenizer.path:  # an adopted tokenizer decides the vocabulary
+        from tokenizers import Tokenizer
+
+        vocab = Tokenizer.from_file(recipe.preprocess.tokenizer.path).get_vocab_size()
+    seq_len = recipe.preprocess.instances.max_seq_len
+    masking = recipe.preprocess.masking
+    fraction = min(masking.masked_lm_prob, masking.max_predictions_per_seq / seq_len)
+    d = describe(recipe.model, vocab, seq_len, fraction)
+    m = recipe.model
+    print(f"{args.config}: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, FFN "
+          f"{m.intermediate_size}, vocabulary {d.vocab_size:,}, sequences of {seq_len}")
+    rows = [("parameters", d.parameters), ("  embedding", d.embedding_parameters),
+            ("  non-embedding", d.non_embedding_parameters),
+            (f"forward FLOPs / token (MLM logits at {fraction:.1%} of tokens)", d.forward_flops_per_token),
+            ("training FLOPs / token (forward + backward)", d.train_flops_per_token),
+            ("  the same with MLM logits at every token", d.dense_head_train_flops_per_token)]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {fmt(int(v))}")
     return 0
 
 
@@ -164,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_samples(args)
         if args.command == "inspect":
             return _cmd_inspect(args)
+        if args.command == "describe":
+            return _cmd_describe(args)
         return _cmd_stages(args)
     except BertfactoryError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -77,3 +77,10 @@ def test_samples_list_shows_each_sample(capsys):
     out = capsys.readouterr().out
     for name in ("enwiki", "movie_reviews", "minilm"):
         assert name in out
+
+
+def test_describe_prints_counts_without_building_weights(capsys):
+    assert main(["describe", LOCAL]) == 0
+    out = capsys.readouterr().out
+    assert "1,478,978" in out  # the demo model's parameters (as the demo's pretraining log reports them)
+    assert "the same with MLM logits at every token" in out
