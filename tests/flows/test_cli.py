@@ -84,3 +84,47 @@ def test_describe_prints_counts_without_building_weights(capsys):
     out = capsys.readouterr().out
     assert "1,478,978" in out  # the demo model's parameters (as the demo's pretraining log reports them)
     assert "the same with MLM logits at every token" in out
+
+
+def test_export_to_hf_and_import_hf_round_trip(tmp_path, capsys):
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from training.checkpoint import save_pretrained
+    from training.models.bert import BertConfig, BertForPreTraining
+
+    for argv in (["export", "--help"], ["import-hf", "--help"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--to {hf}" in out and "AutoModelForPreTraining" in out and "BertForMaskedLM" in out and "--seed" in out
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])}
+    Tokenizer(WordLevel(vocab, unk_token="[UNK]")).save(str(tmp_path / "tokenizer.json"))
+    config = BertConfig(vocab_size=7, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16,
+                        max_position_embeddings=8)
+    run = tmp_path / "run"
+    save_pretrained(BertForPreTraining(config), config, tmp_path / "tokenizer.json", run / "pretrain" / "final")
+
+    assert main(["export", str(run), "--to", "hf", str(tmp_path / "hf")]) == 0  # a run dir means its pretrain/final
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "back")]) == 0
+    assert "(BertForPreTraining)" in capsys.readouterr().out
+    before = load_file(str(run / "pretrain" / "final" / "model.safetensors"))
+    after = load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "back")]) == 2  # no silent replacement
+    assert "error: output directory" in capsys.readouterr().err
+    doc = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, "model_type": "roberta"}))
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "model_type is 'roberta'" in err and "Supported: model_type 'bert'" in err
+    assert main(["export", str(tmp_path / "missing"), "--to", "hf", str(tmp_path / "x")]) == 2
+    assert "missing does not exist" in capsys.readouterr().err
