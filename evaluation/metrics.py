@@ -224,8 +224,11 @@ def squad_exact_match(prediction: str, gold: str) -> float:
 def squad_token_f1(prediction: str, gold: str) -> float:
     """SQuAD v1.1 token F1: the overlap is the multiset intersection of the normalised tokens; 0.0 when there
     is no overlap (including when either side normalises to nothing, as the v1.1 script)."""
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
+    return _overlap_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
+
+
+def _overlap_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    """F1 of the multiset intersection of two token lists; 0.0 without overlap."""
     same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
     if same == 0:
         return 0.0
@@ -241,12 +244,7 @@ def _squad_v2_token_f1(prediction: str, gold: str) -> float:
     gold_tokens = normalize_answer(gold).split()
     if not pred_tokens or not gold_tokens:
         return float(pred_tokens == gold_tokens)
-    same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _overlap_f1(pred_tokens, gold_tokens)
 
 
 def squad_v1(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]]) -> dict:
