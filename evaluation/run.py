@@ -26,7 +26,6 @@ from bertfactory.errors import ConfigError
 from bertfactory.io import sha256_file
 from bertfactory.samples import resolve_input
 from training.checkpoint import MODEL_FILE, load_pretrained
-from training.models.bert import BertModel
 
 from .config import EvaluateConfig, FinetuneConfig
 from .encode import TextEncoder
@@ -93,17 +92,19 @@ def evaluate_task(name: str, input_spec: str, checkpoint: Path, text_encoder: Te
     num_labels = len(data.label_names)
     logger.info("%s: %s examples (train/dev/test), dropped %s", name, data.sizes(), data.dropped)
 
-    pretrained_model, config, _ = load_pretrained(checkpoint, device="cpu")
+    pretrained_model, _, _ = load_pretrained(checkpoint, device="cpu")
     out: dict = {"data": data_info(data)}
-    result = finetune(pretrained_model.bert, splits["train"], splits["dev"], splits["test"], ft, device, pad_id,
+    backbone = pretrained_model.backbone()
+    backbone_class, backbone_config = type(backbone), backbone.config
+    result = finetune(backbone, splits["train"], splits["dev"], splits["test"], ft, device, pad_id,
                       num_labels, f"{name}/pretrained")
     out["pretrained"] = result.to_json()
     timings[f"{name}.pretrained"] = result.seconds
     pretrained_predictions = result.test_predictions
-    del pretrained_model
+    del pretrained_model, backbone
     if random_init:
         torch.manual_seed(ft.seed)  # the random encoder depends only on the seed and the architecture
-        result = finetune(BertModel(config), splits["train"], splits["dev"], splits["test"], ft, device, pad_id,
+        result = finetune(backbone_class(backbone_config), splits["train"], splits["dev"], splits["test"], ft, device, pad_id,
                           num_labels, f"{name}/random_init")
         out["random_init"] = result.to_json()
         timings[f"{name}.random_init"] = result.seconds
@@ -134,9 +135,10 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     device = resolve_device(cfg.device)
     checkpoint = cfg.checkpoint_path(run_dir)
     model, config, tokenizer_path = load_pretrained(checkpoint, device=device)
-    if cfg.finetune.max_seq_len > config.max_position_embeddings:
+    positions = getattr(model.backbone().config, "max_position_embeddings", None)  # None: relative positions
+    if positions is not None and cfg.finetune.max_seq_len > positions:
         raise ConfigError(f"evaluate.finetune.max_seq_len={cfg.finetune.max_seq_len} exceeds the checkpoint's "
-                          f"max_position_embeddings={config.max_position_embeddings}")
+                          f"max_position_embeddings={positions}")
     text_encoder = TextEncoder.from_file(tokenizer_path)
     logger.info("evaluating %s (%d parameters) on %s", checkpoint, sum(p.numel() for p in model.parameters()), device)
     timings: dict[str, float] = {}

@@ -156,10 +156,13 @@ def _cmd_describe(args) -> int:
     seq_len = recipe.preprocess.instances.max_seq_len
     masking = recipe.preprocess.masking
     fraction = min(masking.masked_lm_prob, masking.max_predictions_per_seq / seq_len)
-    d = describe(recipe.model, vocab, seq_len, fraction)
+    d = describe(recipe.model, vocab, seq_len, fraction, recipe.pretrain.objective)
     m = recipe.model
-    print(f"{args.config}: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, FFN "
-          f"{m.intermediate_size}, vocabulary {d.vocab_size:,}, sequences of {seq_len}")
+    extras = [f"embeddings {m.embedding_size}" if m.embedding_size else "",
+              f"layers shared ({m.share_layers}, {m.num_layer_groups} group(s))" if m.share_layers != "none" else ""]
+    print(f"{args.config}: objective {recipe.pretrain.objective}, {m.num_layers} layers, hidden {m.hidden_size}, "
+          f"{m.num_heads} heads, FFN {m.intermediate_size}{''.join(', ' + e for e in extras if e)}, vocabulary "
+          f"{d.vocab_size:,}, sequences of {seq_len}")
     rows = [("parameters", d.parameters), ("  embedding", d.embedding_parameters),
             ("  non-embedding", d.non_embedding_parameters),
             (f"forward FLOPs / token (MLM logits at {fraction:.1%} of tokens)", d.forward_flops_per_token),

@@ -29,14 +29,13 @@ from safetensors.torch import load_file, save_file
 from bertfactory.errors import ContractError
 from bertfactory.io import publish_dir, read_json_file, sha256_file
 
-from .models.bert import BertConfig, BertForPreTraining
+from .models.registry import architecture_of, get_architecture
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "bertfactory.checkpoint"
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
-ARCHITECTURE = "BertForPreTraining"
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -78,7 +77,7 @@ def _staging_dir(final: Path) -> Path:
     return staging
 
 
-def _write_model_files(staging: Path, model: torch.nn.Module, config: BertConfig, tokenizer_path: Path,
+def _write_model_files(staging: Path, model: torch.nn.Module, config: Any, tokenizer_path: Path,
                        training: Mapping[str, Any] | None) -> None:
     tokenizer_path = Path(tokenizer_path)
     if not tokenizer_path.is_file():
@@ -94,7 +93,7 @@ def _write_model_files(staging: Path, model: torch.nn.Module, config: BertConfig
     doc = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
-        "architecture": ARCHITECTURE,
+        "architecture": architecture_of(model).name,
         "model": config.to_dict(),
         "tokenizer": info,
     }
@@ -105,7 +104,7 @@ def _write_model_files(staging: Path, model: torch.nn.Module, config: BertConfig
         _fsync_file(staging / name)
 
 
-def save_pretrained(model: torch.nn.Module, config: BertConfig, tokenizer_path: str | Path, directory: str | Path,
+def save_pretrained(model: torch.nn.Module, config: Any, tokenizer_path: str | Path, directory: str | Path,
                     training: Mapping[str, Any] | None = None) -> Path:
     """Write model.safetensors + config.json + tokenizer.json (copied) to `directory`, atomically (replacing any
     previous content). `training`: optional JSON-able provenance stored under config.json's `training`."""
@@ -133,8 +132,9 @@ def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
             f"{path}: checkpoint version {doc.get('version')!r} is not supported "
             f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))})"
         )
-    if doc.get("architecture") != ARCHITECTURE:
-        raise ContractError(f"{path}: field 'architecture' is {doc.get('architecture')!r}, expected {ARCHITECTURE!r}")
+    if not isinstance(doc.get("architecture"), str):
+        raise ContractError(f"{path}: field 'architecture' is missing or not a string")
+    get_architecture(doc["architecture"], source=f"{path} field 'architecture'")
     for field in ("model", "tokenizer"):
         if not isinstance(doc.get(field), dict):
             raise ContractError(f"{path}: field '{field}' is missing or not an object")
@@ -142,7 +142,8 @@ def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
 
 
 def load_pretrained(directory: str | Path, device: str | torch.device = "cpu"):
-    """Load a model directory -> (BertForPreTraining in eval mode, BertConfig, path of its tokenizer.json).
+    """Load a model directory -> (the model of its architecture in eval mode, its config, path of its
+    tokenizer.json). Every architecture's model has `backbone()` (the encoder for fine-tuning).
 
     Validates config.json, that the tokenizer is the one the model was trained with (sha256), and that the
     weights match the architecture exactly (names and shapes)."""
@@ -150,7 +151,8 @@ def load_pretrained(directory: str | Path, device: str | torch.device = "cpu"):
     if not directory.is_dir():
         raise ContractError(f"model directory {directory} does not exist")
     doc = read_checkpoint_config(directory)
-    config = BertConfig.from_dict(doc["model"], source=f"{directory / CONFIG_FILE} field 'model'")
+    arch = get_architecture(doc["architecture"], source=f"{directory / CONFIG_FILE} field 'architecture'")
+    config = arch.config_from_dict(doc["model"], f"{directory / CONFIG_FILE} field 'model'")
     tokenizer_path = directory / TOKENIZER_FILE
     if not tokenizer_path.is_file():
         raise ContractError(f"no {TOKENIZER_FILE} in {directory}")
@@ -160,7 +162,7 @@ def load_pretrained(directory: str | Path, device: str | torch.device = "cpu"):
             f"{tokenizer_path} does not match the tokenizer recorded in {directory / CONFIG_FILE} "
             f"(field 'tokenizer.sha256' = {want_sha})"
         )
-    model = BertForPreTraining(config)
+    model = arch.build(config)
     load_weights(model, directory / MODEL_FILE)
     model.to(device)
     model.eval()
@@ -241,7 +243,7 @@ def latest_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(checkpoints_dir: Path, step: int, model: torch.nn.Module, config: BertConfig,
+def save_checkpoint(checkpoints_dir: Path, step: int, model: torch.nn.Module, config: Any,
                     tokenizer_path: Path, training: Mapping[str, Any], state: Mapping[str, Any],
                     keep_last: int) -> Path:
     """Write checkpoints_dir/step-N atomically (model files + training_state.pt), then delete all but the

@@ -32,11 +32,23 @@ class ModelConfig(StrictModel):
     attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on attention probabilities")
     layer_norm_eps: float = Field(1e-12, gt=0.0, description="LayerNorm epsilon")
     initializer_range: float = Field(0.02, gt=0.0, description="std of the normal weight initialisation")
+    embedding_size: int | None = Field(None, ge=1, description="ALBERT/ELECTRA factorised embeddings: width E of the "
+                                       "embeddings, projected to hidden_size (null = hidden_size, no projection)")
+    share_layers: Literal["none", "all", "attention", "ffn"] = Field(
+        "none", description="ALBERT cross-layer sharing inside each layer group: all parameters, only attention, "
+                            "only the feed-forward block, or none (BERT)")
+    num_layer_groups: int = Field(1, ge=1, description="ALBERT: split the layers into this many groups of "
+                                  "consecutive layers that share parameters (must divide num_layers)")
+    num_languages: int = Field(0, ge=0, description="XLM: number of language embeddings (0 = none)")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "ModelConfig":
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
+        if self.num_layers % self.num_layer_groups:
+            raise ValueError(f"num_layers {self.num_layers} must be divisible by num_layer_groups {self.num_layer_groups}")
+        if self.share_layers == "none" and self.num_layer_groups != 1:
+            raise ValueError("num_layer_groups > 1 needs share_layers all, attention or ffn")
         return self
 
     def to_bert_config(self, vocab_size: int, pad_token_id: int) -> BertConfig:
@@ -56,7 +68,8 @@ class PretrainConfig(StrictModel):
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU, which trains in fp32 for exact reproducibility)")
     num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (null = torch's default)")
     seed: int = Field(12345, ge=0, description="seed of weight init, dropout and data order")
-    objective: Literal["mlm_nsp", "mlm"] = Field("mlm_nsp", description="training objective: masked LM + next sentence, or masked LM only")
+    objective: str = Field("mlm_nsp", description="training objective (training/objectives): mlm_nsp (BERT), mlm "
+                           "(RoBERTa), and the other members' objectives; `bertfactory describe --objectives` lists them")
     batch_size: int = Field(256, ge=1, description="sequences per optimiser step")
     max_steps: int = Field(1_000_000, ge=1, description="optimiser steps in total")
     learning_rate: float = Field(1e-4, gt=0.0, description="peak learning rate (after warmup)")
@@ -72,6 +85,10 @@ class PretrainConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":
+        from .objectives import objective_names
+
+        if self.objective not in objective_names():
+            raise ValueError(f"unknown objective {self.objective!r}; valid choices: {', '.join(objective_names())}")
         if self.warmup_steps > self.max_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= max_steps ({self.max_steps})")
         if not all(0.0 <= b < 1.0 for b in self.betas):

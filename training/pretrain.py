@@ -30,8 +30,8 @@ from .checkpoint import (CONFIG_FILE, fingerprint_diff, latest_checkpoint, load_
                          MODEL_FILE, read_checkpoint_config, save_checkpoint, save_pretrained)
 from .config import ModelConfig, PretrainConfig
 from .data import PretrainBatches
-from .models.bert import BertForPreTraining
-from .objectives import get_objective
+from .models.registry import get_architecture
+from .objectives import get_objective_spec
 from .optim import build_optimizer, build_scheduler
 from .trainer import Trainer
 
@@ -121,13 +121,17 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     device = resolve_device(cfg.device)
     batches = PretrainBatches.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards)
     manifest = batches.shards.manifest
-    bert_config = model_cfg.to_bert_config(manifest.tokenizer.vocab_size, batches.pad_id)
+    objective = get_objective_spec(cfg.objective)
+    objective.check_shards(manifest, str(shard_dir / "manifest.json"))
+    architecture = get_architecture(objective.architecture)
+    arch_config = architecture.from_model_config(model_cfg, manifest.tokenizer.vocab_size, batches.pad_id)
     longest = int(batches.shards.lengths().max())
     declared = manifest.instance_format.get("max_seq_len")
     needed = max(longest, int(declared) if isinstance(declared, int) else 0)
-    if bert_config.max_position_embeddings < needed:
+    positions = getattr(arch_config, "max_position_embeddings", None)  # None: relative positions (XLNet, TXL)
+    if positions is not None and positions < needed:
         raise ConfigError(
-            f"model.max_position_embeddings={bert_config.max_position_embeddings} is shorter than the sequences in "
+            f"model.max_position_embeddings={arch_config.max_position_embeddings} is shorter than the sequences in "
             f"{shard_dir}/manifest.json (max_seq_len {declared}, longest instance {longest}); raise it to >= {needed}"
         )
     fingerprint = _fingerprint(model_cfg, cfg, tokenizer_sha256, batches)
@@ -140,11 +144,11 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
 
     _remove_staging_leftovers(out_dir)
     seed_everything(cfg.seed)
-    model = BertForPreTraining(bert_config).to(device)
+    model = architecture.build(arch_config).to(device)
     optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, cfg.eps)
     scheduler = build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
     out_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(model, optimizer, scheduler, batches, get_objective(cfg.objective), device, cfg.max_steps,
+    trainer = Trainer(model, optimizer, scheduler, batches, objective.loss, device, cfg.max_steps,
                       cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16)
 
     resumed_from = None
@@ -173,7 +177,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
 
     def checkpoint_if_due(t: Trainer) -> None:
         if t.step % cfg.save_every == 0 and t.step < cfg.max_steps:
-            path = save_checkpoint(checkpoints_dir, t.step, model, bert_config, tokenizer_path, provenance(t),
+            path = save_checkpoint(checkpoints_dir, t.step, model, arch_config, tokenizer_path, provenance(t),
                                    t.state_dict(), cfg.keep_last)
             logger.info("pretrain: checkpoint %s", path)
 
@@ -188,7 +192,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         "seconds": round(trainer.train_seconds, 2),
         "tokens_per_s": round(trainer.tokens_seen / trainer.train_seconds, 1) if trainer.train_seconds else None,
         "parameters": model.num_parameters(),
-        "vocab_size": bert_config.vocab_size,
+        "vocab_size": arch_config.vocab_size,
         "train_instances": batches.rows,
         "epochs": round(trainer.step / batches.steps_per_epoch, 4),
         "device": str(device),
@@ -196,7 +200,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     }
     if trainer.step < cfg.max_steps:
         return summary
-    save_pretrained(model, bert_config, tokenizer_path, final_dir, training=provenance(trainer))
+    save_pretrained(model, arch_config, tokenizer_path, final_dir, training=provenance(trainer))
     atomic_write_json(summary_path, summary)
     logger.info("pretrain: done, final model in %s (loss %s)", final_dir, summary.get("loss"))
     return summary

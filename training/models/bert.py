@@ -24,10 +24,12 @@ from torch import nn
 from bertfactory.errors import ContractError
 
 from .embeddings import BertEmbeddings
+from .attention import padding_mask
 from .encoder import Encoder
 from .heads import MaskedLMHead, NextSentenceHead, Pooler
 
 IGNORE_INDEX = -100
+SHARE_CHOICES = ("none", "all", "attention", "ffn")
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,31 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_token_id: int = 0
+    # ALBERT / ELECTRA: embeddings of width E, projected to H before the first layer (V*E + E*H instead of V*H)
+    embedding_size: int | None = None
+    # ALBERT cross-layer sharing: which sub-layers the layers of one group share, and into how many groups the
+    # num_layers layers are split (layer i belongs to group i // (num_layers / num_layer_groups))
+    share_layers: str = "none"
+    num_layer_groups: int = 1
+    # XLM: a learned language embedding added to every token (0 = none)
+    num_languages: int = 0
 
     def __post_init__(self) -> None:
         problems = []
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size"):
+                     "max_position_embeddings", "type_vocab_size", "num_layer_groups"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.embedding_size is not None and self.embedding_size < 1:
+            problems.append(f"embedding_size must be >= 1 or null (got {self.embedding_size})")
+        if self.share_layers not in SHARE_CHOICES:
+            problems.append(f"share_layers must be one of {', '.join(SHARE_CHOICES)} (got {self.share_layers!r})")
+        if self.num_layer_groups >= 1 and self.num_layers % self.num_layer_groups:
+            problems.append(f"num_layers {self.num_layers} is not divisible by num_layer_groups {self.num_layer_groups}")
+        if self.share_layers == "none" and self.num_layer_groups != 1:
+            problems.append("num_layer_groups > 1 needs share_layers all, attention or ffn")
+        if self.num_languages < 0:
+            problems.append(f"num_languages must be >= 0 (got {self.num_languages})")
         if self.num_heads >= 1 and self.hidden_size % self.num_heads:
             problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         for name in ("hidden_dropout", "attention_dropout"):
@@ -62,6 +82,10 @@ class BertConfig:
             problems.append(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if problems:
             raise ValueError("invalid BertConfig: " + "; ".join(problems))
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size if self.embedding_size is not None else self.hidden_size
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -81,8 +105,13 @@ class BertConfig:
             raise ContractError(f"{source}: missing model config field(s) {', '.join(missing)}")
         values = {}
         for name, value in data.items():
-            want = int if fields[name].type in ("int", int) else float
-            ok = isinstance(value, int) if want is int else isinstance(value, (int, float))
+            kind = str(fields[name].type)
+            if kind == "int | None" and value is None:
+                values[name] = None
+                continue
+            want = str if kind == "str" else int if kind in ("int", "int | None") else float
+            ok = (isinstance(value, str) if want is str else isinstance(value, int) if want is int
+                  else isinstance(value, (int, float)))
             if not ok or isinstance(value, bool):
                 raise ContractError(f"{source}: model config field '{name}' must be {want.__name__}, got {value!r}")
             values[name] = want(value)
@@ -109,18 +138,23 @@ def init_bert_weights(module: nn.Module, std: float) -> None:
 
 
 class BertModel(nn.Module):
-    """The encoder: embeddings -> N post-LN transformer layers. Also owns the [CLS] pooler (used by NSP and by
-    sentence-level fine-tuning), which `forward` does not apply."""
+    """The encoder: embeddings -> (projection E -> H when the embeddings are factorised) -> N post-LN transformer
+    layers. Also owns the [CLS] pooler (used by NSP/SOP and by sentence-level fine-tuning), which `forward` does
+    not apply. Every member of the family with absolute positions (BERT, RoBERTa, ALBERT, SpanBERT, ELECTRA, XLM)
+    is this module under another BertConfig."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(
-            config.vocab_size, config.hidden_size, config.max_position_embeddings, config.type_vocab_size,
-            config.layer_norm_eps, config.hidden_dropout, config.pad_token_id,
+            config.vocab_size, config.embedding_width, config.max_position_embeddings, config.type_vocab_size,
+            config.layer_norm_eps, config.hidden_dropout, config.pad_token_id, config.num_languages,
         )
+        if config.embedding_width != config.hidden_size:
+            self.embeddings_project = nn.Linear(config.embedding_width, config.hidden_size)
         self.encoder = Encoder(
-            config.num_layers, hidden_size=config.hidden_size, num_heads=config.num_heads,
+            config.num_layers, share_layers=config.share_layers, num_layer_groups=config.num_layer_groups,
+            hidden_size=config.hidden_size, num_heads=config.num_heads,
             intermediate_size=config.intermediate_size, hidden_dropout=config.hidden_dropout,
             attention_dropout=config.attention_dropout, layer_norm_eps=config.layer_norm_eps,
         )
@@ -128,15 +162,25 @@ class BertModel(nn.Module):
         init_bert_weights(self, config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False):
+                attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False,
+                position_ids: torch.Tensor | None = None, language_ids: torch.Tensor | None = None,
+                causal: bool = False):
         """input_ids, token_type_ids, attention_mask: [B, T] (mask 1 = real, 0 = pad) -> last hidden [B, T, H];
-        with output_hidden_states, (last, (embeddings, layer 1, ..., layer N))."""
+        with output_hidden_states, (last, (embeddings, layer 1, ..., layer N)). `causal`: each token attends
+        only to itself and earlier real tokens (XLM's CLM). position_ids / language_ids: see BertEmbeddings."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        embedded = self.embeddings(input_ids, token_type_ids)
-        layers = self.encoder(embedded, attention_mask)
+        embedded = self.embeddings(input_ids, token_type_ids, position_ids, language_ids)
+        if hasattr(self, "embeddings_project"):
+            embedded = self.embeddings_project(embedded)
+        mask = None
+        if causal:
+            t = input_ids.shape[1]
+            lower = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
+            mask = padding_mask(attention_mask) & lower
+        layers = self.encoder(embedded, attention_mask, mask=mask)
         last = layers[-1] if layers else embedded
         if output_hidden_states:
             return last, tuple([embedded, *layers])
@@ -159,7 +203,7 @@ class BertForPreTraining(nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.mlm_head = MaskedLMHead(config.hidden_size, config.vocab_size, config.layer_norm_eps)
+        self.mlm_head = MaskedLMHead(config.hidden_size, config.vocab_size, config.layer_norm_eps, config.embedding_width)
         self.nsp_head = NextSentenceHead(config.hidden_size)
         init_bert_weights(self.mlm_head, config.initializer_range)
         init_bert_weights(self.nsp_head, config.initializer_range)
@@ -195,6 +239,21 @@ class BertForPreTraining(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def backbone(self) -> BertModel:
+        """The encoder used for fine-tuning and features (see training/models/registry.py)."""
+        return self.bert
+
 
 def chance_mlm_accuracy(vocab_size: int) -> float:
     return 1.0 / vocab_size if vocab_size > 0 else math.nan
+
+from .registry import Architecture, register_architecture  # noqa: E402  (registry imports this module lazily)
+
+register_architecture(Architecture(
+    name="BertForPreTraining",
+    config_from_dict=lambda data, source: BertConfig.from_dict(data, source=source),
+    build=BertForPreTraining,
+    from_model_config=lambda model_cfg, vocab_size, pad_id: model_cfg.to_bert_config(vocab_size, pad_id),
+    description="BERT-style encoder (absolute positions; BERT, RoBERTa, ALBERT, SpanBERT, XLM) with MLM and "
+                "sentence-pair (NSP/SOP) heads",
+))

@@ -23,14 +23,18 @@ class Pooler(nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    def __init__(self, hidden_size: int, vocab_size: int, layer_norm_eps: float):
+    """dense(H -> E) -> GELU -> LayerNorm -> tied decoder (E -> V) + bias; E = H except for factorised embeddings
+    (ALBERT, ELECTRA's generator), where the transform maps back to the embedding width."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, layer_norm_eps: float, embedding_size: int | None = None):
         super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        width = embedding_size or hidden_size
+        self.dense = nn.Linear(hidden_size, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, masked_hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        """masked_hidden [N, H] (already gathered), word_embeddings [V, H] -> logits [N, V]."""
+        """masked_hidden [N, H] (already gathered), word_embeddings [V, E] -> logits [N, V]."""
         x = self.LayerNorm(F.gelu(self.dense(masked_hidden)))
         return F.linear(x, word_embeddings, self.bias)
 

@@ -1,25 +1,95 @@
-"""Training objectives. An objective turns (model, batch) into a dict with a scalar `loss` to minimise plus any
-scalar metrics (`mlm_loss`, `nsp_loss`, `mlm_correct`, `mlm_count`, ...) the trainer averages into metrics.jsonl.
+"""Training objectives of the family. An objective is a loss function `(model, batch) -> dict` with a scalar
+`loss` to minimise plus scalar metrics (`mlm_loss`, `nsp_loss`, `mlm_correct`, `mlm_count`, ...) that the trainer
+averages into metrics.jsonl, and an `ObjectiveSpec` saying which architecture it trains and which shards it can
+read. `pretrain.objective` names one.
 
-Adding an objective = one small module defining such a function, registered in OBJECTIVES below and named in
-`pretrain.objective`.
+Adding an objective = one small module with the loss function and one `ObjectiveSpec` registered below.
+
+    from training.objectives import get_objective_spec
+    spec = get_objective_spec("mlm_sop")
+    spec.check_shards(manifest, "RUN/shards/manifest.json")   # ContractError when the shards cannot feed it
+    out = spec.loss(model, batch)
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import torch
+
+from bertfactory.errors import ContractError
 
 from .mlm import mlm_only
 from .mlm_nsp import mlm_nsp
 
 Objective = Callable[[torch.nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor | None]]
 
-OBJECTIVES: dict[str, Objective] = {"mlm_nsp": mlm_nsp, "mlm": mlm_only}
+# What a shard set of schema v1 without `instance_format.name` holds (the foundation's only format).
+DEFAULT_INSTANCE_FORMAT = "nsp-pairs"
+# Instance formats whose rows carry precomputed masks over real text (anything but parallel/causal layouts).
+MASKED_TEXT_FORMATS = ("nsp-pairs", "sop-pairs", "full-sentences", "doc-sentences", "single-segment")
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    name: str
+    loss: Objective
+    architecture: str  # training.models.registry name of the model it trains
+    instance_formats: tuple[str, ...]  # shard instance formats it can train on
+    needs: str  # what it reads from a row, for error messages, e.g. "sentence-order labels (shard field nsp_label)"
+    description: str
+
+    def check_shards(self, manifest: Any, source: str) -> None:
+        """Refuse shards built for another objective, naming the manifest field and the format(s) needed."""
+        fmt = instance_format_name(manifest)
+        if fmt not in self.instance_formats:
+            raise ContractError(
+                f"{source}: the shards were built as instance format {fmt!r} (field instance_format.name), but "
+                f"objective {self.name!r} needs {self.needs}, which only instance format(s) "
+                f"{', '.join(self.instance_formats)} provide; rebuild the shards with one of them "
+                f"(preprocess.instances.format) or choose another pretrain.objective"
+            )
+
+
+def instance_format_name(manifest: Any) -> str:
+    fmt = manifest.instance_format if hasattr(manifest, "instance_format") else manifest["instance_format"]
+    name = fmt.get("name", DEFAULT_INSTANCE_FORMAT) if isinstance(fmt, Mapping) else DEFAULT_INSTANCE_FORMAT
+    return str(name)
+
+
+_OBJECTIVES: dict[str, ObjectiveSpec] = {}
+
+
+def register_objective(spec: ObjectiveSpec) -> ObjectiveSpec:
+    _OBJECTIVES[spec.name] = spec
+    return spec
+
+
+register_objective(ObjectiveSpec(
+    name="mlm_nsp", loss=mlm_nsp, architecture="BertForPreTraining", instance_formats=("nsp-pairs",),
+    needs="masked tokens and next-sentence labels (shard fields mask_positions/mask_tokens and nsp_label)",
+    description="BERT: masked LM + next-sentence prediction",
+))
+register_objective(ObjectiveSpec(
+    name="mlm", loss=mlm_only, architecture="BertForPreTraining", instance_formats=MASKED_TEXT_FORMATS,
+    needs="masked tokens (shard fields mask_positions/mask_tokens)",
+    description="RoBERTa: masked LM only, no sentence-pair loss",
+))
+
+
+def objective_names() -> list[str]:
+    return sorted(_OBJECTIVES)
+
+
+def get_objective_spec(name: str) -> ObjectiveSpec:
+    if name not in _OBJECTIVES:
+        raise KeyError(f"unknown objective '{name}'; known: {', '.join(objective_names())}")
+    return _OBJECTIVES[name]
 
 
 def get_objective(name: str) -> Objective:
-    if name not in OBJECTIVES:
-        raise KeyError(f"unknown objective '{name}'; known: {', '.join(sorted(OBJECTIVES))}")
-    return OBJECTIVES[name]
+    return get_objective_spec(name).loss
+
+
+OBJECTIVES = _OBJECTIVES  # read-only view for callers that list them

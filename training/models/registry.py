@@ -1,0 +1,64 @@
+"""Architectures a checkpoint can hold: the name stored in config.json's `architecture`, the config class that
+parses its `model` section and the module that `load_pretrained` builds.
+
+Every pretraining model class provides `config` (with `to_dict()`), `num_parameters()` and `backbone()`: the
+encoder that fine-tuning and feature extraction use, a module called as
+`backbone(input_ids, token_type_ids, attention_mask, output_hidden_states=False)` with a `pooler` and
+`config.hidden_size` (BertModel's interface).
+
+    from training.models.registry import get_architecture
+    arch = get_architecture("BertForPreTraining")
+    model = arch.build(arch.config_from_dict(doc["model"], "config.json"))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from torch import nn
+
+from bertfactory.errors import ContractError
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    config_from_dict: Callable[[Mapping[str, Any], str], Any]  # (data, source for error messages) -> config
+    build: Callable[[Any], nn.Module]
+    # (training.config.ModelConfig, tokenizer vocabulary size, pad id) -> config: how a recipe's model section
+    # becomes this architecture's config
+    from_model_config: Callable[[Any, int, int], Any]
+    description: str
+
+
+_ARCHITECTURES: dict[str, Architecture] = {}
+
+
+def register_architecture(arch: Architecture) -> Architecture:
+    _ARCHITECTURES[arch.name] = arch
+    return arch
+
+
+def _ensure_registered() -> None:
+    # the model modules register themselves on import; import them here so a bare `get_architecture` works
+    from . import bert  # noqa: F401
+    from . import families  # noqa: F401
+
+
+def get_architecture(name: str, source: str = "config.json") -> Architecture:
+    _ensure_registered()
+    if name not in _ARCHITECTURES:
+        raise ContractError(f"{source}: architecture {name!r} is not one bertfactory can build; "
+                            f"known: {', '.join(sorted(_ARCHITECTURES))}")
+    return _ARCHITECTURES[name]
+
+
+def architecture_of(model: nn.Module) -> Architecture:
+    """The registered architecture of a model instance (its class name)."""
+    return get_architecture(type(model).__name__, source=f"model {type(model).__name__}")
+
+
+def architectures() -> list[str]:
+    _ensure_registered()
+    return sorted(_ARCHITECTURES)
