@@ -100,6 +100,22 @@ SAMPLES: dict[str, Sample] = {
             "12 heads, bert-base-uncased WordPiece vocab 30,522), no MLM head",
             licence="Apache-2.0",
         ),
+        Sample(
+            name="antiberty",
+            requirement="antiberty==0.1.3",  # 1.0.0 ships no weights
+            dist="wheel",
+            files=(
+                SampleFile("config.json", ("antiberty/trained_models/AntiBERTy_md_smooth/config.json",),
+                           "e199c1692b5f0246ebc5522102044d6e900ffc7d56fa5932fdd5b3d56ef487e9"),
+                SampleFile("pytorch_model.bin", ("antiberty/trained_models/AntiBERTy_md_smooth/pytorch_model.bin",),
+                           "f1ae33eac8cc8784a7d4be5a600141d2fa7bc7d8d5b3f5324d64a6a63bd0f137"),
+                SampleFile("vocab.txt", ("antiberty/trained_models/vocab.txt",),
+                           "6db8c6cd6361eb233005b2dfe665d40d7f1ba78951bdf0fe61fa670ce192419a"),
+            ),
+            description="AntiBERTy (Ruffolo et al. 2021): a real BERT *with* its MLM head (BertForMaskedLM plus "
+            "species/chain/graft classifiers), 8 layers, hidden 512, 25 amino-acid tokens, pytorch_model.bin",
+            licence="MIT",
+        ),
     ]
 }
 

@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "import-hf", help="import a Hugging Face BERT directory as one of our model directories",
         description="Convert a Hugging Face BERT directory (config.json, model.safetensors or a sharded "
-        "model.safetensors.index.json, tokenizer.json) of a BertModel, BertForPreTraining or BertForMaskedLM into "
+        "model.safetensors.index.json, or a weights-only pytorch_model.bin; tokenizer.json) of a BertModel, "
+        "BertForPreTraining or BertForMaskedLM into "
         "one of our model directories, loadable with training.checkpoint.load_pretrained. Heads the checkpoint "
         "lacks (a plain BertModel has no MLM and NSP head) are initialised as our BertForPreTraining initialises "
         "them, from --seed, and reported. Other model types, activations or position embeddings are refused.")
@@ -116,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT", help="output model directory (must not exist or be empty)")
     p.add_argument("--seed", type=int, default=0, help="torch seed for heads the checkpoint lacks (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT as a whole")
+    p.add_argument("--treat-as", choices=("BertModel", "BertForPreTraining", "BertForMaskedLM"), default=None,
+                   help="read a BERT subclass (its config.json names another architecture) as this one")
+    p.add_argument("--drop", action="append", default=[], metavar="PREFIX",
+                   help="leave out HF tensors whose names start with PREFIX (repeatable; e.g. a subclass's extra "
+                   "classifier 'cls.species.'); what was dropped is printed")
 
     p = sub.add_parser("samples", help="fetch or list the real public sample data")
     ssub = p.add_subparsers(dest="samples_command", required=True, metavar="ACTION")
@@ -196,8 +202,11 @@ def _cmd_export(args) -> int:
 def _cmd_import_hf(args) -> int:
     from training.hf import import_from_hf
 
-    result = import_from_hf(Path(args.hf_dir), Path(args.out), seed=args.seed, overwrite=args.overwrite)
+    result = import_from_hf(Path(args.hf_dir), Path(args.out), seed=args.seed, overwrite=args.overwrite,
+                            treat_as=args.treat_as, drop=tuple(args.drop))
     print(f"imported {args.hf_dir} ({result.architecture}) -> {result.path}")
+    if result.dropped:
+        print(f"dropped on request: {', '.join(result.dropped)}")
     if result.initialised:
         print(f"note: the checkpoint has no {', '.join(result.initialised)}; initialised as BertForPreTraining "
               f"does (seed {result.seed}). Train them before relying on them.")

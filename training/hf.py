@@ -40,6 +40,7 @@ from .models.bert import BertConfig, BertForPreTraining, BertModel
 logger = logging.getLogger(__name__)
 
 HF_INDEX_FILE = "model.safetensors.index.json"
+HF_TORCH_FILE = "pytorch_model.bin"
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 SUPPORTED_ARCHITECTURES = ("BertModel", "BertForPreTraining", "BertForMaskedLM")
 SUPPORTED = (f"model_type 'bert', architectures {', '.join(SUPPORTED_ARCHITECTURES)}, hidden_act 'gelu', "
@@ -80,17 +81,23 @@ _OPTIONAL_PARTS = {"bert.pooler.": "pooler", "mlm_head.": "MLM head", "nsp_head.
 # ------------------------------------------------------------------------------------------------ configs
 
 
-def bert_config_from_hf(hf: Any, source: str = "config.json") -> BertConfig:
+def bert_config_from_hf(hf: Any, source: str = "config.json", treat_as: str | None = None) -> BertConfig:
     """Translate a HF BERT config.json; refuses what our BertForPreTraining does not implement, listing what is
-    supported."""
+    supported. `treat_as` (one of SUPPORTED_ARCHITECTURES) overrides the config's `architectures`, for
+    checkpoints of a BERT subclass (e.g. AntiBERTy = BertForMaskedLM + classifiers) — their extra heads must then
+    be dropped explicitly on import."""
     if not isinstance(hf, dict):
         raise ContractError(f"{source}: expected a JSON object, got {type(hf).__name__}")
     problems = []
     if hf.get("model_type") != "bert":
         problems.append(f"model_type is {hf.get('model_type')!r}, expected 'bert'")
-    archs = hf.get("architectures") or []
+    if treat_as is not None and treat_as not in SUPPORTED_ARCHITECTURES:
+        raise ContractError(f"treat_as={treat_as!r} is not a supported architecture; choose one of "
+                            f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+    archs = [treat_as] if treat_as is not None else hf.get("architectures") or []
     if not isinstance(archs, list) or any(a not in SUPPORTED_ARCHITECTURES for a in archs):
-        problems.append(f"architectures {archs!r} not supported")
+        problems.append(f"architectures {archs!r} not supported (a BERT subclass with extra heads can be imported "
+                        "with --treat-as BertForMaskedLM --drop PREFIX for each extra head)")
     if hf.get("hidden_act", "gelu") != "gelu":
         problems.append(f"hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
     if hf.get("position_embedding_type", "absolute") != "absolute":
@@ -209,6 +216,7 @@ class HfImport:
     architecture: str
     initialised: tuple[str, ...] = field(default_factory=tuple)
     seed: int = 0
+    dropped: tuple[str, ...] = field(default_factory=tuple)  # HF tensors left out on request (`drop`)
 
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -221,10 +229,20 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
         if not isinstance(weight_map, dict):
             raise ContractError(f"{index}: field 'weight_map' is missing or not an object")
         files = [directory / f for f in sorted(set(weight_map.values()))]
+    elif (directory / HF_TORCH_FILE).is_file():
+        # the pre-safetensors format: a pickle, read with weights_only=True so that it can hold tensors only
+        path = directory / HF_TORCH_FILE
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError... for bad files
+            raise ContractError(f"{path} is not a readable weights-only PyTorch state dict: {err}") from None
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ContractError(f"{path} does not hold a flat state dict of tensors")
+        return dict(state)
     else:
         found = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
-        raise ContractError(f"{directory} holds no {MODEL_FILE} (or {HF_INDEX_FILE}); only safetensors weights are "
-                            f"read (convert pytorch_model.bin with transformers' save_pretrained). Found: {found}")
+        raise ContractError(f"{directory} holds no {MODEL_FILE} (or {HF_INDEX_FILE}, or {HF_TORCH_FILE}). "
+                            f"Found: {found}")
     state: dict[str, torch.Tensor] = {}
     for path in files:
         if not path.is_file():
@@ -236,13 +254,18 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _ours_from_hf(hf_state: dict[str, torch.Tensor], source: Path) -> dict[str, torch.Tensor]:
-    """HF names -> ours; refuses names that neither BertModel, BertForPreTraining nor BertForMaskedLM have and an
-    untied MLM decoder."""
+def _ours_from_hf(hf_state: dict[str, torch.Tensor], source: Path,
+                  drop: tuple[str, ...] = ()) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """HF names -> ours, and the HF names dropped because they start with a prefix in `drop`; refuses names that
+    neither BertModel, BertForPreTraining nor BertForMaskedLM have and an untied MLM decoder."""
     ours: dict[str, torch.Tensor] = {}
     tied: dict[str, torch.Tensor] = {}
     unknown = []
+    dropped = []
     for name, tensor in hf_state.items():
+        if drop and name.startswith(drop):
+            dropped.append(name)
+            continue
         if name.endswith("LayerNorm.gamma"):  # TF-converted checkpoints
             name = name[: -len("gamma")] + "weight"
         elif name.endswith("LayerNorm.beta"):
@@ -267,25 +290,28 @@ def _ours_from_hf(hf_state: dict[str, torch.Tensor], source: Path) -> dict[str, 
         if partner is not None and not torch.equal(tensor, partner):
             raise ContractError(f"{source}: {name} differs from {_TIED_DECODER[name]} (an untied MLM decoder is not "
                                 f"supported). Supported: {SUPPORTED}")
-    return ours
+    return ours, sorted(dropped)
 
 
-def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite: bool = False) -> HfImport:
-    """Write a HF BERT directory (config.json, safetensors weights, tokenizer.json) as one of our model
-    directories `out`. Weights are converted to fp32; missing pooler / MLM head / NSP head are initialised as
-    BertForPreTraining does, from torch seed `seed` (the global RNG is left untouched)."""
+def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite: bool = False,
+                   treat_as: str | None = None, drop: tuple[str, ...] = ()) -> HfImport:
+    """Write a HF BERT directory (config.json, safetensors or weights-only pytorch_model.bin weights,
+    tokenizer.json) as one of our model directories `out`. Weights are converted to fp32; missing pooler / MLM
+    head / NSP head are initialised as BertForPreTraining does, from torch seed `seed` (the global RNG is left
+    untouched). `treat_as` + `drop` import a BERT subclass: read it as that architecture and leave out the HF
+    tensors whose names start with a prefix in `drop` (they are listed in the result)."""
     hf_dir, out = Path(hf_dir), Path(out)
     if not hf_dir.is_dir():
         raise InputError(f"Hugging Face directory {hf_dir} does not exist")
     _check_out(out, hf_dir, overwrite)
     config_path = hf_dir / CONFIG_FILE
     hf_config = read_json_file(config_path, f"no {CONFIG_FILE} in {hf_dir}; is this a Hugging Face model directory?")
-    config = bert_config_from_hf(hf_config, source=str(config_path))
+    config = bert_config_from_hf(hf_config, source=str(config_path), treat_as=treat_as)
     tokenizer_path = hf_dir / TOKENIZER_FILE
     if not tokenizer_path.is_file():
         raise ContractError(f"no {TOKENIZER_FILE} in {hf_dir}: our model directories need the fast-tokenizer file "
                             "(write it with a transformers fast tokenizer's save_pretrained)")
-    state = _ours_from_hf(_read_hf_weights(hf_dir), hf_dir)
+    state, dropped = _ours_from_hf(_read_hf_weights(hf_dir), hf_dir, tuple(drop))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = BertForPreTraining(config)
@@ -311,8 +337,11 @@ def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite
     model.load_state_dict({**expected, **{k: v.to(torch.float32) for k, v in state.items()}}, strict=True)
     archs = hf_config.get("architectures") or []
     architecture = archs[0] if archs else "unknown (no 'architectures' in config.json)"
+    if treat_as is not None:
+        architecture = f"{architecture} read as {treat_as}"
     if initialised:
         logger.warning("%s (%s) has no %s: initialised as BertForPreTraining does (seed %d); train them before "
                        "relying on them", hf_dir, architecture, ", ".join(initialised), seed)
     save_pretrained(model, config, tokenizer_path, out)
-    return HfImport(path=out, architecture=architecture, initialised=tuple(initialised), seed=seed)
+    return HfImport(path=out, architecture=architecture, initialised=tuple(initialised), seed=seed,
+                    dropped=tuple(dropped))
