@@ -27,7 +27,14 @@ from .optim import clip_gradients
 
 logger = logging.getLogger(__name__)
 
-_SUMMED = ("loss", "mlm_loss", "nsp_loss")
+def _is_loss(key: str) -> bool:
+    """Losses an objective reports (`loss`, `mlm_loss`, `disc_loss`, ...): averaged per step into metrics.jsonl."""
+    return key == "loss" or key.endswith("_loss")
+
+
+def _is_count(key: str) -> bool:
+    """`<name>_correct` / `<name>_count` pairs: summed over the window, reported as `<name>_acc`."""
+    return key.endswith("_correct") or key.endswith("_count")
 
 
 @dataclass
@@ -40,31 +47,42 @@ class Window:
     mlm_correct: int = 0
     mlm_count: int = 0
     sums: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # other objectives' *_correct / *_count
 
     def add(self, out: dict, tokens: int, seconds: float) -> None:
         self.steps += 1
         self.tokens += tokens
         self.seconds += seconds
-        for key in _SUMMED:
-            if out.get(key) is not None:
-                self.sums[key] = self.sums.get(key, 0.0) + float(out[key])
-        self.mlm_correct += int(out.get("mlm_correct", 0))
-        self.mlm_count += int(out.get("mlm_count", 0))
+        for key, value in out.items():
+            if value is None:
+                continue
+            if _is_loss(key):
+                self.sums[key] = self.sums.get(key, 0.0) + float(value)
+            elif key == "mlm_correct":
+                self.mlm_correct += int(value)
+            elif key == "mlm_count":
+                self.mlm_count += int(value)
+            elif _is_count(key):
+                self.counts[key] = self.counts.get(key, 0) + int(value)
 
     def means(self) -> dict[str, float]:
         means = {key: value / self.steps for key, value in self.sums.items()}
         if self.mlm_count:
             means["mlm_acc"] = self.mlm_correct / self.mlm_count
+        for key, count in sorted(self.counts.items()):
+            name = key[: -len("_count")]
+            if key.endswith("_count") and count:
+                means[f"{name}_acc"] = self.counts.get(f"{name}_correct", 0) / count
         means["tokens_per_s"] = self.tokens / self.seconds if self.seconds > 0 else 0.0
         return means
 
     def to_state(self) -> dict[str, Any]:
         return {"steps": self.steps, "tokens": self.tokens, "seconds": self.seconds, "mlm_correct": self.mlm_correct,
-                "mlm_count": self.mlm_count, "sums": dict(self.sums)}
+                "mlm_count": self.mlm_count, "sums": dict(self.sums), "counts": dict(self.counts)}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Window":
-        return cls(**{**state, "sums": dict(state["sums"])})
+        return cls(**{**state, "sums": dict(state["sums"]), "counts": dict(state.get("counts", {}))})
 
 
 class Trainer:
@@ -128,7 +146,8 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        scalars = {k: out[k] for k in (*_SUMMED, "mlm_correct", "mlm_count") if out.get(k) is not None}
+        scalars = {k: v for k, v in out.items() if v is not None and (_is_loss(k) or _is_count(k))
+                   and not (isinstance(v, torch.Tensor) and v.dim() != 0)}
         tensors = [k for k, v in scalars.items() if isinstance(v, torch.Tensor) and v.dim() == 0]
         if tensors:  # one device->host copy for all of them (float64 holds float32 losses and int64 counts exactly)
             values = torch.stack([scalars[k].detach().to(torch.float64) for k in tensors]).tolist()
