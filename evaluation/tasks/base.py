@@ -1,30 +1,98 @@
-"""What every downstream task reader returns: labelled examples split into train/dev/test, plus the facts about
-the source that the results record (path, sha256, how the split was made, what was dropped)."""
+"""What every downstream task reader returns: typed examples split into train/dev/test, plus the facts about the
+source that the results record (path, sha256, how the split was made, what was dropped).
+
+Task types and their example classes (one reader per file layout; one head per type in the fine-tuning loop):
+
+| task_type             | example            | label                                   | metrics (primary first)            |
+|-----------------------|--------------------|-----------------------------------------|------------------------------------|
+| classification        | Example            | `label` index into `label_names`        | accuracy, f1 (binary) / macro_f1, mcc |
+| pair-classification   | Example (text_b)   | `label`                                 | accuracy, f1 / macro_f1, mcc       |
+| regression            | RegressionExample  | `target` float                          | pearson, spearman                  |
+| tagging               | TaggingExample     | `tags` indices into `label_names` (BIO) | entity_f1 (seqeval semantics)      |
+| squad                 | SquadExample       | answers (text, char start) / impossible | exact, f1 (v2: best_exact, best_f1)|
+| multiple-choice       | ChoiceExample      | `label` index into `options`            | accuracy                           |
+"""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Union
+
+TaskType = Literal["classification", "pair-classification", "regression", "tagging", "squad", "multiple-choice"]
+TASK_TYPES: tuple[str, ...] = ("classification", "pair-classification", "regression", "tagging", "squad",
+                               "multiple-choice")
 
 
 @dataclass(frozen=True)
 class Example:
+    """A (single or pair) classification example: `label` indexes TaskData.label_names."""
+
     id: str
     text: str
     label: int
+    text_b: str | None = None
+
+
+@dataclass(frozen=True)
+class RegressionExample:
+    id: str
+    text: str
+    target: float
+    text_b: str | None = None
+
+
+@dataclass(frozen=True)
+class TaggingExample:
+    """Pre-split words with one tag index per word (the first sub-token of a word carries its label)."""
+
+    id: str
+    words: tuple[str, ...]
+    tags: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    start: int  # character offset of `text` in the context (validated by the reader)
+
+
+@dataclass(frozen=True)
+class SquadExample:
+    id: str
+    question: str
+    context: str
+    answers: tuple[Answer, ...]  # empty when is_impossible (SQuAD v2.0)
+    is_impossible: bool = False
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class ChoiceExample:
+    """RACE-style: a passage (`context`, may be empty), a question and the options; `label` indexes options."""
+
+    id: str
+    context: str
+    question: str
+    options: tuple[str, ...]
+    label: int
+
+
+AnyExample = Union[Example, RegressionExample, TaggingExample, SquadExample, ChoiceExample]
 
 
 @dataclass(frozen=True)
 class TaskData:
     name: str
-    label_names: tuple[str, ...]
-    train: tuple[Example, ...]
-    dev: tuple[Example, ...]
-    test: tuple[Example, ...]
+    label_names: tuple[str, ...]  # class / tag names; empty for regression, squad and multiple-choice
+    train: tuple[AnyExample, ...]
+    dev: tuple[AnyExample, ...]
+    test: tuple[AnyExample, ...]
     source: dict[str, Any]  # path, sha256, lines
     split_method: str
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    task_type: str = "classification"  # one of TASK_TYPES
+    language: str = "en"  # ISO 639 code of the text (cross-lingual transfer evaluates on other languages)
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train), "dev": len(self.dev), "test": len(self.test)}
