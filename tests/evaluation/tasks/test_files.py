@@ -1,0 +1,313 @@
+"""User task files: TSV/CSV/JSONL for classification, pair-classification, regression and multiple-choice, CoNLL/BIO
+for tagging, SQuAD v1.1/v2.0 JSON — read back exactly, split deterministically by a stable key, and bad input
+refused naming the file, line and value (SQuAD answer_start mismatches counted and kept out of training)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from bertfactory.errors import ConfigError, InputError
+from evaluation.tasks.base import Answer, ChoiceExample, Example, RegressionExample, TaggingExample, hash_bucket
+from evaluation.tasks.registry import load_task_file
+
+WORDS = ["quiet", "bright", "slow", "funny", "cold", "long", "sharp", "warm", "odd", "plain"]
+
+
+def review(i: int) -> str:
+    return f"a {WORDS[i % 10]} film , scene {i} , {WORDS[(i * 3) % 10]} ending"
+
+
+def all_examples(data):
+    return data.train + data.dev + data.test
+
+
+def write_tsv(path: Path, header: list[str], rows: list[list]) -> Path:
+    path.write_text("".join("\t".join(map(str, r)) + "\n" for r in [header, *rows]), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, records: list[dict], extra: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + extra, encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------- tables
+
+
+def test_tsv_classification_inferred_labels_and_split_by_id(tmp_path):
+    rows = [[f"r{i}", review(i), ("neg", "pos", "mixed")[i % 3]] for i in range(90)]
+    path = write_tsv(tmp_path / "reviews.tsv", ["id", "text", "label"], rows)
+    data = load_task_file(path, "classification")
+    assert data.name == "reviews" and data.task_type == "classification"
+    assert data.label_names == ("mixed", "neg", "pos")  # sorted text
+    got = {e.id: (e.text, data.label_names[e.label], e.text_b) for e in all_examples(data)}
+    assert got == {r[0]: (r[1], r[2], None) for r in rows}
+    for split in ("train", "dev", "test"):
+        bucket_range = {"train": range(0, 80), "dev": range(80, 90), "test": range(90, 100)}[split]
+        assert all(hash_bucket(e.id) in bucket_range for e in getattr(data, split))
+    # the same records in another order land in the same splits
+    shuffled = write_tsv(tmp_path / "shuffled.tsv", ["id", "text", "label"], rows[::-1])
+    again = load_task_file(shuffled, "classification", name="reviews")
+    for split in ("train", "dev", "test"):
+        assert sorted(e.id for e in getattr(again, split)) == sorted(e.id for e in getattr(data, split))
+    assert data.source["sha256"] and data.source["lines"] == 91
+    assert "sha256(the id column, else the text(s))" in data.split_method
+
+
+def test_integer_labels_sort_numerically_and_label_names_fix_the_set(tmp_path):
+    rows = [[review(i), (2, 10, 1)[i % 3]] for i in range(60)]
+    path = write_tsv(tmp_path / "stars.tsv", ["text", "label"], rows)
+    assert load_task_file(path, "classification").label_names == ("1", "2", "10")
+    fixed = load_task_file(path, "classification", label_names=["10", "2", "1", "5"])
+    assert fixed.label_names == ("10", "2", "1", "5")
+    assert {fixed.label_names[e.label] for e in all_examples(fixed)} == {"1", "2", "10"}
+    # without an id column the ids are <stem>-<line> and the split key is the text
+    assert {e.id for e in all_examples(fixed)} == {f"stars-{n}" for n in range(2, 62)}
+
+
+def test_csv_pair_classification_with_quoted_fields_and_named_columns(tmp_path):
+    path = tmp_path / "pairs.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["premise", "hypothesis", "gold"])
+        for i in range(60):
+            w.writerow([f'He said "{review(i)}", then left', f"line one\nline two {i}", ("yes", "no")[i % 2]])
+    data = load_task_file(path, "pair-classification", text_column="premise", text_b_column="hypothesis",
+                          label_column="gold")
+    first = next(e for e in all_examples(data) if e.id == "pairs-2")
+    assert first == Example("pairs-2", f'He said "{review(0)}", then left', 1, "line one\nline two 0")
+    assert data.label_names == ("no", "yes")
+    # a record spanning two lines: the next one starts two lines later
+    assert {e.id for e in all_examples(data)} == {f"pairs-{2 + 2 * i}" for i in range(60)}
+
+
+def test_jsonl_regression_and_explicit_split_key(tmp_path):
+    records = [{"id": f"s{i}", "text": review(i), "text_b": review(i + 1), "label": i / 10, "doc": f"d{i % 30}"}
+               for i in range(70)]
+    path = write_jsonl(tmp_path / "sts.jsonl", records, extra="\n\n")  # trailing blank lines are fine
+    data = load_task_file(path, "regression", split_seed_key="doc")
+    assert data.task_type == "regression" and data.label_names == ()
+    got = {e.id: e for e in all_examples(data)}
+    assert got["s13"] == RegressionExample("s13", review(13), 1.3, review(14))
+    for split in ("train", "dev", "test"):  # all records of one doc share a split
+        docs = {records[int(e.id[1:])]["doc"] for e in getattr(data, split)}
+        assert all(hash_bucket(d) in {"train": range(80), "dev": range(80, 90), "test": range(90, 100)}[split]
+                   for d in docs)
+    single = load_task_file(write_jsonl(tmp_path / "single.jsonl", [{"text": review(i), "label": i} for i in range(60)]),
+                            "regression")
+    assert all(e.text_b is None for e in all_examples(single))
+
+
+def test_multiple_choice_jsonl_letters_and_tsv_option_columns(tmp_path):
+    records = [{"id": f"q{i}", "context": f"Passage {i}: {review(i)}.", "question": f"What is scene {i} like?",
+                "options": [WORDS[i % 10], WORDS[(i + 1) % 10], WORDS[(i + 2) % 10], "none"], "label": "ABCD"[i % 4]}
+               for i in range(60)]
+    data = load_task_file(write_jsonl(tmp_path / "race.jsonl", records), "multiple-choice")
+    got = {e.id: e for e in all_examples(data)}
+    assert got["q5"] == ChoiceExample("q5", f"Passage 5: {review(5)}.", "What is scene 5 like?",
+                                      (WORDS[5], WORDS[6], WORDS[7], "none"), 1)
+    rows = [[f"q{i}", f"Which ending fits {i}?", "left", "right", "up", i % 3] for i in range(60)]
+    tsv = write_tsv(tmp_path / "swag.tsv", ["id", "question", "option0", "option1", "option2", "label"], rows)
+    table = load_task_file(tsv, "multiple-choice")
+    assert {e.id: (e.context, e.options, e.label) for e in all_examples(table)}["q4"] == ("", ("left", "right", "up"), 1)
+    bad = write_tsv(tmp_path / "bad.tsv", ["question", "option0", "option1", "label"], [["Which?", "a", "b", 2]] * 60)
+    with pytest.raises(InputError, match=rf"{bad}:2: label '2' is not an option index 0-1 or letter A-B"):
+        load_task_file(bad, "multiple-choice")
+
+
+def test_dev_and_test_files(tmp_path):
+    def make(name, start, n):
+        return write_jsonl(tmp_path / f"{name}.jsonl",
+                           [{"id": f"{name}{i}", "text": review(i), "label": ("a", "b")[i % 2]} for i in range(start, start + n)])
+
+    train, dev, test = make("train", 0, 60), make("dev", 100, 9), make("test", 200, 11)
+    both = load_task_file(train, "classification", dev_path=dev, test_path=test)
+    assert both.sizes() == {"train": 60, "dev": 9, "test": 11}
+    assert both.split_method.startswith("the first file is all train") and str(dev) in both.split_method
+    dev_only = load_task_file(train, "classification", dev_path=dev)
+    assert len(dev_only.dev) == 9 and len(dev_only.train) + len(dev_only.test) == 60
+    assert all(hash_bucket(e.id) >= 90 for e in dev_only.test)
+    assert len(both.source["files"]) == 3
+    # a dev label the training file never uses is refused
+    odd = write_jsonl(tmp_path / "odd.jsonl", [{"id": "x1", "text": "fine", "label": "c"}])
+    with pytest.raises(InputError, match=rf"{odd}:1: label 'c' is not in the label set \(a, b\)"):
+        load_task_file(train, "classification", dev_path=odd)
+    clash = write_jsonl(tmp_path / "clash.jsonl", [{"id": "train3", "text": "again", "label": "a"}])
+    with pytest.raises(InputError, match="example id 'train3' is also used in"):
+        load_task_file(train, "classification", test_path=clash)
+
+
+@pytest.mark.parametrize("name, content, args, message", [
+    ("no_label.tsv", "id\ttext\n1\tgood\n", {}, r":1: no label column 'label' in the header \(columns: id, text\)"),
+    ("no_text.csv", "id,review,label\n1,good,a\n", {}, r":1: no text column 'text' in the header"),
+    ("no_key.jsonl", '{"text": "good", "label": "a"}\n{"text": "bad"}\n', {}, r":2: no label key 'label'"),
+    ("outside.tsv", "text\tlabel\ngood\tpos\nbad\tneg\nmeh\tneutral\n", {"label_names": ["neg", "pos"]},
+     r":4: label 'neutral' is not in the label set \(neg, pos\)"),
+    ("broken.jsonl", '{"text": "good", "label": "a"}\n{"text": "bad", "label": \n', {},
+     r":2: not valid JSON \(Expecting value at column 26\)"),
+    ("array.jsonl", '["good", "a"]\n', {}, r":1: expected a JSON object, found list"),
+    ("empty.tsv", "", {}, r": the file is empty"),
+    ("blank.jsonl", "\n  \n", {}, r": the file is empty"),
+    ("header_only.tsv", "text\tlabel\n", {}, r": a header but no records"),
+    ("short.tsv", "text\tlabel\ngood\tpos\nbad\n", {}, r":3: expected 2 tab-separated fields \(as in the header\), found 1"),
+    ("empty_text.tsv", "text\tlabel\ngood\tpos\n  \tneg\n", {}, r":3: empty text in column 'text'"),
+    ("one_label.tsv", "text\tlabel\ngood\tpos\nfine\tpos\n", {}, r"fewer than 2 distinct labels \(pos\)"),
+    ("target.jsonl", '{"text": "good", "label": "high"}\n', {"task_type": "regression"},
+     r":1: target 'high' in 'label' is not a finite number"),
+    ("reviews.txt", "text\tlabel\n", {}, r"cannot tell the layout from the extension '.txt'"),
+])
+def test_bad_table_input_names_file_line_and_value(tmp_path, name, content, args, message):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    task_type = args.pop("task_type", "classification")
+    with pytest.raises(InputError, match=message) as err:
+        load_task_file(path, task_type, **args)
+    assert str(path) in str(err.value)
+
+
+def test_unknown_task_type_and_too_few_examples(tmp_path):
+    path = write_tsv(tmp_path / "t.tsv", ["text", "label"], [["good", "a"], ["bad", "b"]])
+    with pytest.raises(ConfigError, match="task type 'ner' is not one of"):
+        load_task_file(path, "ner")
+    with pytest.raises(InputError, match="too few examples to fill every split"):
+        load_task_file(path, "classification")
+
+
+# ---------------------------------------------------------------------------------------------------- CoNLL
+
+
+def conll_sentences(n: int) -> list[list[tuple[str, str]]]:
+    out = []
+    for i in range(n):
+        sent = [("Yesterday", "O"), (f"Anna{i}", "B-per"), ("Berg", "I-per"), ("visited", "O"),
+                (f"Oslo{i % 9}", "B-loc"), (".", "O")]
+        out.append(sent if i % 4 else sent[:4] + [("home", "O")])
+    return out
+
+
+def test_conll_tab_space_crlf_docstart_and_four_columns(tmp_path):
+    sentences = conll_sentences(60)
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for k, sent in enumerate(sentences):
+        for word, tag in sent:
+            lines.append(f"{word}\t{tag}" if k % 3 == 0 else f"{word} NNP B-NP {tag}" if k % 3 == 1 else f"{word} {tag}")
+        lines.append("" if k % 2 else "\t")  # blank or whitespace-only separators
+        if k == 30:
+            lines += ["-DOCSTART-\tO", ""]
+    path = tmp_path / "ner.conll"
+    path.write_bytes("\r\n".join(lines).encode("utf-8"))  # CRLF, no final line end
+    data = load_task_file(path, "tagging")
+    assert data.task_type == "tagging"
+    assert data.label_names == ("O", "B-loc", "I-loc", "B-per", "I-per")
+    got = sorted(all_examples(data), key=lambda e: int(e.id.rsplit("-", 1)[1]))
+    assert len(got) == 60
+    for example, sent in zip(got, sentences):
+        assert isinstance(example, TaggingExample)
+        assert example.words == tuple(w for w, _ in sent)
+        assert tuple(data.label_names[t] for t in example.tags) == tuple(t for _, t in sent)
+    assert all(hash_bucket(" ".join(e.words)) >= 90 for e in data.test)
+
+
+@pytest.mark.parametrize("line, args, message", [
+    ("Oslo\tLOC", {}, r":4: tag 'LOC' is not BIO"),
+    ("Oslo", {}, r":4: expected a word and its tag"),
+    ("Oslo\tB-org", {"label_names": ["O", "B-per", "I-per"]}, r":4: label 'B-org' is not in the label set"),
+])
+def test_bad_conll_names_line_and_value(tmp_path, line, args, message):
+    path = tmp_path / "bad.bio"
+    path.write_text("Anna\tB-per\nlives\tO\n\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=message) as err:
+        load_task_file(path, "tagging", **args)
+    assert str(path) in str(err.value)
+    only_o = tmp_path / "o.bio"
+    only_o.write_text("a\tO\n\nb\tO\n", encoding="utf-8")
+    with pytest.raises(InputError, match="fewer than 2 distinct labels"):
+        load_task_file(only_o, "tagging")
+
+
+# ---------------------------------------------------------------------------------------------------- SQuAD
+
+
+def squad_doc(articles: int, v2: bool, corrupt: set[str] = frozenset()) -> dict:
+    data = []
+    for a in range(articles):
+        paragraphs = []
+        for p in range(2):
+            context = f"The river {WORDS[a % 10]} runs through town {a}-{p}. It was built in {1800 + a + p} by Ada."
+            qas = []
+            for q, (question, answer) in enumerate([(f"When was it built ({a},{p})?", str(1800 + a + p)),
+                                                    (f"Who built it ({a},{p})?", "Ada")]):
+                qid = f"q{a}-{p}-{q}"
+                start = context.index(answer) + (3 if qid in corrupt else 0)
+                qas.append({"id": qid, "question": question,
+                            "answers": [{"text": answer, "answer_start": start}] * (1 + q)})
+            if v2:
+                qas.append({"id": f"q{a}-{p}-x", "question": f"Who demolished it ({a},{p})?", "answers": [],
+                            "plausible_answers": [{"text": "Ada", "answer_start": context.index("Ada")}],
+                            "is_impossible": True})
+            paragraphs.append({"context": context, "qas": qas})
+        data.append({"title": f"Article_{a}", "paragraphs": paragraphs})
+    return {"version": "v2.0" if v2 else "1.1", "data": data}
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_squad_read_back_split_by_article(tmp_path, v2):
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(squad_doc(80, v2)), encoding="utf-8")
+    data = load_task_file(path, "squad")
+    assert data.task_type == "squad" and data.source["squad_version"] == ("2.0" if v2 else "1.1")
+    assert data.dropped == {"answer_start_mismatch": 0, "train_question_without_valid_answer": 0}
+    examples = {e.id: e for e in all_examples(data)}
+    assert len(examples) == 80 * 2 * (3 if v2 else 2)
+    e = examples["q7-1-1"]
+    assert e.title == "Article_7" and e.answers == (Answer("Ada", e.context.index("Ada")),) * 2
+    assert not e.is_impossible
+    if v2:
+        assert examples["q7-1-x"].is_impossible and examples["q7-1-x"].answers == ()
+    for split in ("train", "dev", "test"):  # every article's questions in one split
+        titles = {x.title for x in getattr(data, split)}
+        for other in {"train", "dev", "test"} - {split}:
+            assert titles.isdisjoint({x.title for x in getattr(data, other)})
+    by_question = load_task_file(path, "squad", split_seed_key="id")
+    assert all(hash_bucket(x.id) >= 90 for x in by_question.test)
+
+
+def test_squad_answer_start_mismatch_counted_and_kept_out_of_training(tmp_path):
+    doc = squad_doc(80, v2=False)
+    all_ids = [qa["id"] for art in doc["data"] for p in art["paragraphs"] for qa in p["qas"]]
+    corrupt = {qid for qid in all_ids if qid.endswith("-0")}  # one answer each, wrong offset
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(squad_doc(80, v2=False, corrupt=corrupt)), encoding="utf-8")
+    data = load_task_file(path, "squad")
+    assert data.dropped["answer_start_mismatch"] == len(corrupt) == 160
+    assert all(e.id not in corrupt for e in data.train)  # the question has no usable answer left
+    train_articles = {e.title for e in data.train}
+    assert data.dropped["train_question_without_valid_answer"] == 2 * len(train_articles)  # one per paragraph
+    assert len(data.train) == 2 * len(train_articles)
+    for e in data.dev + data.test:  # at test time the gold texts stay, with an unknown position
+        if e.id in corrupt:
+            assert [(a.text, a.start) for a in e.answers] == [(e.answers[0].text, -1)]
+        else:
+            assert all(e.context[a.start:a.start + len(a.text)] == a.text for a in e.answers)
+
+
+@pytest.mark.parametrize("doc, message", [
+    ("{not json", r":1: not valid JSON"),
+    ('{"version": "1.1"}', r": the top level has no 'data'"),
+    ('{"data": [{"title": "A", "paragraphs": [{"context": "x y", "qas": [{"id": "q1", "question": "?", "answers": []}]}]}]}',
+     r"data\[0\].paragraphs\[0\].qas\[0\] \(id 'q1'\): no answers, and not marked is_impossible"),
+    ('{"data": [{"title": "A", "paragraphs": [{"context": "x y", "qas": [{"id": "q1", "question": "?", '
+     '"answers": [{"text": "x", "answer_start": "0"}]}]}]}]}', r"answers\[0\].answer_start must be a JSON int"),
+])
+def test_bad_squad_files_name_the_place(tmp_path, doc, message):
+    path = tmp_path / "bad.json"
+    path.write_text(doc, encoding="utf-8")
+    with pytest.raises(InputError, match=message) as err:
+        load_task_file(path, "squad")
+    assert str(path) in str(err.value)
+    with pytest.raises(ConfigError, match="split_seed_key 'doc' for a SQuAD file"):
+        load_task_file(path, "squad", split_seed_key="doc")
