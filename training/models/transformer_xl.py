@@ -1,0 +1,173 @@
+"""Transformer-XL (Dai et al. 2019): a causal language model with segment-level recurrence. Each layer attends
+over [memory; segment], the memory being that layer's input states of the previous segment(s), detached (no
+gradient crosses a segment boundary); positions are relative (relative_attention.py), so a state means the same
+thing whether it is read from the memory or computed in the current segment.
+
+    model = TransformerXLLM(TransformerXLConfig(vocab_size=8000, hidden_size=128, num_layers=2, num_heads=2,
+                                                intermediate_size=512, mem_len=64))
+    out = model(segment_1, labels=labels_1)                     # loss, clm_*, new_mems
+    out = model(segment_2, mems=out["new_mems"], labels=labels_2)
+    model.evaluate_long(token_ids, segment_len=64)              # {"nll", "perplexity", "tokens"} over long text
+
+Deviations from the paper's setup, for the family: a full softmax tied to the word embeddings (no adaptive
+softmax), post-LN layers with BERT's GELU feed-forward, per-layer (untied) u and v.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .bert import IGNORE_INDEX, init_bert_weights
+from .config_fields import config_from_dict
+from .relative_attention import (
+    RelativeTransformerLayer, init_relative_weights, shift_geometry, sinusoid_embeddings, update_memory, with_memory,
+)
+
+
+@dataclass(frozen=True)
+class TransformerXLConfig:
+    """Architecture of a Transformer-XL LM (what `config.json` of a checkpoint stores under `model`).
+
+    mem_len: states per layer kept for the next segment (each query attends to at most mem_len + its segment's
+    earlier tokens). train_segments: into how many equal consecutive segments the `recurrent_clm` objective cuts
+    each training instance."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    mem_len: int = 64
+    train_segments: int = 2
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "train_segments"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.num_heads >= 1 and self.hidden_size % self.num_heads:
+            problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.hidden_size % 2:
+            problems.append(f"hidden_size must be even for the sinusoidal relative encodings (got {self.hidden_size})")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
+        if self.mem_len < 0:
+            problems.append(f"mem_len must be >= 0 (got {self.mem_len})")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            problems.append(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if problems:
+            raise ValueError("invalid TransformerXLConfig: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "TransformerXLConfig") -> "TransformerXLConfig":
+        return config_from_dict(cls, data, source)
+
+
+def causal_allowed(qlen: int, mlen: int, device: torch.device | None = None) -> torch.Tensor:
+    """[1, Q, M + Q] bool: query i (key position M + i) sees every memory state and the segment up to itself."""
+    keys = torch.arange(mlen + qlen, device=device)
+    return (keys[None, :] <= torch.arange(qlen, device=device)[:, None] + mlen)[None]
+
+
+class TransformerXLLM(nn.Module):
+    def __init__(self, config: TransformerXLConfig):
+        super().__init__()
+        self.config = config
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.layer = nn.ModuleList(
+            RelativeTransformerLayer(config.hidden_size, config.num_heads, config.intermediate_size, config.dropout,
+                                     config.attention_dropout, config.layer_norm_eps, segments=False)
+            for _ in range(config.num_layers)
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.lm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        init_bert_weights(self, config.initializer_range)
+        init_relative_weights(self, config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, mems: list[torch.Tensor] | None = None,
+                labels: torch.Tensor | None = None, allowed: torch.Tensor | None = None) -> dict[str, Any]:
+        """input_ids [B, T] (one segment); mems: the previous call's `new_mems` (per layer [B, M, H]) or None.
+        labels [B, T] (the next token of each position, -100 = no loss) -> loss (= clm_loss, mean cross-entropy),
+        clm_loss, clm_correct, clm_count, new_mems; without labels -> logits [B, T, V], new_mems.
+        new_mems (None when mem_len is 0): per layer the last mem_len of (memory, this segment's layer input),
+        detached. allowed: [1|B, T, M + T] bool to replace the causal visibility (must stay causal: it is checked)."""
+        b, t = input_ids.shape
+        mlen = mems[0].shape[1] if mems else 0
+        if allowed is None:
+            allowed = causal_allowed(t, mlen, input_ids.device)
+        elif bool((allowed & ~causal_allowed(t, mlen, input_ids.device)).any()):
+            raise ValueError("allowed lets a query see a later key; Transformer-XL attention is causal")
+        geometry = shift_geometry(allowed, causal=True)
+        positions = self.dropout(sinusoid_embeddings(geometry.distances(input_ids.device), self.config.hidden_size))
+        h = self.dropout(self.word_embeddings(input_ids))
+        new_mems: list[torch.Tensor] | None = [] if self.config.mem_len > 0 else None
+        for i, layer in enumerate(self.layer):
+            memory = mems[i] if mems else None
+            if new_mems is not None:
+                new_mems.append(update_memory(memory, h, self.config.mem_len))
+            (h,) = layer([(h, geometry)], with_memory(memory, h), positions)
+        h = self.dropout(h)
+        if labels is None:
+            return {"logits": self._logits(h), "new_mems": new_mems}
+        logits = self._logits(h.reshape(b * t, -1))
+        labels = labels.reshape(-1)
+        real = labels != IGNORE_INDEX
+        count = real.sum()
+        # sum / count: no device sync and no NaN for a segment without labels (e.g. all padding)
+        loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
+        with torch.no_grad():
+            correct = ((logits.argmax(-1) == labels) & real).sum()
+        return {"loss": loss, "clm_loss": loss, "clm_correct": correct, "clm_count": count, "new_mems": new_mems}
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.word_embeddings.weight, self.lm_bias)
+
+    @torch.no_grad()
+    def evaluate_long(self, ids: torch.Tensor, segment_len: int) -> dict[str, float]:
+        """Mean next-token NLL (nats) and perplexity over long text ids [N] or [B, N], walked in segments of
+        `segment_len` that carry the memory, so every prediction sees up to mem_len earlier tokens besides its
+        segment. Every token but the first is predicted once. Runs in eval mode (restores the previous mode)."""
+        if segment_len < 1:
+            raise ValueError(f"segment_len must be >= 1 (got {segment_len})")
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.shape[1] < 2:
+            raise ValueError(f"evaluate_long needs at least 2 tokens, got {ids.shape[1]}")
+        was_training = self.training
+        self.eval()
+        try:
+            total = torch.zeros((), dtype=torch.float64, device=ids.device)
+            tokens = 0
+            mems = None
+            for start in range(0, ids.shape[1] - 1, segment_len):
+                segment = ids[:, start:start + segment_len]
+                labels = ids[:, start + 1:start + 1 + segment_len]
+                if labels.shape[1] < segment.shape[1]:  # the last position of the text has no next token
+                    labels = F.pad(labels, (0, segment.shape[1] - labels.shape[1]), value=IGNORE_INDEX)
+                out = self(segment, mems=mems, labels=labels)
+                total += out["clm_loss"].double() * out["clm_count"]
+                tokens += int(out["clm_count"])
+                mems = out["new_mems"]
+        finally:
+            self.train(was_training)
+        nll = float(total) / tokens
+        return {"nll": nll, "perplexity": math.exp(nll), "tokens": tokens}
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

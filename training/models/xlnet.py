@@ -1,0 +1,269 @@
+"""XLNet (Yang et al. 2019): permutation language modelling with two-stream self-attention over relative
+attention (relative_attention.py), and a content-stream-only encoder for fine-tuning.
+
+Pretraining (`XLNetForPretraining.forward`): per sequence a factorisation order z over its real (non-padding)
+tokens is sampled; the sequence itself is not reordered, only the attention masks change:
+  - content stream h (initialised with the word embeddings): token i sees j iff z-rank(j) <= z-rank(i);
+  - query stream g (initialised with a learned vector w): target i sees j iff z-rank(j) < z-rank(i), i.e. it
+    knows its own position (through the relative encodings) but never its own content.
+Partial prediction: only the last 1/K of the order (K = `predict_fraction`, max(1, n // K) of n real tokens) are
+targets. The query stream is computed only at the targets (g at position i depends on g at i and on h, never on
+g elsewhere, so this is exact) and logits only there, through the tied word embeddings plus a bias.
+
+    model = XLNetForPretraining(XLNetConfig(vocab_size=8000, hidden_size=128, num_layers=2, num_heads=2,
+                                            intermediate_size=512))
+    out = model(input_ids, token_type_ids, attention_mask)     # order drawn from torch's global RNG
+    out["loss"].backward()
+    hidden = model.encode(input_ids, token_type_ids, attention_mask)   # fine-tuning path, [B, T, H]
+
+Padding never takes part: it is no key for anybody, no target, and ranks after every real token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .bert import IGNORE_INDEX, init_bert_weights
+from .config_fields import config_from_dict
+from .heads import Pooler
+from .relative_attention import (
+    RelativeGeometry, RelativeTransformerLayer, gather_geometry, init_relative_weights, shift_geometry,
+    sinusoid_embeddings, update_memory, with_memory,
+)
+
+
+@dataclass(frozen=True)
+class XLNetConfig:
+    """Architecture of an XLNet model (what `config.json` of a checkpoint stores under `model`).
+
+    mem_len: how many content-stream states per layer `forward` returns as `new_mems` for the next segment (0 =
+    none; the pretraining objective feeds independent instances and uses none). predict_fraction: K of partial
+    prediction, the last 1/K of each factorisation order is predicted."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    mem_len: int = 0
+    predict_fraction: int = 6
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "predict_fraction"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.num_heads >= 1 and self.hidden_size % self.num_heads:
+            problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.hidden_size % 2:
+            problems.append(f"hidden_size must be even for the sinusoidal relative encodings (got {self.hidden_size})")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
+        if self.mem_len < 0:
+            problems.append(f"mem_len must be >= 0 (got {self.mem_len})")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            problems.append(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if problems:
+            raise ValueError("invalid XLNetConfig: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "XLNetConfig") -> "XLNetConfig":
+        return config_from_dict(cls, data, source)
+
+
+# ------------------------------------------------------------------------------ factorisation order and masks
+
+
+def sample_factorisation_order(attention_mask: torch.Tensor, generator: torch.Generator | None = None
+                               ) -> torch.Tensor:
+    """[B, T] (1 real / 0 pad) -> rank [B, T]: position of each token in its sequence's factorisation order,
+    a uniform random permutation of 0..n-1 over the n real tokens; padding gets ranks n..T-1 (after all real
+    tokens). Drawn on the CPU from `generator` (default: torch's global RNG), so it is reproducible whatever the
+    device."""
+    b, t = attention_mask.shape
+    keys = torch.rand(b, t, generator=generator).to(attention_mask.device)
+    keys = keys.masked_fill(attention_mask == 0, 2.0)  # padding sorts last
+    order = keys.argsort(dim=1, stable=True)  # order[b, r] = position with rank r
+    rank = torch.empty_like(order)
+    return rank.scatter_(1, order, torch.arange(t, device=order.device).expand(b, t).contiguous())
+
+
+def permutation_masks(rank: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(content, query) visibility [B, T, T] bool, [b, i, j] True where i may attend to j: content iff j is real
+    and rank(j) <= rank(i); query iff j is real and rank(j) < rank(i)."""
+    real_key = attention_mask.to(torch.bool)[:, None, :]
+    earlier_or_self = rank[:, None, :] <= rank[:, :, None]
+    earlier = rank[:, None, :] < rank[:, :, None]
+    return earlier_or_self & real_key, earlier & real_key
+
+
+def prediction_targets(input_ids: torch.Tensor, rank: torch.Tensor, attention_mask: torch.Tensor,
+                       predict_fraction: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The last max(1, n // K) real tokens of each order: (positions [B, P], labels [B, P]) with
+    P = max(1, T // K) (a static size, so no device sync); unused slots have label -100. Targets are listed in
+    sequence order."""
+    b, t = input_ids.shape
+    n_real = attention_mask.sum(dim=1, keepdim=True)
+    n_pred = (n_real // predict_fraction).clamp(min=1)
+    is_target = (rank >= n_real - n_pred) & attention_mask.to(torch.bool)
+    p = max(1, t // predict_fraction)
+    positions = (~is_target).to(torch.int8).argsort(dim=1, stable=True)[:, :p]  # targets first, in sequence order
+    labels = input_ids.gather(1, positions).masked_fill(~is_target.gather(1, positions), IGNORE_INDEX)
+    return positions, labels
+
+
+def _segment_differs(token_type_ids: torch.Tensor, mlen: int) -> torch.Tensor:
+    """[B, T, M + T] bool: query segment != key segment; memory counts as segment 0 (as in XLNet)."""
+    keys = token_type_ids
+    if mlen:
+        keys = torch.cat([token_type_ids.new_zeros(token_type_ids.shape[0], mlen), token_type_ids], 1)
+    return token_type_ids[:, :, None] != keys[:, None, :]
+
+
+def _with_memory_columns(allowed: torch.Tensor, mlen: int) -> torch.Tensor:
+    """Every query may attend to every memory state."""
+    if not mlen:
+        return allowed
+    return torch.cat([allowed.new_ones(*allowed.shape[:-1], mlen), allowed], dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------------- models
+
+
+class XLNetModel(nn.Module):
+    """The XLNet transformer: word embeddings (no absolute positions), relative-attention layers with segment
+    encodings, the query stream's learned initial state `mask_emb` (w), and a [CLS] pooler for sentence-level
+    fine-tuning (no pretraining loss trains it). `forward` is the encoder interface of BertModel."""
+
+    def __init__(self, config: XLNetConfig):
+        super().__init__()
+        self.config = config
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.mask_emb = nn.Parameter(torch.zeros(config.hidden_size))
+        self.layer = nn.ModuleList(
+            RelativeTransformerLayer(config.hidden_size, config.num_heads, config.intermediate_size, config.dropout,
+                                     config.attention_dropout, config.layer_norm_eps, segments=True)
+            for _ in range(config.num_layers)
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.pooler = Pooler(config.hidden_size)
+        init_bert_weights(self, config.initializer_range)
+        init_relative_weights(self, config.initializer_range)
+        nn.init.normal_(self.mask_emb, mean=0.0, std=config.initializer_range)
+
+    def _positions(self, geometry: RelativeGeometry, device: torch.device) -> torch.Tensor:
+        return self.dropout(sinusoid_embeddings(geometry.distances(device), self.config.hidden_size))
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False):
+        """Content stream only, plain bidirectional attention over the real tokens: [B, T] -> last hidden
+        [B, T, H]; with output_hidden_states, (last, (embeddings, layer 1, ..., layer N))."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        t = input_ids.shape[1]
+        allowed = attention_mask.to(torch.bool)[:, None, :].expand(-1, t, -1)
+        geometry = shift_geometry(allowed, causal=False, segment_differs=_segment_differs(token_type_ids, 0))
+        positions = self._positions(geometry, input_ids.device)
+        h = self.dropout(self.word_embeddings(input_ids))
+        states = [h]
+        for layer in self.layer:
+            (h,) = layer([(h, geometry)], h, positions)
+            states.append(h)
+        if output_hidden_states:
+            return h, tuple(states)
+        return h
+
+    def two_stream(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   rank: torch.Tensor, target_positions: torch.Tensor, mems: list[torch.Tensor] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
+        """Both streams for factorisation order `rank` [B, T]: (content stream h [B, T, H], query stream g at
+        `target_positions` [B, P, H], new_mems: per layer the last mem_len content-stream inputs, detached, or
+        None when mem_len is 0). mems: per layer [B, M, H] states of the previous segment, visible to every
+        query, segment 0 (XLNet's convention); pass unpadded continuous text when carrying memory."""
+        b, t = input_ids.shape
+        mlen = mems[0].shape[1] if mems else 0
+        content, query = permutation_masks(rank, attention_mask)
+        differs = _segment_differs(token_type_ids, mlen)
+        content_geometry = shift_geometry(_with_memory_columns(content, mlen), causal=False, segment_differs=differs)
+        rows = target_positions[:, :, None].expand(-1, -1, mlen + t)  # the query stream exists at the targets only
+        query_geometry = gather_geometry(_with_memory_columns(query, mlen).gather(1, rows), target_positions + mlen, t,
+                                         differs.gather(1, rows))
+        positions = self._positions(content_geometry, input_ids.device)
+        h = self.dropout(self.word_embeddings(input_ids))
+        g = self.dropout(self.mask_emb.to(h.dtype).expand(b, target_positions.shape[1], -1))
+        new_mems: list[torch.Tensor] | None = [] if self.config.mem_len > 0 else None
+        for i, layer in enumerate(self.layer):
+            memory = mems[i] if mems else None
+            if new_mems is not None:
+                new_mems.append(update_memory(memory, h, self.config.mem_len))
+            h, g = layer([(h, content_geometry), (g, query_geometry)], with_memory(memory, h), positions)
+        return h, g, new_mems
+
+
+class XLNetForPretraining(nn.Module):
+    """XLNet with the permutation-LM head: tied word embeddings + an output bias, applied at the targets only."""
+
+    def __init__(self, config: XLNetConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = XLNetModel(config)
+        self.lm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, mems: list[torch.Tensor] | None = None,
+                perm_seed: int | None = None, generator: torch.Generator | None = None,
+                rank: torch.Tensor | None = None) -> dict[str, Any]:
+        """input_ids: ORIGINAL tokens [B, T] (no [MASK]s). The order comes from `rank` if given, else is drawn
+        from `generator`, a fresh one seeded with `perm_seed`, or torch's global RNG. Returns loss (= plm_loss,
+        mean cross-entropy over the targets), plm_loss, plm_correct, plm_count (scalar tensors), plm_logits
+        [B * P, V] (rows of unused target slots included, their labels are plm_labels == -100), plm_labels
+        [B * P], and new_mems (None unless mem_len > 0)."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if rank is None:
+            if generator is None and perm_seed is not None:
+                generator = torch.Generator().manual_seed(perm_seed)
+            rank = sample_factorisation_order(attention_mask, generator)
+        positions, labels = prediction_targets(input_ids, rank, attention_mask, self.config.predict_fraction)
+        _, g, new_mems = self.transformer.two_stream(input_ids, token_type_ids, attention_mask, rank, positions, mems)
+        g = self.transformer.dropout(g)
+        logits = F.linear(g.reshape(-1, g.shape[-1]), self.transformer.word_embeddings.weight, self.lm_bias)
+        labels = labels.reshape(-1)
+        real = labels != IGNORE_INDEX
+        count = real.sum()
+        # sum / count rather than the mean: a static shape, no device sync, and no NaN if nothing is predicted
+        loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
+        with torch.no_grad():
+            correct = ((logits.argmax(-1) == labels) & real).sum()
+        return {"loss": loss, "plm_loss": loss, "plm_correct": correct, "plm_count": count,
+                "plm_logits": logits, "plm_labels": labels, "new_mems": new_mems}
+
+    def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Fine-tuning path: content stream only (no query stream, no permutation) -> last hidden [B, T, H]."""
+        return self.transformer(input_ids, token_type_ids, attention_mask)
+
+    def backbone(self) -> XLNetModel:
+        return self.transformer
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
