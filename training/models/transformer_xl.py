@@ -171,3 +171,10 @@ class TransformerXLLM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def backbone(self):
+        """A causal LM has no bidirectional encoder to fine-tune on sentence tasks; say so instead of pretending."""
+        from bertfactory.errors import ContractError
+
+        raise ContractError("a Transformer-XL checkpoint is a causal language model with no encoder for fine-tuning; "
+                            "evaluate it with TransformerXLLM.evaluate_long (perplexity over long text)")
