@@ -1,36 +1,48 @@
-"""Fine-tuning for sequence classification: a linear classifier on the encoder's pooled [CLS] vector (the
-encoder's own pooler, dense + tanh, pretrained by next-sentence prediction when the encoder comes from a
-checkpoint), trained end to end with AdamW and linear warmup/decay; after every epoch the dev split is scored
-and the epoch with the best dev accuracy is the one scored on test.
+"""The one fine-tuning loop, for every task type: an encoder + the task type's head (evaluation.heads), trained end
+to end with AdamW, its loss and decoding chosen by the head, scored with the task type's metrics
+(evaluation.scoring). The recipe (evaluation.config.FinetuneConfig) decides the rest:
 
-    result = finetune(encoder, train, dev, test, cfg.finetune, device, pad_id=0, num_labels=2, name="pretrained")
-    result.test_accuracy, result.epochs   # per-epoch train loss and dev accuracy
+- learning-rate grid x seeds: every (lr, seed) is one run from a fresh encoder; the lr with the best mean dev
+  score (primary metric) over seeds is the one reported, as the mean and std (sample std, ddof 1; 0 for one seed)
+  of each test metric over its seeds;
+- per run: warmup + linear decay or slanted triangular lr, layer-wise lr decay, gradual unfreezing; the dev split
+  is scored after every epoch, the epoch with the best dev score (first on ties) is restored and scored on test,
+  and training stops after `early_stopping_patience` epochs without a better dev score;
+- the best run of the task (best dev score) keeps its weights in memory (`ModelResult.best_state`), to be saved
+  by the caller when asked.
 
-Deterministic on CPU: the classifier init and dropout follow torch.manual_seed(cfg.seed), the example order of
-epoch e is numpy default_rng([seed, e]).permutation — so the same encoder weights, data and config give the same
-curve. The caller seeds a random-init encoder itself (see evaluation.run).
+    task = prepare_task(data, text_encoder, cfg)                 # encode once, reuse for every model and seed
+    result = finetune_model(lambda seed: fresh_encoder(seed), task, cfg, device, name="pretrained")
+    result.metrics()   # {"accuracy": mean, "accuracy_std": std, ...}
+
+Deterministic on CPU: the head init and dropout follow torch.manual_seed(seed), the example order of epoch e is
+numpy default_rng([seed, e]).permutation; the caller seeds a random-init encoder with the same seed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
-from training.models.bert import BertModel
-from training.optim import build_optimizer, build_scheduler, clip_gradients
+from training.optim import clip_gradients
 
 from .config import FinetuneConfig
-from .encode import pad_batch
-from .metrics import accuracy, binary_f1, wilson_interval
+from .encode import TextEncoder
+from .heads import TaskModel, decode_squad, decode_tagging, raw_outputs
+from .inputs import CLASSIFICATION_TYPES, Features, build_features, collate
+from .recipes import layerwise_groups, linear_warmup_decay, slanted_triangular, unfreeze
+from .scoring import TaskSpec, confusion_matrix, gold, score
+from .tasks.base import TaskData
 
 logger = logging.getLogger(__name__)
 
@@ -38,122 +50,247 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-6
 
 
-class SequenceClassifier(nn.Module):
-    """encoder -> pooler([CLS]) -> dropout -> linear -> logits [B, num_labels]."""
-
-    def __init__(self, encoder: BertModel, num_labels: int, dropout: float):
-        super().__init__()
-        self.bert = encoder
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, mean=0.0, std=encoder.config.initializer_range)
-        nn.init.zeros_(self.classifier.bias)
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.bert(input_ids, token_type_ids, attention_mask)
-        return self.classifier(self.dropout(self.bert.pooler(hidden)))
+@dataclass
+class Split:
+    examples: tuple
+    features: Features
 
 
 @dataclass
-class LabelledSet:
-    """Encoded examples of one split: token id arrays and their labels."""
+class PreparedTask:
+    """A task ready to fine-tune on: its spec and the encoded train/dev/test splits."""
 
-    sequences: list[np.ndarray]
-    labels: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.sequences)
-
-
-@dataclass
-class FinetuneResult:
     name: str
+    spec: TaskSpec
+    train: Split
+    dev: Split
+    test: Split
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.spec.label_names)
+
+
+def task_spec(data: TaskData, primary: str | None = None) -> TaskSpec:
+    v2 = data.task_type == "squad" and any(e.is_impossible for s in (data.train, data.dev, data.test) for e in s)
+    return TaskSpec(data.task_type, tuple(data.label_names), v2, primary or "")
+
+
+def prepare_task(data: TaskData, encoder: TextEncoder, cfg: FinetuneConfig, primary: str | None = None,
+                 features: dict[str, Features] | None = None) -> PreparedTask:
+    """Cut train to max_train_examples and dev/test to max_eval_examples, then encode (or take `features`)."""
+    for split in ("train", "dev", "test"):
+        if not getattr(data, split):
+            raise ValueError(f"{data.name}: fine-tuning needs non-empty train/dev/test (got {data.sizes()})")
+    if data.task_type == "tagging" and "O" not in data.label_names:
+        raise ValueError(f"{data.name}: a tagging task needs an 'O' tag (tags: {', '.join(data.label_names)})")
+    data = limit_examples(data, cfg)
+    spec = task_spec(data, primary)
+    splits = {}
+    for split in ("train", "dev", "test"):
+        examples = getattr(data, split)
+        feats = features[split] if features else build_features(data.task_type, examples, encoder, cfg)
+        splits[split] = Split(tuple(examples), feats)
+    return PreparedTask(data.name, spec, splits["train"], splits["dev"], splits["test"])
+
+
+def subsample(examples: tuple, limit: int | None) -> tuple:
+    """At most `limit` examples: a random subset fixed by numpy default_rng(0), kept in split order (a prefix
+    would be biased: several sources list one class first)."""
+    if limit is None or limit >= len(examples):
+        return examples
+    keep = np.sort(np.random.default_rng(0).choice(len(examples), size=limit, replace=False))
+    return tuple(examples[i] for i in keep)
+
+
+def limit_examples(data: TaskData, cfg: FinetuneConfig) -> TaskData:
+    """train cut to max_train_examples, dev and test to max_eval_examples (see `subsample`)."""
+    cut = {"train": subsample(data.train, cfg.max_train_examples)}
+    for split in ("dev", "test"):
+        cut[split] = subsample(getattr(data, split), cfg.max_eval_examples)
+    return dataclasses.replace(data, **cut)
+
+
+@dataclass
+class RunResult:
+    """One fine-tuning run (one learning rate, one seed)."""
+
+    seed: int
+    learning_rate: float
     best_epoch: int  # 1-based
-    dev_accuracy: float
-    test_accuracy: float
-    test_f1: float | None  # binary tasks only
-    epochs: list[dict] = field(default_factory=list)  # epoch, train_loss, dev_accuracy, lr_end
-    step_losses: list[float] = field(default_factory=list)
+    dev_metrics: dict[str, float]
+    test_metrics: dict[str, float]
+    epochs: list[dict] = field(default_factory=list)  # epoch, train_loss, dev_score, lr_end, trained_depths
     steps: int = 0
     seconds: float = 0.0
-    test_accuracy_ci95: tuple[float, float] | None = None
-    test_predictions: np.ndarray | None = None  # for paired comparisons between models; not written out
+    stopped_early: bool = False
+    test_predictions: list | None = None
+    confusion: list[list[int]] | None = None  # classification: gold x predicted on test
+    best_state: dict[str, torch.Tensor] | None = None
 
-    def to_json(self) -> dict:
-        ci = list(self.test_accuracy_ci95) if self.test_accuracy_ci95 else None
-        return {"accuracy": self.test_accuracy, "accuracy_ci95": ci, "f1": self.test_f1,
-                "dev_accuracy": self.dev_accuracy, "best_epoch": self.best_epoch, "steps": self.steps,
-                "epochs": self.epochs}
+    def dev_score(self, primary: str) -> float:
+        return self.dev_metrics.get(primary, -math.inf)
+
+
+@dataclass
+class ModelResult:
+    """All runs of one model on one task; `runs` are those of the chosen learning rate."""
+
+    name: str
+    primary: str
+    learning_rate: float
+    runs: list[RunResult]
+    grid: list[dict]  # learning_rate, dev_mean, dev_std per grid point
+    best_state: dict[str, torch.Tensor] | None = None
+    seconds: float = 0.0
+
+    def metrics(self) -> dict[str, float]:
+        """Each test metric's mean over seeds under its own name, and `<metric>_std`. A metric missing in some
+        run (e.g. a correlation of a constant prediction) is averaged over the runs that have it."""
+        return aggregate([r.test_metrics for r in self.runs])
+
+    def dev_metrics(self) -> dict[str, float]:
+        return aggregate([r.dev_metrics for r in self.runs])
+
+    def confusion(self) -> list[list[int]] | None:
+        matrices = [np.asarray(r.confusion) for r in self.runs if r.confusion is not None]
+        return np.sum(matrices, axis=0).tolist() if matrices else None
+
+
+def aggregate(records: Sequence[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in dict.fromkeys(k for r in records for k in r):
+        values = [r[name] for r in records if name in r]
+        out[name] = float(np.mean(values))
+        out[f"{name}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return out
 
 
 @torch.no_grad()
-def predict(model: nn.Module, data: LabelledSet, batch_size: int, pad_id: int, device: torch.device) -> np.ndarray:
+def predict(model: TaskModel, task: PreparedTask, split: Split, cfg: FinetuneConfig, device: torch.device,
+            pad_id: int, na_threshold: float | None = None) -> tuple[list, dict[str, float], list[float] | None]:
+    """Decode the model's predictions for `split` and score them -> (predictions, metrics, na_probs)."""
     model.eval()
-    out = []
-    for start in range(0, len(data), batch_size):
-        batch = {k: v.to(device) for k, v in pad_batch(data.sequences[start : start + batch_size], pad_id).items()}
-        out.append(model(**batch).argmax(-1).cpu().numpy())
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    features = split.features
+    outputs: list = []
+    # eval_batch_size counts model inputs; multiple-choice features hold several
+    per_batch = max(1, cfg.eval_batch_size // max(1, _rows_per_feature(features)))
+    for start in range(0, len(features), per_batch):
+        indices = list(range(start, min(len(features), start + per_batch)))
+        batch = {k: v.to(device) for k, v in collate(features, indices, pad_id).items()}
+        outputs += raw_outputs(task.spec.task_type, model(batch), batch)
+    t = task.spec.task_type
+    na_probs = None
+    if t == "tagging":
+        predictions = decode_tagging(features, outputs, task.spec.label_names.index("O"))
+    elif t == "squad":
+        predictions, na_probs = decode_squad(features, outputs, [e.context for e in split.examples], cfg.n_best,
+                                             cfg.max_answer_len)
+    else:
+        predictions = outputs
+    metrics = score(task.spec, split.examples, predictions, na_probs, na_threshold)
+    return predictions, metrics, na_probs
 
 
-def finetune(encoder: BertModel, train: LabelledSet, dev: LabelledSet, test: LabelledSet, cfg: FinetuneConfig,
-             device: torch.device, pad_id: int, num_labels: int, name: str) -> FinetuneResult:
-    """Fine-tune `encoder` (modified in place) with a fresh classifier; returns dev/test scores of the best epoch."""
-    if len(train) == 0 or len(dev) == 0 or len(test) == 0:
-        raise ValueError(f"{name}: fine-tuning needs non-empty train/dev/test (got {len(train)}/{len(dev)}/{len(test)})")
+def _rows_per_feature(features: Features) -> int:
+    return max((len(r) for r in features.feature_rows), default=1) if features.feature_rows is not None else 1
+
+
+def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, learning_rate: float, seed: int,
+                 device: torch.device, pad_id: int, name: str, keep_state: bool = True) -> RunResult:
+    """One run: fresh head on `encoder` (trained in place), the best dev epoch restored and scored on test."""
     started = time.perf_counter()
-    torch.manual_seed(cfg.seed)
-    model = SequenceClassifier(encoder, num_labels, cfg.classifier_dropout).to(device)
+    spec = task.spec
+    torch.manual_seed(seed)
+    model = TaskModel(encoder, spec.task_type, task.num_labels, cfg.classifier_dropout).to(device)
+    train = task.train.features
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total_steps = steps_per_epoch * cfg.epochs
-    optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, ADAM_BETAS, ADAM_EPS)
-    scheduler = build_scheduler(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
-    labels = torch.from_numpy(train.labels.astype(np.int64))
+    optimizer = torch.optim.AdamW(layerwise_groups(model, learning_rate, cfg.layerwise_lr_decay, cfg.weight_decay),
+                                  lr=learning_rate, betas=ADAM_BETAS, eps=ADAM_EPS)
+    rule = (slanted_triangular(total_steps, cfg.warmup_ratio, cfg.stlr_ratio) if cfg.schedule == "slanted_triangular"
+            else linear_warmup_decay(total_steps, cfg.warmup_ratio))
+    scheduler = LambdaLR(optimizer, rule)
+    primary = spec.primary_metric
 
-    result = FinetuneResult(name, best_epoch=0, dev_accuracy=-1.0, test_accuracy=math.nan, test_f1=None)
-    best_state: dict[str, torch.Tensor] | None = None
+    result = RunResult(seed, learning_rate, best_epoch=0, dev_metrics={}, test_metrics={})
+    best_score, best_state, stale = -math.inf, None, 0
     progress = tqdm(total=total_steps, desc=f"fine-tune {name}", unit="step", disable=None, leave=False)
     for epoch in range(cfg.epochs):
-        order = np.random.default_rng([cfg.seed, epoch]).permutation(len(train))
+        depths = unfreeze(model, epoch) if cfg.gradual_unfreezing else None
+        order = np.random.default_rng([seed, epoch]).permutation(len(train))
         model.train()
-        epoch_losses = []
+        losses = []
         for b in range(steps_per_epoch):
-            rows = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
-            batch = {k: v.to(device) for k, v in pad_batch([train.sequences[r] for r in rows], pad_id).items()}
-            logits = model(**batch)
-            loss = F.cross_entropy(logits.float(), labels[rows].to(device))
+            indices = order[b * cfg.batch_size: (b + 1) * cfg.batch_size]
+            batch = {k: v.to(device) for k, v in collate(train, indices, pad_id).items()}
+            loss = model.loss(model(batch), batch)
             loss.backward()
             clip_gradients(model, cfg.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            epoch_losses.append(float(loss.detach()))
+            losses.append(float(loss.detach()))
             progress.update(1)
-        dev_acc = accuracy(dev.labels, predict(model, dev, cfg.eval_batch_size, pad_id, device))
-        mean_loss = float(np.mean(epoch_losses))
-        result.epochs.append({"epoch": epoch + 1, "train_loss": mean_loss, "dev_accuracy": dev_acc,
-                              "lr_end": scheduler.get_last_lr()[0]})
-        result.step_losses += epoch_losses
-        logger.info("%s epoch %d/%d: train loss %.4f, dev accuracy %.4f", name, epoch + 1, cfg.epochs, mean_loss, dev_acc)
-        if dev_acc > result.dev_accuracy:  # strict: ties keep the earlier epoch
-            result.dev_accuracy, result.best_epoch = dev_acc, epoch + 1
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        result.steps += len(losses)
+        _, dev_metrics, _ = predict(model, task, task.dev, cfg, device, pad_id)
+        dev_score = dev_metrics.get(primary, -math.inf)
+        record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "dev_score": dev_score,
+                  "lr_end": scheduler.get_last_lr()[-1]}
+        if depths is not None:
+            record["trained_depths"] = depths
+        result.epochs.append(record)
+        logger.info("%s epoch %d/%d: train loss %.4f, dev %s %.4f", name, epoch + 1, cfg.epochs, record["train_loss"],
+                    primary, dev_score)
+        if dev_score > best_score or best_state is None:  # strict: ties keep the earlier epoch
+            best_score, stale = dev_score, 0
+            result.best_epoch, result.dev_metrics = epoch + 1, dev_metrics
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        else:
+            stale += 1
+            if cfg.early_stopping_patience is not None and stale >= cfg.early_stopping_patience:
+                result.stopped_early = epoch + 1 < cfg.epochs
+                break
     progress.close()
-    assert best_state is not None
+    for p in model.parameters():
+        p.requires_grad_(True)
     model.load_state_dict(best_state)
-    test_pred = predict(model, test, cfg.eval_batch_size, pad_id, device)
-    result.test_accuracy = accuracy(test.labels, test_pred)
-    result.test_predictions = test_pred
-    result.test_accuracy_ci95 = wilson_interval(int((test_pred == test.labels).sum()), len(test))
-    result.test_f1 = binary_f1(test.labels, test_pred) if num_labels == 2 else None  # results.json: f1 absent
-    result.steps = total_steps
+    threshold = result.dev_metrics.get("na_threshold") if spec.squad_v2 else None
+    predictions, result.test_metrics, _ = predict(model, task, task.test, cfg, device, pad_id, threshold)
+    result.test_predictions = predictions
+    if spec.task_type in CLASSIFICATION_TYPES:
+        result.confusion = confusion_matrix(gold(spec, task.test.examples), predictions, task.num_labels)
+    result.best_state = best_state if keep_state else None
     result.seconds = time.perf_counter() - started
-    logger.info("%s: best dev accuracy %.4f at epoch %d, test accuracy %.4f (%.1f s)", name, result.dev_accuracy,
-                result.best_epoch, result.test_accuracy, result.seconds)
+    logger.info("%s (lr %g, seed %d): best dev %s %.4f at epoch %d; test %s", name, learning_rate, seed, primary,
+                best_score, result.best_epoch, {k: round(v, 4) for k, v in result.test_metrics.items()})
     return result
 
 
-def encode_split(encoder, examples: Sequence, max_seq_len: int) -> LabelledSet:
-    """Examples with .text and .label -> LabelledSet, using an evaluation.encode.TextEncoder."""
-    return LabelledSet(encoder.encode([e.text for e in examples], max_seq_len),
-                       np.array([e.label for e in examples], dtype=np.int64))
+def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask, cfg: FinetuneConfig,
+                   device: torch.device, pad_id: int, name: str) -> ModelResult:
+    """Every (learning rate, seed) of the recipe from a fresh `make_encoder(seed)`; see the module docstring."""
+    started = time.perf_counter()
+    primary = task.spec.primary_metric
+    by_lr: dict[float, list[RunResult]] = {}
+    best_run: RunResult | None = None
+    for lr in cfg.grid():
+        for seed in cfg.seeds():
+            run = finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id, f"{name} lr={lr:g} seed={seed}")
+            if best_run is None or run.dev_score(primary) > best_run.dev_score(primary):
+                if best_run is not None:
+                    best_run.best_state = None
+                best_run = run
+            else:
+                run.best_state = None  # only the task's best run keeps its weights
+            by_lr.setdefault(lr, []).append(run)
+    grid = []
+    for lr, runs in by_lr.items():
+        scores = [r.dev_score(primary) for r in runs]
+        finite = [s for s in scores if math.isfinite(s)]
+        grid.append({"learning_rate": lr, "dev_mean": float(np.mean(finite)) if finite else None,
+                     "dev_std": float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0})
+    # max keeps the first of equal means; a rate whose runs have no dev score at all ranks last
+    chosen = max(grid, key=lambda g: -math.inf if g["dev_mean"] is None else g["dev_mean"])["learning_rate"]
+    return ModelResult(name, primary, chosen, by_lr[chosen], grid, best_run.best_state if best_run else None,
+                       time.perf_counter() - started)

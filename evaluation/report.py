@@ -1,7 +1,11 @@
 """The human-readable evaluation report: RUN/eval/report.md with summary tables, and next to it
-`pretrain_loss.png` (the pretraining curves from RUN/pretrain/metrics.jsonl) and `finetune_dev_accuracy.png`
-(dev accuracy per fine-tuning epoch, pretrained vs random init vs majority class). Everything is made from the
-validated results dict and the metrics file, never from training internals.
+`pretrain_loss.png` (the pretraining curves from RUN/pretrain/metrics.jsonl), `finetune_dev_curves.png` (learning
+curves: each task's dev primary metric per fine-tuning epoch, mean over seeds with a min-max band, pretrained vs
+random init, the majority baseline dashed), `task_scores.png` (per task, the test primary metric of every model
+with error bars of one std over seeds) and `confusion_<task>.png` (classification: test gold x predicted of the
+pretrained model, summed over seeds). Everything is made from the validated results dict and the metrics file,
+never from training internals. `render_comparison` makes the side-by-side table of several runs
+(`bertfactory report RUN [RUN ...]`).
 
     from evaluation.report import write_report
     write_report(results, run_dir / "eval", run_dir / "pretrain" / "metrics.jsonl")
@@ -20,8 +24,10 @@ logger = logging.getLogger(__name__)
 
 REPORT_FILE = "report.md"
 PRETRAIN_PLOT = "pretrain_loss.png"
-FINETUNE_PLOT = "finetune_dev_accuracy.png"
-MODEL_LABELS = {"pretrained": "pretrained", "random_init": "random init", "majority": "majority class"}
+FINETUNE_PLOT = "finetune_dev_curves.png"
+SCORES_PLOT = "task_scores.png"
+MODEL_LABELS = {"pretrained": "pretrained", "random_init": "random init", "tfidf_logreg": "TF-IDF + logistic regression",
+                "majority": "majority"}
 
 
 def read_pretrain_metrics(path: Path) -> list[dict]:
@@ -82,25 +88,84 @@ def plot_pretrain_curves(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+MODELS = ("pretrained", "random_init", "tfidf_logreg", "majority")
+
+
+def _mean_curve(runs: list[dict]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Epoch -> mean, min, max dev score over the runs that reached it."""
+    by_epoch: dict[int, list[float]] = {}
+    for run in runs:
+        for e in run["epochs"]:
+            if e.get("dev_score") is not None:
+                by_epoch.setdefault(e["epoch"], []).append(e["dev_score"])
+    epochs = sorted(by_epoch)
+    return (epochs, [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs], [min(by_epoch[e]) for e in epochs],
+            [max(by_epoch[e]) for e in epochs])
+
+
 def plot_finetune_curves(results: dict, path: Path) -> None:
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
     tasks = results["tasks"]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
     for ax, (task, per) in zip(axes[0], sorted(tasks.items())):
+        primary = per["primary_metric"]
         for model in ("pretrained", "random_init"):
             if per.get(model):
-                epochs = per[model]["epochs"]
-                ax.plot([e["epoch"] for e in epochs], [e["dev_accuracy"] for e in epochs], marker="o",
-                        label=MODEL_LABELS[model])
-        ax.axhline(per["majority"]["dev_accuracy"], linestyle="--", color="gray", label=MODEL_LABELS["majority"])
+                epochs, mean, low, high = _mean_curve(per[model]["runs"])
+                if epochs:
+                    line = ax.plot(epochs, mean, marker="o", label=MODEL_LABELS[model])[0]
+                    ax.fill_between(epochs, low, high, alpha=0.2, color=line.get_color())
+        majority = (per.get("majority") or {}).get("dev", {}).get(primary)
+        if majority is not None:
+            ax.axhline(majority, linestyle="--", color="gray", label=MODEL_LABELS["majority"])
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("fine-tuning epoch")
-        ax.set_ylabel("dev accuracy")
+        ax.set_ylabel(f"dev {primary}")
         ax.set_title(task)
         ax.grid(alpha=0.3)
         ax.legend()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_task_scores(results: dict, path: Path) -> None:
+    plt = _pyplot()
+    tasks = sorted(results["tasks"].items())
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), squeeze=False)
+    for ax, (task, per) in zip(axes[0], tasks):
+        primary = per["primary_metric"]
+        names, means, stds = [], [], []
+        for model in MODELS:
+            scores = per.get(model)
+            if scores and scores.get(primary) is not None:
+                names.append(MODEL_LABELS[model])
+                means.append(scores[primary])
+                stds.append(scores.get(f"{primary}_std") or 0.0)
+        ax.bar(range(len(names)), means, yerr=stds, capsize=4, color=[f"C{i}" for i in range(len(names))])
+        ax.set_xticks(range(len(names)), names, rotation=20, ha="right")
+        ax.set_ylabel(f"test {primary} (mean ± std over seeds)")
+        ax.set_title(task)
+        ax.grid(alpha=0.3, axis="y")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_confusion(matrix: list[list[int]], labels: list[str], task: str, path: Path) -> None:
+    plt = _pyplot()
+    size = max(3.5, 0.45 * len(labels) + 2)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(matrix, cmap="Blues")
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    peak = max((v for row in matrix for v in row), default=0)
+    for i, row in enumerate(matrix):
+        for j, v in enumerate(row):
+            ax.text(j, i, str(v), ha="center", va="center", color="white" if v > peak / 2 else "black", fontsize=8)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("gold")
+    ax.set_title(f"{task}: pretrained, test (summed over seeds)")
     _save(fig, path)
     plt.close(fig)
 
@@ -109,7 +174,24 @@ def _f(v, digits: int = 4) -> str:
     return "—" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
-def render_markdown(results: dict, pretrain_plot: str | None, finetune_plot: str | None, metrics_note: str) -> str:
+def _pm(scores: dict | None, metric: str) -> str:
+    if not scores or scores.get(metric) is None:
+        return "—"
+    std = scores.get(f"{metric}_std")
+    return f"{scores[metric]:.4f} ± {std:.4f}" if std else f"{scores[metric]:.4f}"
+
+
+def task_metrics(per: dict) -> list[str]:
+    """The metrics present for this task, primary first, in the scoring order."""
+    from .scoring import METRICS
+
+    present = [m for m in METRICS[per["task_type"]]
+               if any((per.get(model) or {}).get(m) is not None for model in MODELS)]
+    primary = per["primary_metric"]
+    return [primary] + [m for m in present if m != primary]
+
+
+def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: str) -> str:
     ck = results["checkpoint"]
     m = ck["model"]
     lines = [
@@ -141,46 +223,95 @@ def render_markdown(results: dict, pretrain_plot: str | None, finetune_plot: str
         lines.append("Not run (`evaluate.intrinsic.enabled: false`).")
     lines += ["", "## Fine-tuning", ""]
     ft = results["config"].get("finetune", {})
-    lines.append(f"Same budget for every model: {ft.get('epochs')} epochs, batch {ft.get('batch_size')}, lr "
-                 f"{ft.get('learning_rate')}, warmup {ft.get('warmup_ratio')}, max {ft.get('max_seq_len')} tokens, "
-                 f"seed {ft.get('seed')}; the epoch with the best dev accuracy is scored on test.")
+    grid = ft.get("learning_rates") or [ft.get("learning_rate")]
+    extras = [f"layer-wise lr decay {ft.get('layerwise_lr_decay')}" if ft.get("layerwise_lr_decay", 1.0) != 1.0 else "",
+              "gradual unfreezing" if ft.get("gradual_unfreezing") else "",
+              f"early stopping after {ft.get('early_stopping_patience')} epochs" if ft.get("early_stopping_patience") else ""]
+    lines.append(f"Same recipe for every neural model (tasks may override it): up to {ft.get('epochs')} epochs, batch "
+                 f"{ft.get('batch_size')}, lr grid {grid}, {ft.get('schedule')} schedule with warmup "
+                 f"{ft.get('warmup_ratio')}, max {ft.get('max_seq_len')} tokens, {ft.get('num_seeds')} seed(s) from "
+                 f"{ft.get('seed')}{''.join(', ' + e for e in extras if e)}. Per run the epoch with the best dev score "
+                 f"is scored on test; numbers are mean ± std over seeds (std: sample, ddof 1) at the learning rate "
+                 f"with the best mean dev score.")
     for task, per in sorted(results["tasks"].items()):
         data = per["data"]
         sizes = data["sizes"]
         dropped = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(data["dropped"].items())) or "none"
+        metrics = task_metrics(per)
         lines += [
             "",
-            f"### {task}",
+            f"### {task} ({per['task_type']}, {per['language']})",
             "",
             f"Split train/dev/test = {sizes['train']:,}/{sizes['dev']:,}/{sizes['test']:,} ({data['split_method']}); "
-            f"dropped: {dropped}.",
+            f"dropped: {dropped}; truncated: {data.get('truncated') or 'none'}. Primary metric: "
+            f"**{per['primary_metric']}**.",
             "",
-            "| model | test accuracy | 95 % interval | test F1 | dev accuracy | best epoch |",
-            "|---|---|---|---|---|---|",
+            "| model | " + " | ".join(f"test {m}" for m in metrics) + f" | dev {metrics[0]} | lr |",
+            "|---" * (len(metrics) + 3) + "|",
         ]
-        for model in ("pretrained", "random_init", "majority"):
+        for model in MODELS:
             s = per.get(model)
             if s:
-                ci = s.get("accuracy_ci95")
-                interval = f"{_f(ci[0])} – {_f(ci[1])}" if ci else "—"
-                lines.append(f"| {MODEL_LABELS[model]} | {_f(s['accuracy'])} | {interval} | {_f(s.get('f1'))} | "
-                             f"{_f(s['dev_accuracy'])} | {s.get('best_epoch', '—')} |")
+                lr = _f(s.get("learning_rate"), 6) if "learning_rate" in s else "—"
+                lines.append(f"| {MODEL_LABELS[model]} | " + " | ".join(_pm(s, m) for m in metrics) +
+                             f" | {_pm(s.get('dev'), metrics[0])} | {lr} |")
         cmp = per.get("comparison")
-        if cmp:
-            verdict = ("unlikely to be chance" if cmp["mcnemar_p_value"] < 0.05
-                       else "not distinguishable from chance at this test-set size")
-            lines += ["", f"Pretrained minus random init: {100 * cmp['accuracy_difference']:+.1f} accuracy points; "
-                      f"{cmp['pretrained_only_correct']} test examples only the pretrained model gets right, "
-                      f"{cmp['random_init_only_correct']} only the random-init one; McNemar p = "
-                      f"{cmp['mcnemar_p_value']:.3g} ({verdict})."]
+        if cmp and cmp.get("difference") is not None:
+            text = f"Pretrained minus random init: {cmp['difference']:+.4f} {cmp['primary_metric']}"
+            if cmp.get("mcnemar_p_value") is not None:
+                verdict = ("unlikely to be chance" if cmp["mcnemar_p_value"] < 0.05
+                           else "not distinguishable from chance at this test-set size")
+                text += (f"; seed {cmp['seed']}: {cmp['pretrained_only_correct']} test examples only the pretrained "
+                         f"model gets right, {cmp['random_init_only_correct']} only the random-init one; McNemar p = "
+                         f"{cmp['mcnemar_p_value']:.3g} ({verdict})")
+            lines += ["", text + "."]
+        if plots.get(f"confusion:{task}"):
+            lines += ["", f"![confusion matrix {task}]({plots[f'confusion:{task}']})"]
+    fb = results.get("feature_based")
+    if fb:
+        from .features import render_table
+
+        lines += ["", "## Feature-based (frozen encoder)", "", render_table(fb)]
     lines += ["", "## Curves", ""]
-    lines.append(f"![pretraining loss]({pretrain_plot})" if pretrain_plot else metrics_note)
-    if finetune_plot:
-        lines += ["", f"![fine-tuning dev accuracy]({finetune_plot})"]
+    lines.append(f"![pretraining loss]({plots['pretrain']})" if plots.get("pretrain") else metrics_note)
+    if plots.get("finetune"):
+        lines += ["", f"![fine-tuning learning curves]({plots['finetune']})"]
+    if plots.get("scores"):
+        lines += ["", f"![test scores per task]({plots['scores']})"]
     timings = results.get("timings", {})
     if timings:
         lines += ["", "## Timings", "", "| part | seconds |", "|---|---|"]
         lines += [f"| {k} | {v:.1f} |" for k, v in sorted(timings.items())]
+    return "\n".join(lines) + "\n"
+
+
+def render_comparison(runs: list[tuple[str, dict]]) -> str:
+    """Markdown comparing several runs' results side by side: per task, each metric's pretrained mean ± std per
+    run, then the random-init and baseline primary metric."""
+    names = [name for name, _ in runs]
+    lines = ["# Runs compared", "", "| run | checkpoint | layers / hidden | parameters |", "|---|---|---|---|"]
+    for name, r in runs:
+        m = r["checkpoint"]["model"]
+        lines.append(f"| {name} | `{r['checkpoint']['path']}` | {m.get('num_layers')} / {m.get('hidden_size')} | "
+                     f"{r['checkpoint']['num_parameters']:,} |")
+    intrinsic = [(n, r.get("intrinsic")) for n, r in runs]
+    if any(i for _, i in intrinsic):
+        lines += ["", "## Intrinsic", "", "| metric | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for metric in ("mlm_accuracy", "mlm_perplexity", "nsp_accuracy"):
+            lines.append(f"| {metric} | " + " | ".join(_f((i or {}).get(metric)) for _, i in intrinsic) + " |")
+    tasks = sorted({t for _, r in runs for t in r["tasks"]})
+    for task in tasks:
+        pers = [r["tasks"].get(task) for _, r in runs]
+        known = next(p for p in pers if p)
+        lines += ["", f"## {task} ({known['task_type']})", "", "| model · metric | " + " | ".join(names) + " |",
+                  "|---" * (len(names) + 1) + "|"]
+        for metric in task_metrics(known):
+            lines.append(f"| pretrained · {metric} | " + " | ".join(_pm((p or {}).get("pretrained"), metric) for p in pers) + " |")
+        primary = known["primary_metric"]
+        for model in MODELS[1:]:
+            if any((p or {}).get(model) for p in pers):
+                lines.append(f"| {MODEL_LABELS[model]} · {primary} | " +
+                             " | ".join(_pm((p or {}).get(model), primary) for p in pers) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -189,23 +320,28 @@ def write_report(results: dict, out_dir: Path, metrics_path: Path | None) -> Pat
     not trained in this run directory) leaves out the pretraining plot with a note saying so."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pretrain_plot = None
+    for old in out_dir.glob("*.png"):  # a plot of an earlier run would contradict this report
+        old.unlink()
+    plots: dict[str, str | None] = {}
     note = f"No pretraining curve: {metrics_path} does not exist."
     if metrics_path is not None and Path(metrics_path).is_file():
         records = read_pretrain_metrics(Path(metrics_path))
         if records:
             plot_pretrain_curves(records, out_dir / PRETRAIN_PLOT)
-            pretrain_plot = PRETRAIN_PLOT
+            plots["pretrain"] = PRETRAIN_PLOT
         else:
             note = f"No pretraining curve: {metrics_path} holds no records."
-    finetune_plot = None
     if results["tasks"]:
         plot_finetune_curves(results, out_dir / FINETUNE_PLOT)
-        finetune_plot = FINETUNE_PLOT
-    for name, made in ((PRETRAIN_PLOT, pretrain_plot), (FINETUNE_PLOT, finetune_plot)):
-        if made is None and (out_dir / name).exists():  # a plot of an earlier run would contradict this report
-            (out_dir / name).unlink()
+        plot_task_scores(results, out_dir / SCORES_PLOT)
+        plots["finetune"], plots["scores"] = FINETUNE_PLOT, SCORES_PLOT
+        for task, per in sorted(results["tasks"].items()):
+            matrix = per["pretrained"].get("confusion_matrix")
+            if matrix:
+                name = f"confusion_{task}.png"
+                plot_confusion(matrix, per["data"]["label_names"], task, out_dir / name)
+                plots[f"confusion:{task}"] = name
     path = out_dir / REPORT_FILE
-    atomic_write_text(path, render_markdown(results, pretrain_plot, finetune_plot, note))
+    atomic_write_text(path, render_markdown(results, plots, note))
     logger.info("wrote %s", path)
     return path

@@ -1,9 +1,9 @@
-"""The results.json contract (schema v1, documented in docs/results.md): pydantic models, the writer (validates,
+"""The results.json contract (schema v2, documented in docs/results.md): pydantic models, the writer (validates,
 then writes atomically) and the reader (checks format and schema version first, then validates every field).
 
     from evaluation.results import read_results
     results = read_results(run_dir / "eval" / "results.json")     # a plain dict, validated
-    results["tasks"]["movie_sentiment"]["pretrained"]["accuracy"]
+    results["tasks"]["movie_sentiment"]["pretrained"]["accuracy"]       # mean over seeds; accuracy_std beside it
 """
 
 from __future__ import annotations
@@ -11,14 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from bertfactory.errors import ContractError
 from bertfactory.io import atomic_write_json, read_json_file
 
+from .scoring import METRICS as TYPE_METRICS
+from .tasks.base import TASK_TYPES
+
 FORMAT = "bertfactory.results"
-SCHEMA_VERSION = 1
-SUPPORTED_SCHEMA_VERSIONS = (1,)
+SCHEMA_VERSION = 2
+SUPPORTED_SCHEMA_VERSIONS = (2,)  # v1 (one task, one seed, accuracy only) is not read: re-run `bertfactory evaluate`
 RESULTS_FILE = "results.json"
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]  # a rate in [0, 1]
@@ -58,60 +61,159 @@ class TaskDataInfo(_Strict):
     split_method: str
     sizes: dict[Literal["train", "dev", "test"], int]
     label_names: list[str]
-    label_counts: dict[Literal["train", "dev", "test"], dict[str, int]]
+    label_counts: dict[Literal["train", "dev", "test"], dict[str, int]] | None = Field(
+        None, description="classification: examples per label name; tagging: words per tag")
     dropped: dict[str, int] = Field(description="examples not used, by reason (e.g. zero_valence)")
+    truncated: dict[Literal["train", "dev", "test"], int] = Field(
+        default_factory=dict, description="inputs cut by max_seq_len (tagging: words left without a prediction)")
+
+
+# Every metric any task type reports, with its range (SQuAD's are percentages, as the official scripts).
+METRIC_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "accuracy": (0.0, 1.0), "f1": (0.0, 100.0), "macro_f1": (0.0, 1.0), "mcc": (-1.0, 1.0),
+    "pearson": (-1.0, 1.0), "spearman": (-1.0, 1.0), "mse": (0.0, None),
+    "entity_f1": (0.0, 1.0), "entity_precision": (0.0, 1.0), "entity_recall": (0.0, 1.0),
+    "exact_match": (0.0, 100.0), "exact": (0.0, 100.0), "best_f1": (0.0, 100.0), "best_exact": (0.0, 100.0),
+    "HasAns_exact": (0.0, 100.0), "HasAns_f1": (0.0, 100.0), "NoAns_exact": (0.0, 100.0), "NoAns_f1": (0.0, 100.0),
+    "na_threshold": (0.0, 1.0),
+}
+# `f1` is a rate for classification and a percentage for SQuAD; the task-level check below narrows it.
+
+
+def _metric_fields() -> dict:
+    fields = {}
+    for name, (low, high) in METRIC_RANGES.items():
+        fields[name] = (float | None, Field(None, ge=low, le=high, allow_inf_nan=False))
+        fields[f"{name}_std"] = (float | None, Field(None, ge=0.0, allow_inf_nan=False))
+    return fields
+
+
+MetricValues = create_model("MetricValues", __base__=_Strict, **_metric_fields())
+MetricValues.__doc__ = "Metric means under their own names and `<metric>_std` (absent when not defined)."
+
+
+def metric_names(values: BaseModel) -> set[str]:
+    return {k.removesuffix("_std") for k, v in values if v is not None and k.removesuffix("_std") in METRIC_RANGES}
 
 
 class EpochRecord(_Strict):
     epoch: int = Field(ge=1)
     train_loss: float = Field(ge=0.0)
-    dev_accuracy: Fraction
+    dev_score: float | None = Field(None, description="the primary metric on dev (absent when undefined)")
     lr_end: float = Field(ge=0.0)
+    trained_depths: int | None = Field(None, ge=1, description="gradual unfreezing: depths trained this epoch")
 
 
-class FinetuneScores(_Strict):
-    accuracy: float = Field(ge=0.0, le=1.0, description="test accuracy of the best-dev epoch")
-    accuracy_ci95: tuple[Fraction, Fraction] | None = Field(None, description="Wilson 95 % interval of the test accuracy")
-    f1: float | None = Field(None, ge=0.0, le=1.0, description="test F1 of the positive class (binary tasks)")
-    dev_accuracy: Fraction
+class RunRecord(_Strict):
+    """One fine-tuning run (the chosen learning rate, one seed)."""
+
+    seed: int
     best_epoch: int = Field(ge=1)
     steps: int = Field(ge=1)
+    stopped_early: bool
+    dev: MetricValues
+    test: MetricValues
+    accuracy_ci95: tuple[Fraction, Fraction] | None = Field(None, description="Wilson 95 % interval of this run's test accuracy")
     epochs: list[EpochRecord]
 
 
-class MajorityScores(_Strict):
-    label: int
-    label_name: str
-    accuracy: float = Field(ge=0.0, le=1.0, description="test accuracy of always predicting the train majority label")
-    f1: float | None = Field(None, ge=0.0, le=1.0)
-    dev_accuracy: Fraction
+class GridPoint(_Strict):
+    learning_rate: float = Field(gt=0.0)
+    dev_mean: float | None = None
+    dev_std: float = Field(ge=0.0)
+
+
+class FinetuneScores(MetricValues):
+    """Test metrics: mean over seeds of the chosen learning rate, and `<metric>_std`."""
+
+    dev: MetricValues = Field(description="dev metrics of the restored epochs, mean and std over seeds")
+    learning_rate: float = Field(gt=0.0, description="the grid point with the best mean dev primary metric")
+    lr_grid: list[GridPoint]
+    seeds: list[int]
+    runs: list[RunRecord]
+    confusion_matrix: list[list[int]] | None = Field(None, description="classification: test gold x predicted, summed over seeds")
+
+
+class BaselineScores(MetricValues):
+    """A non-neural baseline's test metrics (deterministic: std is 0, written for symmetry)."""
+
+    dev: MetricValues
+    details: dict[str, Any] = Field(default_factory=dict, description="what was predicted / fitted")
 
 
 class Comparison(_Strict):
-    """Pretrained vs random init on the same test examples (McNemar's test)."""
+    """Pretrained vs random init on the same test examples."""
 
-    accuracy_difference: float = Field(ge=-1.0, le=1.0, description="pretrained minus random_init test accuracy")
-    pretrained_only_correct: int = Field(ge=0, description="test examples only the pretrained model gets right")
-    random_init_only_correct: int = Field(ge=0, description="test examples only the random-init model gets right")
-    mcnemar_p_value: Fraction = Field(description="two-sided; below 0.05 the difference is unlikely to be chance")
+    primary_metric: str
+    difference: float | None = Field(None, description="pretrained minus random_init, mean primary test metric")
+    seed: int | None = Field(None, description="classification: the seed whose runs McNemar's test compares")
+    pretrained_only_correct: int | None = Field(None, ge=0, description="test examples only the pretrained run gets right")
+    random_init_only_correct: int | None = Field(None, ge=0, description="test examples only the random-init run gets right")
+    mcnemar_p_value: Fraction | None = Field(None, description="two-sided; below 0.05 the difference is unlikely to be chance")
 
 
 class TaskResults(_Strict):
+    task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
+    primary_metric: str
+    language: str
     data: TaskDataInfo
     pretrained: FinetuneScores
     random_init: FinetuneScores | None = None
-    majority: MajorityScores
+    tfidf_logreg: BaselineScores | None = None
+    majority: BaselineScores | None = None
     comparison: Comparison | None = Field(None, description="present when random_init is")
+
+    @model_validator(mode="after")
+    def _metrics_of_the_task_type(self) -> "TaskResults":
+        allowed = set(TYPE_METRICS[self.task_type])
+        if self.primary_metric not in allowed:
+            raise ValueError(f"primary_metric {self.primary_metric!r} is not a {self.task_type} metric "
+                             f"({', '.join(sorted(allowed))})")
+        for model in ("pretrained", "random_init", "tfidf_logreg", "majority"):
+            scores = getattr(self, model)
+            if scores is None:
+                continue
+            parts = [("", scores), (".dev", scores.dev)]
+            parts += [(f".runs.{i}.test", r.test) for i, r in enumerate(getattr(scores, "runs", []))]
+            for where, values in parts:
+                extra = metric_names(values) - allowed
+                if extra:
+                    raise ValueError(f"{model}{where}: {', '.join(sorted(extra))} not metrics of {self.task_type}")
+                if self.task_type != "squad" and values.f1 is not None and values.f1 > 1.0:
+                    raise ValueError(f"{model}{where}.f1: {values.f1} is above 1")
+        return self
+
+
+class FeatureRow(_Strict):
+    option: str
+    description: str
+    layers: list[int] = Field(description="indices into (embeddings h0, layer 1, ..., layer L)")
+    best_epoch: int = Field(ge=1)
+    dev_entity_f1: Fraction
+    entity_f1: Fraction | None = None
+    entity_precision: Fraction | None = None
+    entity_recall: Fraction | None = None
+    mix_weights: list[Fraction] | None = Field(None, description="scalar mix: softmax weights per layer")
+    mix_gamma: float | None = None
+
+
+class FeatureBasedResults(_Strict):
+    task: str
+    seed: int
+    layers_available: int = Field(ge=1, description="hidden states the encoder gives: embeddings + L layers")
+    tagger: str
+    rows: list[FeatureRow]
 
 
 class Results(_Strict):
     format: Literal["bertfactory.results"] = FORMAT
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     created_by: str
     checkpoint: CheckpointInfo
     config: dict[str, Any] = Field(description="the `evaluate` recipe section used")
     intrinsic: IntrinsicResults | None = None
     tasks: dict[str, TaskResults]
+    feature_based: FeatureBasedResults | None = Field(None, description="frozen-encoder tagger per layer combination")
     timings: dict[str, float] = Field(description="wall-clock seconds per part (the only non-deterministic values)")
 
 

@@ -6,14 +6,16 @@ report.md, *.png}.
     # or: bertfactory evaluate configs/local.yaml --run-dir runs/local
 
 Steps: (1) intrinsic MLM/NSP scores on the held-out shards (refused when the shards were built with another
-tokenizer); (2) for each task, fine-tune the pretrained encoder, the same architecture from random weights with the
-same budget, and score the train-majority class; (3) write the plots and report.md, then results.json last (so a
-results.json on disk always belongs to a finished evaluation). Contract of results.json: docs/results.md.
+tokenizer); (2) for each task of `evaluate.tasks` (built-in by name or a user file): encode it once (cached in
+RUN/cache/tasks), fine-tune the pretrained encoder and the same architecture from random weights with the same
+recipe (learning-rate grid x seeds), and score the non-neural baselines (tfidf_logreg, majority) on the same
+splits; (3) optionally the feature-based comparison; (4) write the plots and report.md, then results.json last
+(so a results.json on disk always belongs to a finished evaluation). Contract of results.json: docs/results.md.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import logging
 import time
 from collections import Counter
@@ -23,25 +25,29 @@ import torch
 
 import bertfactory
 from bertfactory.errors import ConfigError
-from bertfactory.io import sha256_file
-from bertfactory.samples import resolve_input
+from bertfactory.io import atomic_write_json, sha256_file
+from bertfactory.samples import resolve_input, sample_path
 from training.checkpoint import MODEL_FILE, load_pretrained
 
-from .config import EvaluateConfig, FinetuneConfig
+from .baselines import BaselineResult, majority, tfidf_logreg
+from .cache import cache_key, load_or_build
+from .config import EvaluateConfig, FinetuneConfig, TaskConfig
 from .encode import TextEncoder
-from .finetune import encode_split, finetune
+from .finetune import ModelResult, PreparedTask, limit_examples, prepare_task, task_spec
+from .inputs import CLASSIFICATION_TYPES, build_features
 from .intrinsic import evaluate_intrinsic
-from .metrics import accuracy, binary_f1, majority_label, mcnemar
+from .metrics import mcnemar, wilson_interval
 from .report import write_report
 from .results import FORMAT as RESULTS_FORMAT
 from .results import RESULTS_FILE, to_document, write_results
 from .results import SCHEMA_VERSION as RESULTS_SCHEMA_VERSION
+from .scoring import gold
 from .tasks.base import TaskData
-from .tasks.movie_sentiment import load_movie_sentiment
 
 logger = logging.getLogger(__name__)
 
-TASK_LOADERS = {"movie_sentiment": load_movie_sentiment}
+CACHE_DIR = Path("cache") / "tasks"  # inside the run directory, outside eval/ (which a changed key clears)
+FINETUNED_DIR = "finetuned"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -59,64 +65,180 @@ def _display_path(path: Path, run_dir: Path) -> str:
         return str(path.resolve())
 
 
-def majority_scores(data: TaskData) -> dict:
-    label = majority_label([e.label for e in data.train])
-    test = [e.label for e in data.test]
-    return {
-        "label": label,
-        "label_name": data.label_names[label],
-        "accuracy": accuracy(test, [label] * len(test)),
-        "f1": binary_f1(test, [label] * len(test)) if len(data.label_names) == 2 else None,
-        "dev_accuracy": accuracy([e.label for e in data.dev], [label] * len(data.dev)),
-    }
+# ------------------------------------------------------------------------------------------------ task data
 
 
-def data_info(data: TaskData) -> dict:
-    """Provenance, sizes and label counts of the splits as used (train already cut to max_train_examples)."""
-    counts = {}
-    for split in ("train", "dev", "test"):
-        c = Counter(e.label for e in getattr(data, split))
-        counts[split] = {name: c.get(i, 0) for i, name in enumerate(data.label_names)}
-    return {"source_path": data.source["path"], "source_sha256": data.source["sha256"], "lines": data.source["lines"],
-            "split_method": data.split_method, "sizes": data.sizes(), "label_names": list(data.label_names),
-            "label_counts": counts, "dropped": dict(data.dropped)}
+def load_task(name: str, task: TaskConfig) -> TaskData:
+    """A built-in task by name (its cached sample, or `input`), or a user task file (`input` + `task_type`)."""
+    from .tasks.registry import BUILTIN_TASKS, load_task_file
+
+    where = f"evaluate.tasks.{name}"
+    if task.task_type is None:
+        if name not in BUILTIN_TASKS:
+            raise ConfigError(f"{where}: {name!r} is not a built-in task ({', '.join(BUILTIN_TASKS)}); a task from a "
+                              f"file needs `input` and `task_type`")
+        return BUILTIN_TASKS[name](resolve_input(task.input) if task.input else None)
+    if not task.input:
+        raise ConfigError(f"{where}: a task with task_type {task.task_type!r} needs `input` (the data file)")
+    return load_task_file(
+        resolve_input(task.input), task.task_type, text_column=task.text_column, text_b_column=task.text_b_column,
+        label_column=task.label_column, label_names=task.label_names, language=task.language, name=name,
+        dev_path=resolve_input(task.dev_input) if task.dev_input else None,
+        test_path=resolve_input(task.test_input) if task.test_input else None)
 
 
-def evaluate_task(name: str, input_spec: str, checkpoint: Path, text_encoder: TextEncoder, ft: FinetuneConfig,
-                  random_init: bool, device: torch.device, timings: dict) -> dict:
-    data = TASK_LOADERS[name](resolve_input(input_spec))
-    if ft.max_train_examples is not None and ft.max_train_examples < len(data.train):
-        data = dataclasses.replace(data, train=data.train[: ft.max_train_examples])
-    splits = {s: encode_split(text_encoder, getattr(data, s), ft.max_seq_len) for s in ("train", "dev", "test")}
-    pad_id = text_encoder.special_ids["pad"]
-    num_labels = len(data.label_names)
-    logger.info("%s: %s examples (train/dev/test), dropped %s", name, data.sizes(), data.dropped)
+def task_input_files(cfg: EvaluateConfig) -> list[Path]:
+    """The files the enabled tasks read (for the stage key): the configured inputs, or a built-in task's sample."""
+    from .tasks.registry import BUILTIN_SAMPLES
 
-    pretrained_model, _, _ = load_pretrained(checkpoint, device="cpu")
-    out: dict = {"data": data_info(data)}
-    backbone = pretrained_model.backbone()
-    backbone_class, backbone_config = type(backbone), backbone.config
-    result = finetune(backbone, splits["train"], splits["dev"], splits["test"], ft, device, pad_id,
-                      num_labels, f"{name}/pretrained")
-    out["pretrained"] = result.to_json()
-    timings[f"{name}.pretrained"] = result.seconds
-    pretrained_predictions = result.test_predictions
-    del pretrained_model, backbone
-    if random_init:
-        torch.manual_seed(ft.seed)  # the random encoder depends only on the seed and the architecture
-        result = finetune(backbone_class(backbone_config), splits["train"], splits["dev"], splits["test"], ft, device, pad_id,
-                          num_labels, f"{name}/random_init")
-        out["random_init"] = result.to_json()
-        timings[f"{name}.random_init"] = result.seconds
-        test = mcnemar(splits["test"].labels, pretrained_predictions, result.test_predictions)
-        out["comparison"] = {
-            "accuracy_difference": out["pretrained"]["accuracy"] - out["random_init"]["accuracy"],
-            "pretrained_only_correct": test["a_only"],
-            "random_init_only_correct": test["b_only"],
-            "mcnemar_p_value": test["p_value"],
-        }
-    out["majority"] = majority_scores(data)
+    files: list[Path] = []
+    for name, task in cfg.enabled_tasks().items():
+        specs = [s for s in (task.input, task.dev_input, task.test_input) if s]
+        paths = [resolve_input(s) for s in specs]
+        if not specs and task.task_type is None and name in BUILTIN_SAMPLES:
+            paths = [sample_path(BUILTIN_SAMPLES[name])]
+        for path in paths:
+            files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return files
+
+
+def data_info(data: TaskData, task: PreparedTask) -> dict:
+    """Provenance, sizes and label counts of the splits as used (after max_train/eval_examples)."""
+    source = data.source
+    info = {"source_path": str(source.get("path", "")), "source_sha256": str(source.get("sha256", "")),
+            "lines": int(source.get("lines", 0)), "split_method": data.split_method, "sizes": data.sizes(),
+            "label_names": list(data.label_names), "dropped": dict(data.dropped),
+            "truncated": {s: getattr(task, s).features.truncated for s in ("train", "dev", "test")}}
+    if data.task_type in CLASSIFICATION_TYPES or data.task_type == "tagging":
+        counts = {}
+        for split in ("train", "dev", "test"):
+            examples = getattr(data, split)
+            c = Counter(t for e in examples for t in e.tags) if data.task_type == "tagging" else \
+                Counter(e.label for e in examples)
+            counts[split] = {n: c.get(i, 0) for i, n in enumerate(data.label_names)}
+        info["label_counts"] = counts
+    return info
+
+
+def _features(name: str, data: TaskData, text_encoder: TextEncoder, ft: FinetuneConfig, run_dir: Path,
+              use_cache: bool) -> dict:
+    def build():
+        return {s: build_features(data.task_type, getattr(data, s), text_encoder, ft) for s in ("train", "dev", "test")}
+
+    if not use_cache:
+        return build()
+    settings = {k: getattr(ft, k) for k in ("max_seq_len", "doc_stride", "max_query_len")}
+    ids = {s: [e.id for e in getattr(data, s)] for s in ("train", "dev", "test")}
+    key = cache_key(name, str(data.source.get("sha256", "")), ids, {**settings, "task_type": data.task_type})
+    return load_or_build(run_dir / CACHE_DIR, name, text_encoder.sha256, key, build)
+
+
+# --------------------------------------------------------------------------------------------- results parts
+
+
+def model_scores(result: ModelResult, task: PreparedTask) -> dict:
+    runs = []
+    for r in result.runs:
+        record = {"seed": r.seed, "best_epoch": r.best_epoch, "steps": r.steps, "stopped_early": r.stopped_early,
+                  "dev": r.dev_metrics, "test": r.test_metrics,
+                  "epochs": [{k: v for k, v in e.items() if not (k == "dev_score" and v == float("-inf"))}
+                             for e in r.epochs]}
+        if task.spec.task_type in CLASSIFICATION_TYPES or task.spec.task_type == "multiple-choice":
+            y = gold(task.spec, task.test.examples)
+            correct = sum(int(p == t) for p, t in zip(r.test_predictions, y))
+            record["accuracy_ci95"] = list(wilson_interval(correct, len(y)))
+        runs.append(record)
+    out = {**result.metrics(), "dev": result.dev_metrics(), "learning_rate": result.learning_rate,
+           "lr_grid": [{k: v for k, v in g.items() if v is not None} for g in result.grid],
+           "seeds": [r.seed for r in result.runs], "runs": runs}
+    confusion = result.confusion()
+    if confusion is not None:
+        out["confusion_matrix"] = confusion
     return out
+
+
+def baseline_scores(result: BaselineResult) -> dict:
+    zeros = {f"{k}_std": 0.0 for k in result.test_metrics}
+    return {**result.test_metrics, **zeros, "dev": result.dev_metrics, "details": result.details}
+
+
+def comparison(task: PreparedTask, pretrained: ModelResult, random_init: ModelResult) -> dict:
+    primary = task.spec.primary_metric
+    out: dict = {"primary_metric": primary}
+    ours, theirs = pretrained.metrics().get(primary), random_init.metrics().get(primary)
+    if ours is not None and theirs is not None:  # absent when undefined for one of them
+        out["difference"] = ours - theirs
+    if task.spec.task_type in CLASSIFICATION_TYPES or task.spec.task_type == "multiple-choice":
+        a, b = pretrained.runs[0], random_init.runs[0]
+        test = mcnemar(gold(task.spec, task.test.examples), a.test_predictions, b.test_predictions)
+        out.update(seed=a.seed, pretrained_only_correct=test["a_only"], random_init_only_correct=test["b_only"],
+                   mcnemar_p_value=test["p_value"])
+    return out
+
+
+def save_finetuned(result: ModelResult, task: PreparedTask, directory: Path, tokenizer_sha256: str,
+                   encoder_config: dict) -> None:
+    """The task's best run (best dev score over grid and seeds): model.safetensors of the TaskModel (encoder.* +
+    head.*) and head.json saying how to rebuild it."""
+    from safetensors.torch import save_file
+
+    if result.best_state is None:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.contiguous().clone() for k, v in result.best_state.items()}
+    save_file(tensors, str(directory / "model.safetensors"))
+    best = max(result.runs, key=lambda r: r.dev_score(task.spec.primary_metric))
+    atomic_write_json(directory / "head.json", {
+        "task": task.name, "task_type": task.spec.task_type, "label_names": list(task.spec.label_names),
+        "primary_metric": task.spec.primary_metric, "tokenizer_sha256": tokenizer_sha256, "encoder": encoder_config,
+        "note": "TaskModel(encoder, task_type, num_labels=len(label_names), dropout) state dict; the best run "
+                f"by dev {task.spec.primary_metric} (seed {best.seed} if from the reported grid point)"})
+
+
+# ------------------------------------------------------------------------------------------------ the stage
+
+
+def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, template: torch.nn.Module,
+                  text_encoder: TextEncoder, device: torch.device, run_dir: Path, timings: dict) -> tuple[dict, PreparedTask, TaskData]:
+    from .finetune import finetune_model
+
+    ft = task_cfg.recipe(cfg.finetune)
+    data = limit_examples(load_task(name, task_cfg), ft)
+    features = _features(name, data, text_encoder, ft, run_dir, cfg.cache_encodings)
+    task = prepare_task(data, text_encoder, ft, task_cfg.primary_metric, features)
+    spec = task.spec
+    logger.info("%s (%s): %s examples (train/dev/test), dropped %s", name, spec.task_type, data.sizes(), data.dropped)
+    out: dict = {"task_type": spec.task_type, "primary_metric": spec.primary_metric, "language": data.language,
+                 "data": data_info(data, task)}
+    pad_id = text_encoder.pad_id
+
+    def pretrained_encoder(seed: int) -> torch.nn.Module:
+        return copy.deepcopy(template)
+
+    def random_encoder(seed: int) -> torch.nn.Module:
+        torch.manual_seed(seed)  # the random encoder depends only on the seed and the architecture
+        return type(template)(template.config)
+
+    pretrained = finetune_model(pretrained_encoder, task, ft, device, pad_id, f"{name}/pretrained")
+    out["pretrained"] = model_scores(pretrained, task)
+    timings[f"{name}.pretrained"] = pretrained.seconds
+    if cfg.save_best:
+        config = template.config.to_dict() if hasattr(template.config, "to_dict") else {}
+        save_finetuned(pretrained, task, run_dir / "eval" / FINETUNED_DIR / name, text_encoder.sha256, config)
+    if cfg.random_init_baseline:
+        random_init = finetune_model(random_encoder, task, ft, device, pad_id, f"{name}/random_init")
+        out["random_init"] = model_scores(random_init, task)
+        timings[f"{name}.random_init"] = random_init.seconds
+        out["comparison"] = comparison(task, pretrained, random_init)
+    started = time.perf_counter()
+    if "tfidf_logreg" in cfg.baselines:
+        baseline = tfidf_logreg(data, spec)
+        if baseline is not None:
+            out["tfidf_logreg"] = baseline_scores(baseline)
+    if "majority" in cfg.baselines:
+        out["majority"] = baseline_scores(majority(data, spec))
+    timings[f"{name}.baselines"] = time.perf_counter() - started
+    return out, task, data
 
 
 def run_evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
@@ -134,13 +256,16 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     started = time.perf_counter()
     device = resolve_device(cfg.device)
     checkpoint = cfg.checkpoint_path(run_dir)
-    model, config, tokenizer_path = load_pretrained(checkpoint, device=device)
-    positions = getattr(model.backbone().config, "max_position_embeddings", None)  # None: relative positions
-    if positions is not None and cfg.finetune.max_seq_len > positions:
-        raise ConfigError(f"evaluate.finetune.max_seq_len={cfg.finetune.max_seq_len} exceeds the checkpoint's "
+    model, config, tokenizer_path = load_pretrained(checkpoint, device="cpu")
+    template = model.backbone()
+    positions = getattr(template.config, "max_position_embeddings", None)  # None: relative positions
+    longest = max([cfg.finetune.max_seq_len] + [t.recipe(cfg.finetune).max_seq_len for t in cfg.enabled_tasks().values()])
+    if positions is not None and longest > positions:
+        raise ConfigError(f"evaluate.finetune.max_seq_len={longest} exceeds the checkpoint's "
                           f"max_position_embeddings={positions}")
     text_encoder = TextEncoder.from_file(tokenizer_path)
-    logger.info("evaluating %s (%d parameters) on %s", checkpoint, sum(p.numel() for p in model.parameters()), device)
+    num_parameters = sum(p.numel() for p in model.parameters())
+    logger.info("evaluating %s (%d parameters) on %s", checkpoint, num_parameters, device)
     timings: dict[str, float] = {}
     results: dict = {
         "format": RESULTS_FORMAT,
@@ -150,7 +275,7 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
             "path": _display_path(checkpoint, run_dir),
             "model_sha256": sha256_file(checkpoint / MODEL_FILE),
             "tokenizer_sha256": text_encoder.sha256,
-            "num_parameters": sum(p.numel() for p in model.parameters()),
+            "num_parameters": num_parameters,
             "model": config.to_dict(),
         },
         "config": cfg.model_dump(mode="json"),
@@ -159,14 +284,24 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     }
     if cfg.intrinsic.enabled:
         t = time.perf_counter()
+        model.to(device)
         results["intrinsic"] = evaluate_intrinsic(model, run_dir / "shards", text_encoder.sha256, cfg.intrinsic, device)
+        model.to("cpu")
         timings["intrinsic"] = time.perf_counter() - t
-    del model
-    for name in TASK_LOADERS:
-        task_cfg = getattr(cfg.tasks, name)
-        if task_cfg.enabled:
-            results["tasks"][name] = evaluate_task(name, task_cfg.input, checkpoint, text_encoder, cfg.finetune,
-                                                   cfg.random_init_baseline, device, timings)
+    prepared: dict[str, tuple[PreparedTask, TaskData]] = {}
+    for name, task_cfg in cfg.enabled_tasks().items():
+        results["tasks"][name], task, data = evaluate_task(name, task_cfg, cfg, template, text_encoder, device,
+                                                           run_dir, timings)
+        prepared[name] = (task, data)
+    if cfg.feature_based.enabled:
+        from .features import compare_options
+
+        t = time.perf_counter()
+        task, _ = prepared[cfg.feature_based.task]
+        results["feature_based"] = compare_options(template, task, cfg.feature_based, device, text_encoder.pad_id,
+                                                   seed=cfg.finetune.seed)
+        timings["feature_based"] = time.perf_counter() - t
+    del model, template
     timings["total"] = time.perf_counter() - started
     results["timings"] = {k: round(v, 3) for k, v in timings.items()}
     out_dir = run_dir / "eval"

@@ -37,9 +37,12 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
     results = read_results(run_dir / "eval")
     rows = [(f"intrinsic {k}", v) for k, v in results.get("intrinsic", {}).items() if not isinstance(v, (dict, list))]
     for task, per in results.get("tasks", {}).items():
-        for model, metrics in per.items():
-            if isinstance(metrics, dict) and "accuracy" in metrics:
-                rows.append((f"{task} · {model} accuracy", metrics["accuracy"]))
+        primary = per["primary_metric"]
+        for model in ("pretrained", "random_init", "tfidf_logreg", "majority"):
+            metrics = per.get(model)
+            if isinstance(metrics, dict) and primary in metrics:
+                rows.append((f"{task} · {model} {primary}", metrics[primary]))
+                rows.append((f"{task} · {model} {primary} std", metrics.get(f"{primary}_std")))
     return head + _md_table(rows) + f"\n\nReport: `{run_dir / 'eval/report.md'}`"
 
 

@@ -54,9 +54,9 @@ def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[
         if recipe.evaluate.intrinsic.enabled:
             files.append(run_dir / "shards/manifest.json")
         # the task data decide the scores as much as the model: a changed file reruns the evaluation
-        tasks = recipe.evaluate.tasks
-        files += [resolve_input(getattr(tasks, name).input) for name in type(tasks).model_fields
-                  if getattr(tasks, name).enabled]
+        from evaluation.run import task_input_files
+
+        files += task_input_files(recipe.evaluate)
         return recipe.model_dump(mode="json", include={"evaluate"}), files
     raise BertfactoryError(f"unknown stage '{stage}'; stages: {', '.join(STAGE_ORDER)}")
 

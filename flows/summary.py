@@ -54,13 +54,17 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
         rows.append(("evaluate", "  unigram baseline (no context)", intrinsic["unigram_mlm_loss"]))
         rows.append(("evaluate", "held-out nsp accuracy", intrinsic["nsp_accuracy"]))
     for task, per in results.get("tasks", {}).items():
-        for model in ("pretrained", "random_init", "majority"):
-            if isinstance(per.get(model), dict) and "accuracy" in per[model]:
-                rows.append(("evaluate", f"{task} accuracy · {model}", per[model]["accuracy"]))
+        primary = per["primary_metric"]
+        for model in ("pretrained", "random_init", "tfidf_logreg", "majority"):
+            scores = per.get(model)
+            if isinstance(scores, dict) and primary in scores:
+                std = scores.get(f"{primary}_std")
+                value = f"{scores[primary]:.4f} ± {std:.4f}" if std else scores[primary]
+                rows.append(("evaluate", f"{task} {primary} · {model}", value))
         cmp = per.get("comparison")
-        if cmp:
-            rows.append(("evaluate", f"{task} pretrained − random_init",
-                         f"{100 * cmp['accuracy_difference']:+.1f} pts (McNemar p = {cmp['mcnemar_p_value']:.2g})"))
+        if cmp and cmp.get("difference") is not None:
+            p_value = f" (McNemar p = {cmp['mcnemar_p_value']:.2g})" if cmp.get("mcnemar_p_value") is not None else ""
+            rows.append(("evaluate", f"{task} pretrained − random_init", f"{cmp['difference']:+.4f} {primary}{p_value}"))
     return rows
 
 

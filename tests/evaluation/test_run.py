@@ -1,5 +1,6 @@
 """The evaluation stage end to end on a tiny run directory: results.json (valid, complete, reproducible apart from
-timings), report.md and the plots; refusals for a mismatched tokenizer and impossible settings."""
+timings), report.md and the plots; built-in tasks by name next to user task files; refusals for a mismatched
+tokenizer (shards and task cache) and impossible settings."""
 
 import json
 import shutil
@@ -10,7 +11,7 @@ import torch
 from bertfactory.errors import ConfigError, ContractError
 from bertfactory.io import sha256_file
 from evaluation.config import EvaluateConfig
-from evaluation.report import FINETUNE_PLOT, PRETRAIN_PLOT, read_pretrain_metrics
+from evaluation.report import FINETUNE_PLOT, PRETRAIN_PLOT, SCORES_PLOT, read_pretrain_metrics
 from evaluation.results import read_results
 from evaluation.run import run_evaluate
 from training.checkpoint import load_pretrained, save_pretrained
@@ -21,12 +22,13 @@ def run_dir(eval_run, tmp_path):
     return shutil.copytree(eval_run, tmp_path / "run")
 
 
-def config(task_file, **finetune) -> EvaluateConfig:
+def config(task_file, tasks=None, **finetune) -> EvaluateConfig:
     return EvaluateConfig.model_validate({
         "device": "cpu",
         "intrinsic": {"batch_size": 32},
-        "finetune": {"epochs": 2, "learning_rate": 1e-3, "batch_size": 32, "max_seq_len": 32, "seed": 3, **finetune},
-        "tasks": {"movie_sentiment": {"input": str(task_file)}},
+        "finetune": {"epochs": 2, "learning_rate": 1e-3, "batch_size": 32, "max_seq_len": 32, "seed": 3,
+                     "num_seeds": 2, **finetune},
+        "tasks": tasks or {"movie_sentiment": {"input": str(task_file)}},
     })
 
 
@@ -44,6 +46,7 @@ def test_evaluate_writes_results_report_and_plots(run_dir, task_slice, tmp_path)
     assert 0 <= results["intrinsic"]["mlm_accuracy"] <= 1 and 0 <= results["intrinsic"]["nsp_accuracy"] <= 1
 
     task = results["tasks"]["movie_sentiment"]
+    assert task["task_type"] == "classification" and task["primary_metric"] == "accuracy"
     lines = task_file.read_text(encoding="utf-8").splitlines()
     zero = sum(float(line.split("\t")[1]) == 0.0 for line in lines)
     assert zero >= 1  # the slice holds a zero-valence line, so the count below is tested
@@ -55,28 +58,42 @@ def test_evaluate_writes_results_report_and_plots(run_dir, task_slice, tmp_path)
     train_counts = task["data"]["label_counts"]["train"]
     test_counts = task["data"]["label_counts"]["test"]
     majority = max(sorted(train_counts), key=lambda name: train_counts[name])
-    assert task["majority"]["label_name"] == majority
+    assert task["majority"]["details"]["label_name"] == majority
     assert task["majority"]["accuracy"] == test_counts[majority] / task["data"]["sizes"]["test"]
+    assert 0.0 <= task["tfidf_logreg"]["accuracy"] <= 1.0 and task["tfidf_logreg"]["details"]["model"] == "LogisticRegression"
     for model in ("pretrained", "random_init"):
-        assert [e["epoch"] for e in task[model]["epochs"]] == [1, 2]
-        assert task[model]["steps"] == 2 * -(-task["data"]["sizes"]["train"] // 32)
-        low, high = task[model]["accuracy_ci95"]
-        assert low < task[model]["accuracy"] < high
+        scores = task[model]
+        assert scores["seeds"] == [3, 4] and [r["seed"] for r in scores["runs"]] == [3, 4]
+        accs = [r["test"]["accuracy"] for r in scores["runs"]]
+        assert scores["accuracy"] == pytest.approx(sum(accs) / 2)
+        assert scores["accuracy_std"] == pytest.approx(abs(accs[0] - accs[1]) / 2 ** 0.5)
+        for run in scores["runs"]:
+            assert [e["epoch"] for e in run["epochs"]] == [1, 2]
+            assert run["steps"] == 2 * -(-task["data"]["sizes"]["train"] // 32)
+            low, high = run["accuracy_ci95"]
+            assert low <= run["test"]["accuracy"] <= high
+        assert sum(map(sum, scores["confusion_matrix"])) == 2 * task["data"]["sizes"]["test"]
     cmp = task["comparison"]
-    assert cmp["accuracy_difference"] == pytest.approx(task["pretrained"]["accuracy"] - task["random_init"]["accuracy"])
-    # the discordant counts are what separates the two accuracies
+    assert cmp["difference"] == pytest.approx(task["pretrained"]["accuracy"] - task["random_init"]["accuracy"])
+    first = [r["test"]["accuracy"] for r in (task["pretrained"]["runs"][0], task["random_init"]["runs"][0])]
+    # the discordant counts (seed 3's runs) are what separates those two runs' accuracies
     assert (cmp["pretrained_only_correct"] - cmp["random_init_only_correct"]) == round(
-        cmp["accuracy_difference"] * task["data"]["sizes"]["test"])
+        (first[0] - first[1]) * task["data"]["sizes"]["test"])
     assert 0.0 < cmp["mcnemar_p_value"] <= 1.0
 
     report = (eval_dir / "report.md").read_text(encoding="utf-8")
     assert f"![pretraining loss]({PRETRAIN_PLOT})" in report
-    assert f"![fine-tuning dev accuracy]({FINETUNE_PLOT})" in report
-    assert f"| pretrained | {task['pretrained']['accuracy']:.4f} |" in report
-    assert f"| majority class | {task['majority']['accuracy']:.4f} |" in report
+    assert f"![fine-tuning learning curves]({FINETUNE_PLOT})" in report
+    assert f"![test scores per task]({SCORES_PLOT})" in report
+    assert "![confusion matrix movie_sentiment](confusion_movie_sentiment.png)" in report
+    p = task["pretrained"]
+    assert f"| pretrained | {p['accuracy']:.4f} ± {p['accuracy_std']:.4f} |" in report or \
+        f"| pretrained | {p['accuracy']:.4f} |" in report
+    assert f"| majority | {task['majority']['accuracy']:.4f} |" in report
     assert f"| MLM accuracy | {results['intrinsic']['mlm_accuracy']:.4f}" in report
-    for plot in (PRETRAIN_PLOT, FINETUNE_PLOT):
+    for plot in (PRETRAIN_PLOT, FINETUNE_PLOT, SCORES_PLOT, "confusion_movie_sentiment.png"):
         assert (eval_dir / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (run_dir / "cache" / "tasks" / "movie_sentiment" / "features.npz").is_file()
 
     # a rerun gives the same results apart from wall-clock timings
     again = run_evaluate(config(task_file), run_dir)
@@ -85,8 +102,9 @@ def test_evaluate_writes_results_report_and_plots(run_dir, task_slice, tmp_path)
 
 def test_options_switch_parts_off_and_missing_metrics_are_noted(run_dir, task_slice, tmp_path):
     (run_dir / "pretrain" / "metrics.jsonl").unlink()
-    cfg = config(task_slice(tmp_path / "reviews.txt", 300), max_train_examples=50, epochs=1)
-    cfg = cfg.model_copy(update={"random_init_baseline": False, "num_threads": 2,
+    cfg = config(task_slice(tmp_path / "reviews.txt", 300), max_train_examples=50, epochs=1, num_seeds=1)
+    cfg = cfg.model_copy(update={"random_init_baseline": False, "num_threads": 2, "baselines": [],
+                                 "cache_encodings": False,
                                  "intrinsic": cfg.intrinsic.model_copy(update={"enabled": False})})
     threads = torch.get_num_threads()
     results = run_evaluate(cfg, run_dir)
@@ -94,6 +112,7 @@ def test_options_switch_parts_off_and_missing_metrics_are_noted(run_dir, task_sl
     assert "intrinsic" not in results
     task = results["tasks"]["movie_sentiment"]
     assert "random_init" not in task and "comparison" not in task and task["data"]["sizes"]["train"] == 50
+    assert "majority" not in task and "tfidf_logreg" not in task and not (run_dir / "cache").exists()
     report = (run_dir / "eval" / "report.md").read_text(encoding="utf-8")
     assert "No pretraining curve" in report and not (run_dir / "eval" / PRETRAIN_PLOT).exists()
 
@@ -105,6 +124,42 @@ def test_checkpoint_with_another_tokenizer_is_refused(run_dir, task_slice, tmp_p
     with pytest.raises(ContractError, match="built with tokenizer sha256"):
         run_evaluate(config(task_slice(tmp_path / "reviews.txt", 300)), run_dir)
     assert not (run_dir / "eval" / "results.json").exists()
+
+
+def test_task_cache_of_another_tokenizer_is_refused_naming_both(run_dir, task_slice, tmp_path, make_tokenizer):
+    cfg = config(task_slice(tmp_path / "reviews.txt", 300), max_train_examples=40, epochs=1, num_seeds=1)
+    cfg = cfg.model_copy(update={"random_init_baseline": False,
+                                 "intrinsic": cfg.intrinsic.model_copy(update={"enabled": False})})
+    run_evaluate(cfg, run_dir)
+    built_with = sha256_file(run_dir / "pretrain/final/tokenizer.json")
+    model, config_, _ = load_pretrained(run_dir / "pretrain" / "final")
+    other = make_tokenizer(tmp_path / "other.json", 500, 300)
+    save_pretrained(model, config_, other, run_dir / "pretrain" / "final")
+    with pytest.raises(ContractError, match="task cache .* was built with tokenizer sha256") as err:
+        run_evaluate(cfg, run_dir)
+    assert built_with in str(err.value) and sha256_file(other) in str(err.value)
+
+
+def test_builtin_tasks_by_name_next_to_a_user_task_file(run_dir, tmp_path):
+    tagged = tmp_path / "tagged.conll"
+    places = ["paris", "rome", "berlin", "madrid", "oslo", "vienna", "prague", "lisbon"]
+    words = ["film", "movie", "story", "plot", "cast", "score", "scene", "ending", "script", "actor"]
+    sentences = [["the", w, "was", "set", "in", p] for p in places for w in words]
+    tags = {p: "B-LOC" for p in places}
+    tagged.write_text("\n\n".join("\n".join(f"{w}\t{tags.get(w, 'O')}" for w in s) for s in sentences) + "\n")
+    tasks = {"movie_valence": {}, "places": {"input": str(tagged), "task_type": "tagging"}}
+    cfg = config(None, tasks=tasks, max_train_examples=60, max_eval_examples=30, epochs=1, num_seeds=1)
+    cfg = cfg.model_copy(update={"intrinsic": cfg.intrinsic.model_copy(update={"enabled": False})})
+    results = run_evaluate(cfg, run_dir)
+    valence, places = results["tasks"]["movie_valence"], results["tasks"]["places"]
+    assert valence["task_type"] == "regression" and valence["primary_metric"] == "pearson"
+    assert valence["tfidf_logreg"]["details"]["model"] == "Ridge" and "pearson" not in valence["majority"]
+    assert valence["data"]["sizes"]["train"] == 60 and valence["data"]["sizes"]["test"] == 30
+    assert places["task_type"] == "tagging" and "tfidf_logreg" not in places
+    assert set(places["data"]["label_names"]) == {"O", "B-LOC", "I-LOC"} and "entity_f1" in places["pretrained"]
+    assert "entity_f1_std" in places["pretrained"] and places["majority"]["entity_f1"] == 0.0
+    with pytest.raises(ConfigError, match="evaluate.tasks.nonesuch: 'nonesuch' is not a built-in task"):
+        run_evaluate(config(None, tasks={"nonesuch": {}}), run_dir)
 
 
 def test_sequence_longer_than_the_model_is_refused(run_dir, task_slice, tmp_path):

@@ -1,0 +1,148 @@
+"""The `bertfactory evaluate` and `bertfactory report` commands (parsers and handlers; flows/cli.py wires them in).
+
+    bertfactory evaluate configs/local.yaml --run-dir runs/local          # the recipe's evaluate stage
+    bertfactory evaluate runs/local                                        # a run directory's pretrain/final
+    bertfactory evaluate runs/local/pretrain/checkpoints/step-400 --run-dir runs/step400-eval \\
+        --task trec_coarse --task-file data/reviews.tsv --task-type classification \\
+        --text-column sentence --label-column label --set evaluate.finetune.num_seeds=1
+    bertfactory report runs/local runs/other [--out comparison.md]
+
+CHECKPOINT_OR_CONFIG is a recipe YAML (the evaluate stage of that recipe, through Prefect unless --no-prefect), a
+run directory (its pretrain/final) or a model directory (config.json + model.safetensors). For a checkpoint the
+recipe is the defaults of `evaluate` (paper scale: every example, 5 seeds — use --set to shrink it), the stage
+runs without Prefect, and intrinsic scores are computed when the run directory has shards. `--task NAME`
+(repeatable) and `--task-file PATH` choose the tasks, replacing the recipe's list; the file's layout options are
+those of evaluation.tasks.registry.load_task_file (docs/tasks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bertfactory.errors import ConfigError
+
+
+def add_evaluate_parser(sub) -> None:
+    from evaluation.tasks.base import TASK_TYPES
+
+    text = "fine-tuning evaluation of a recipe's checkpoint, a run directory or a model directory -> RUN/eval"
+    p = sub.add_parser("evaluate", help=text, description=text + ". A checkpoint is evaluated with the `evaluate` "
+                       "defaults (paper scale) plus --set overrides, without Prefect; --task / --task-file replace "
+                       "the recipe's tasks. See docs/results.md and docs/tasks.md.")
+    p.add_argument("target", metavar="CHECKPOINT_OR_CONFIG",
+                   help="recipe YAML, run directory (its pretrain/final) or model directory")
+    p.add_argument("--run-dir", help="run directory (recipe: default runs/<recipe name>; run directory: itself; "
+                   "model directory: default runs/eval-<directory name>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe value, e.g. --set evaluate.finetune.epochs=2 (repeatable)")
+    p.add_argument("--no-prefect", action="store_true", help="run the stage directly, without Prefect")
+    p.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME",
+                   help="a built-in task by name (movie_sentiment, movie_valence, uci_sentences, trec_coarse, "
+                   "trec_fine, wnut16); repeatable; replaces the recipe's tasks")
+    p.add_argument("--task-file", metavar="PATH", help="a user task: TSV/CSV/JSONL, CoNLL/BIO or SQuAD JSON")
+    p.add_argument("--task-type", choices=TASK_TYPES, help="the task file's type (required with --task-file)")
+    p.add_argument("--task-name", help="name of the file's task in results.json (default: the file name's stem)")
+    p.add_argument("--text-column", help="column holding the text")
+    p.add_argument("--text-b-column", help="column holding the second text (pair tasks)")
+    p.add_argument("--label-column", help="column holding the label / target")
+    p.add_argument("--label-names", help="comma-separated label set in id order (default: as found, sorted)")
+    p.add_argument("--language", default="en", help="ISO 639 code of the file's text (default en)")
+    p.add_argument("--dev-file", metavar="PATH", help="a separate dev split")
+    p.add_argument("--test-file", metavar="PATH", help="a separate test split")
+
+
+def add_report_parser(sub) -> None:
+    p = sub.add_parser("report", help="compare the evaluation results of runs side by side",
+                       description="Read RUN/eval/results.json of each run (validated) and print one markdown table "
+                       "per task: every metric of the pretrained model (mean ± std over seeds) and the baselines' "
+                       "primary metric, one column per run.")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or their eval directories / results.json)")
+    p.add_argument("--out", metavar="FILE", help="write the markdown here instead of printing it")
+
+
+def task_overrides(args: argparse.Namespace) -> list[str]:
+    """--task / --task-file options -> an `evaluate.tasks=...` override (JSON is YAML), or none."""
+    if not args.tasks and not args.task_file:
+        return []
+    tasks: dict[str, dict] = {name: {} for name in args.tasks}
+    if args.task_file:
+        if not args.task_type:
+            raise ConfigError("--task-file needs --task-type (one of the task types; see bertfactory evaluate -h)")
+        entry = {"input": str(Path(args.task_file).resolve()), "task_type": args.task_type, "language": args.language}
+        for key in ("text_column", "text_b_column", "label_column"):
+            if getattr(args, key):
+                entry[key] = getattr(args, key)
+        if args.label_names:
+            entry["label_names"] = [n.strip() for n in args.label_names.split(",") if n.strip()]
+        for key, value in (("dev_input", args.dev_file), ("test_input", args.test_file)):
+            if value:
+                entry[key] = str(Path(value).resolve())
+        tasks[args.task_name or Path(args.task_file).stem] = entry
+    elif args.task_type or args.text_column or args.label_column:
+        raise ConfigError("--task-type/--text-column/--label-column describe a --task-file; none was given")
+    return [f"evaluate.tasks={json.dumps(tasks)}"]
+
+
+def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
+    """(model directory, the run directory it belongs to or None)."""
+    if (target / "config.json").is_file():
+        parent = target.parent
+        run = parent.parent if parent.name == "pretrain" else parent.parent.parent if parent.name == "checkpoints" else None
+        return target, run
+    if (target / "pretrain" / "final" / "config.json").is_file():
+        return target / "pretrain" / "final", target
+    raise ConfigError(f"{target} is neither a recipe YAML, a model directory (config.json) nor a run directory "
+                      f"(pretrain/final/config.json)")
+
+
+def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
+    """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner). Checkpoint: here."""
+    args.overrides = list(args.overrides) + task_overrides(args)
+    target = Path(args.target)
+    if target.is_file():
+        args.config = str(target)
+        return run_recipe_stage(args)
+    from bertfactory.config import apply_overrides, validate
+
+    from .recipe import Recipe
+    from .stages import run_stage
+    from .summary import summary_table
+
+    checkpoint, own_run = _checkpoint_of(target)
+    run_dir = Path(args.run_dir) if args.run_dir else own_run or Path("runs") / f"eval-{checkpoint.name}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    base = {"evaluate": {"checkpoint": str(checkpoint.resolve()),
+                         "intrinsic": {"enabled": (run_dir / "shards" / "manifest.json").is_file()}}}
+    recipe = validate(Recipe, apply_overrides(base, args.overrides), f"{checkpoint} with overrides {args.overrides}")
+    result = run_stage("evaluate", recipe, run_dir)
+    print(f"\nevaluate    {result['status']:<11} {result['seconds']:>8.1f} s\n\nRun directory: {run_dir}\n")
+    print(summary_table(run_dir))
+    print(f"\nReport: {run_dir / 'eval' / 'report.md'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from bertfactory.io import atomic_write_text
+    from evaluation.report import render_comparison
+    from evaluation.results import RESULTS_FILE, read_results
+
+    runs = []
+    names: set[str] = set()
+    for spec in args.runs:
+        path = Path(spec)
+        if path.is_dir() and not (path / RESULTS_FILE).is_file():
+            path = path / "eval"
+        label = Path(spec).name or spec
+        while label in names:
+            label = f"{label}'"
+        names.add(label)
+        runs.append((label, read_results(path)))
+    text = render_comparison(runs)
+    if args.out:
+        atomic_write_text(Path(args.out), text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    return 0
