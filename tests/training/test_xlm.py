@@ -1,0 +1,241 @@
+"""XLM: TLM batches (positions restart at the target, a language per token, masks on both sentences) from the one
+masking core; CLM is causal (a later token never changes an earlier output) and predicts the next token; clm and
+xlm_mlm losses fall through training.pretrain on tiny shards, tlm's in an AdamW loop over the builder's batches;
+the language embeddings get gradient.
+
+No parallel text is among the fetched samples (~/.cache/bertfactory/samples: enwiki, movie_reviews, minilm,
+antiberty), so the TLM pairs are generated here: two synthetic vocabularies and a word-for-word translation."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertfactory.errors import ConfigError, ContractError
+from flows.recipe import load_recipe
+from preprocessing.config import MaskingConfig
+from preprocessing.masking import Masker
+from training.checkpoint import load_pretrained
+from training.config import ModelConfig, PretrainConfig
+from training.models.bert import IGNORE_INDEX
+from training.describe import meta_model
+from training.models.registry import get_architecture
+from training.models.xlm import XlmConfig, XlmForPreTraining
+from training.objectives import get_objective_spec
+from training.objectives.xlm import clm, next_token_targets, tlm
+from training.pretrain import pretrain
+from training.tlm import SentencePair, TlmBatchBuilder
+
+PAD, CLS, SEP, MASK = 0, 2, 3, 4
+SPECIALS = frozenset(range(5))
+WORDS = 30  # per language: language 0 has ids 5..34, language 1 ids 35..64
+VOCAB = 5 + 2 * WORDS
+REPO = Path(__file__).resolve().parents[2]
+TRANSLATION = random.Random(0).sample(range(WORDS), WORDS)  # word k of language 0 -> word TRANSLATION[k] of 1
+
+
+def _pair(rng: random.Random, flip: bool) -> SentencePair:
+    words = [rng.randrange(WORDS) for _ in range(rng.randrange(3, 9))]
+    en = [5 + w for w in words]
+    fr = [5 + WORDS + TRANSLATION[w] for w in words]
+    return SentencePair(fr, 1, en, 0) if flip else SentencePair(en, 0, fr, 1)
+
+
+def _builder(seed: int = 5, **masking) -> TlmBatchBuilder:
+    cfg = MaskingConfig(**{"variants": 1, "max_predictions_per_seq": 20, **masking})
+    masker = Masker(cfg, seed=seed, vocab_size=VOCAB, mask_id=MASK, special_ids=SPECIALS)
+    return TlmBatchBuilder(masker, cls_id=CLS, sep_id=SEP, pad_id=PAD, max_seq_len=32)
+
+
+def test_tlm_layout_positions_restart_and_languages_per_token():
+    builder = _builder()
+    pair = SentencePair([10, 11, 12], 1, [40, 41, 42, 43, 44], 0)
+    row = builder.layout(pair)
+    assert row.input_ids == [CLS, 10, 11, 12, SEP, 40, 41, 42, 43, 44, SEP]
+    assert row.position_ids == [0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 6]
+    assert row.language_ids == [1] * 5 + [0] * 6
+    assert row.len_a == 5
+    other = SentencePair([50] * 6, 0, [20], 1)
+    batch = builder.batch([pair, other], pair_ids=[7, 8])
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 6],
+                                              [0, 1, 2, 3, 4, 5, 6, 7, 1, 2, 0]]
+    assert batch["language_ids"].tolist() == [[1] * 5 + [0] * 6, [0] * 8 + [1] * 2 + [0]]
+    assert batch["token_type_ids"].tolist() == [[0] * 5 + [1] * 6, [0] * 8 + [1] * 2 + [0]]
+    assert batch["attention_mask"].tolist() == [[1] * 11, [1] * 10 + [0]]
+    assert "nsp_labels" not in batch
+    # labels are the unmasked ids at the masked positions; the inputs carry the masker's replacements
+    for i, ids in enumerate([builder.layout(pair).input_ids, builder.layout(other).input_ids]):
+        real = batch["masked_labels"][i] != IGNORE_INDEX
+        positions = batch["masked_positions"][i][real]
+        assert batch["masked_labels"][i][real].tolist() == [ids[p] for p in positions.tolist()]
+    # the same pair id gets the same masks in any batch
+    alone = builder.batch([other], pair_ids=[8])
+    assert torch.equal(alone["masked_positions"][0, :2], batch["masked_positions"][1, :2])
+
+
+def test_tlm_masks_both_sentences_with_the_masking_core():
+    builder = _builder(max_predictions_per_seq=40)
+    rng = random.Random(1)
+    pairs = [_pair(rng, flip=i % 2 == 1) for i in range(400)]
+    batch = builder.batch(pairs, pair_ids=range(400))
+    real = batch["masked_labels"] != IGNORE_INDEX
+    source_len = torch.tensor([len(p.source) + 2 for p in pairs])[:, None]  # [CLS] source [SEP]
+    on_source = (real & (batch["masked_positions"] < source_len)).sum().item()
+    on_target = (real & (batch["masked_positions"] >= source_len)).sum().item()
+    source_tokens = sum(len(p.source) for p in pairs)
+    assert on_source > 100 and on_target > 100
+    # positions are drawn over the whole row: each side's share of the masks is its share of the tokens
+    assert abs(on_source / (on_source + on_target) - source_tokens / (2 * source_tokens)) < 0.05
+    labels = batch["masked_labels"][real]
+    assert not any(int(t) in SPECIALS for t in labels)
+    masked_inputs = batch["input_ids"].gather(1, batch["masked_positions"])[real]
+    assert abs((masked_inputs == MASK).float().mean().item() - 0.8) < 0.06
+
+
+def test_tlm_builder_refuses_what_it_cannot_lay_out():
+    builder = _builder()
+    with pytest.raises(ContractError, match="pair 3: 20 \\+ 20 tokens"):
+        builder.layout(SentencePair([10] * 20, 0, [40] * 20, 1), pair_id=3)
+    with pytest.raises(ContractError, match="special tokens"):
+        builder.layout(SentencePair([10, SEP, 11], 0, [40], 1))
+    with pytest.raises(ContractError, match="at least one token"):
+        builder.layout(SentencePair([], 0, [40], 1))
+
+
+def _xlm(**kw) -> XlmForPreTraining:
+    cfg = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+               max_position_embeddings=32, num_languages=2, hidden_dropout=0.0, attention_dropout=0.0)
+    return XlmForPreTraining(XlmConfig(**{**cfg, **kw}))
+
+
+def test_clm_never_attends_to_later_tokens():
+    torch.manual_seed(3)
+    model = _xlm().eval()
+    ids = torch.randint(5, VOCAB, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    with torch.no_grad():
+        before = model.bert(ids, torch.zeros_like(ids), mask, causal=True)
+        for k in (1, 5, 8, 11):
+            changed = ids.clone()
+            changed[:, k] = (changed[:, k] + 7 - 5) % (VOCAB - 5) + 5
+            after = model.bert(changed, torch.zeros_like(ids), mask, causal=True)
+            assert torch.allclose(after[:, :k], before[:, :k], atol=1e-6), k
+            assert not torch.allclose(after[0, k:], before[0, k:], atol=1e-4), k
+        # without the causal mask an earlier output does change
+        full_before = model.bert(ids, torch.zeros_like(ids), mask)
+        changed = ids.clone()
+        changed[:, 11] = 5 if ids[0, 11] != 5 else 6
+        assert not torch.allclose(model.bert(changed, torch.zeros_like(ids), mask)[0, :3], full_before[0, :3])
+
+
+def test_next_token_targets_by_hand():
+    ids = torch.tensor([[2, 10, 11, 3, 12, 3], [2, 20, 3, 0, 0, 0]])
+    positions, labels = next_token_targets(ids, (ids != 0).long())
+    assert positions.tolist() == [[0, 1, 2, 3, 4]] * 2
+    assert labels.tolist() == [[10, 11, 3, 12, 3], [20, 3, -100, -100, -100]]
+
+
+def test_clm_undoes_the_masks_before_predicting():
+    torch.manual_seed(4)
+    model = _xlm()
+    batch = {"input_ids": torch.tensor([[2, 10, MASK, 12, 3]]), "token_type_ids": torch.zeros(1, 5, dtype=torch.long),
+             "attention_mask": torch.ones(1, 5, dtype=torch.long), "masked_positions": torch.tensor([[2, 0]]),
+             "masked_labels": torch.tensor([[11, IGNORE_INDEX]]), "nsp_labels": torch.zeros(1, dtype=torch.long)}
+    out = clm(model, batch)
+    assert out["clm_count"].item() == 4
+    clean = dict(batch, input_ids=torch.tensor([[2, 10, 11, 12, 3]]))
+    assert torch.equal(clm(model, clean)["clm_loss"], out["clm_loss"])
+
+
+def _metrics(run):
+    return [json.loads(line) for line in (run / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+
+
+# CLM on the counting text is nearly deterministic (the next word follows from the current one); MLM's targets
+# are 15 % of the tokens and learn slower in 150 steps (the same margins as BERT's test_pretrain)
+@pytest.mark.parametrize("objective,name,drop,acc", [("clm", "clm", 1.0, 0.25), ("xlm_mlm", "mlm", 0.5, 5 / 45)])
+def test_clm_and_monolingual_mlm_losses_fall_through_pretrain(run_factory, objective, name, drop, acc):
+    run = run_factory(objective, train_rows=128, heldout_rows=16)
+    model_cfg = ModelConfig(hidden_size=48, num_layers=2, num_heads=2, intermediate_size=96,
+                            max_position_embeddings=32, num_languages=3, xlm={"language_id": 2})
+    cfg = PretrainConfig(objective=objective, batch_size=16, max_steps=150, warmup_steps=10, learning_rate=5e-3,
+                         log_every=25, save_every=1000, seed=6, num_threads=1)
+    pretrain(model_cfg, cfg, run)
+    metrics = _metrics(run)
+    first, last = metrics[0], metrics[-1]
+    assert last[f"{name}_loss"] < first[f"{name}_loss"] - drop, (first, last)
+    assert last[f"{name}_acc"] > acc, last  # chance is 1/45
+    model, config, _ = load_pretrained(run / "pretrain" / "final")
+    assert isinstance(model, XlmForPreTraining) and config.language_id == 2 and config.num_languages == 3
+    # only language 2 was ever seen: its embedding moved away from the initialisation, the others did not get
+    # gradient (AdamW's weight decay alone shrinks them by at most (1 - lr * 0.01) per step)
+    torch.manual_seed(cfg.seed)
+    init = XlmForPreTraining(config).bert.embeddings.language_embeddings.weight
+    trained = model.bert.embeddings.language_embeddings.weight
+    moved = (trained - init).norm(dim=-1)
+    assert moved[2] > 10 * max(moved[0], moved[1]), moved
+    # the fine-tuning encoder fills in language 2 itself (BertModel's calling convention)
+    ids = torch.tensor([[2, 10, 11, 3]])
+    with torch.no_grad():
+        implicit = model.backbone()(ids, torch.zeros_like(ids), torch.ones_like(ids))
+        explicit = model.backbone()(ids, torch.zeros_like(ids), torch.ones_like(ids), language_ids=torch.full_like(ids, 2))
+    assert torch.equal(implicit, explicit)
+
+
+def test_tlm_loss_falls_and_both_language_embeddings_learn():
+    torch.manual_seed(7)
+    builder = _builder(seed=8)
+    model = _xlm(hidden_size=64, intermediate_size=128)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    rng = random.Random(9)
+    pairs = [_pair(rng, flip=i % 2 == 1) for i in range(512)]
+    losses, grads = [], []
+    for step in range(500):
+        start = (step * 16) % len(pairs)
+        batch = builder.batch(pairs[start:start + 16], pair_ids=range(start, start + 16), variant=step * 16 // len(pairs))
+        out = tlm(model, batch)
+        out["loss"].backward()
+        if step == 0:
+            grads = model.bert.embeddings.language_embeddings.weight.grad.abs().sum(-1).tolist()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(out["tlm_loss"].item())
+    assert all(g > 0 for g in grads), grads  # both languages' embeddings get gradient
+    first, last = sum(losses[:20]) / 20, sum(losses[-20:]) / 20
+    # a masked word is one of 30 of its language (log 30 = 3.4 nats without context); only its translation on the
+    # other side gives it away (the words of a sentence are independent). The model finds that alignment after
+    # ~300 steps (seeds 7, 11, 13: loss ~0.65 at step 500)
+    assert first > math.log(WORDS) and last < 0.4 * math.log(WORDS), (first, last)
+
+
+def test_config_and_objective_contracts():
+    arch = get_architecture("XlmForPreTraining")
+    with pytest.raises(ConfigError, match="model.xlm.language_id=2"):
+        arch.from_model_config(ModelConfig(num_languages=2, xlm={"language_id": 2}), 100, 0)
+    with pytest.raises(ConfigError, match="num_languages must be >= 1"):
+        arch.from_model_config(ModelConfig(), 100, 0)
+    assert {get_objective_spec(name).architecture for name in ("clm", "tlm", "xlm_mlm")} == {"XlmForPreTraining"}
+    with pytest.raises(ContractError, match="parallel-pairs"):
+        get_objective_spec("tlm").check_shards({"instance_format": {"name": "nsp-pairs"}}, "m.json")
+    with pytest.raises(ValueError, match="language_id 3"):
+        XlmConfig(vocab_size=10, hidden_size=4, num_layers=1, num_heads=1, intermediate_size=4,
+                  max_position_embeddings=8, num_languages=2, language_id=3)
+
+
+def test_recipes_validate():
+    recipe = load_recipe(REPO / "configs" / "xlm-base.yaml")
+    config = get_architecture("XlmForPreTraining").from_model_config(recipe.model, 60000, 0)
+    assert (config.num_layers, config.hidden_size, config.num_heads, config.intermediate_size) == (6, 1024, 8, 4096)
+    assert (config.num_languages, config.language_id, config.type_vocab_size) == (2, 0, 1)
+    model = meta_model(recipe.model, 60000, recipe.pretrain.objective)
+    assert model.bert.embeddings.language_embeddings.weight.shape == (2, 1024)
+    assert not hasattr(model, "nsp_head")
+    tiny = load_recipe(REPO / "configs" / "tiny-xlm.yaml")
+    assert tiny.pretrain.objective == "xlm_mlm" and tiny.model.xlm.language_id == 0
+    get_architecture("XlmForPreTraining").from_model_config(tiny.model, 8000, 0)
