@@ -15,6 +15,12 @@ split), and one bucket is processed at a time: documents sorted by doc_id, one `
 the random B segment comes from another document of the same bucket (a bucket of one document yields only IsNext
 pairs), and the result depends only on the inputs,
 the config and the seed, not on bundle order or the number of workers.
+
+Sentence order (ALBERT's SOP, `sentence_order=True`, instance format `sop-pairs`): the same chunks, but B is always
+the rest of the chunk (the text that follows A in the document) and with probability 0.5 the two segments are
+swapped; `nsp_label` then holds the sentence-order label (0 = in order, 1 = swapped). A chunk of a single sentence
+yields no instance (there is no consecutive pair to order; ALBERT's script would fall back to a random-document B,
+mixing a topic signal into label 1).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ class PairInstance:
     index: int  # n-th instance of this document (over all dupe passes)
     input_ids: list[int]
     len_a: int  # tokens of [CLS] A [SEP]
-    nsp_label: int  # 0 = B is the actual continuation, 1 = B from a random document
+    nsp_label: int  # nsp-pairs: 0 = B is the actual continuation, 1 = B from a random document; sop-pairs: 1 = swapped
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
@@ -56,8 +62,10 @@ def instances_from_document(
     cls_id: int,
     sep_id: int,
     rng: random.Random,
+    sentence_order: bool = False,
 ) -> list[tuple[list[int], int, int]]:
-    """google's create_instances_from_document without masking: [(input_ids, len_a, nsp_label), ...]."""
+    """google's create_instances_from_document without masking: [(input_ids, len_a, nsp_label), ...].
+    `sentence_order`: ALBERT's SOP pairs instead of NSP pairs (see the module docstring)."""
     document = documents[document_index]
     max_num_tokens = max_seq_len - 3
     target_seq_length = max_num_tokens
@@ -77,7 +85,14 @@ def instances_from_document(
                 tokens_a = [t for seg in current_chunk[:a_end] for t in seg]
                 tokens_b: list[int] = []
                 can_draw_other = len(documents) > 1
-                if can_draw_other and (len(current_chunk) == 1 or rng.random() < nsp_random_prob):
+                if sentence_order:
+                    is_random_next = 0  # here: 1 = swapped
+                    if len(current_chunk) >= 2:
+                        tokens_b = [t for seg in current_chunk[a_end:] for t in seg]
+                        if rng.random() < 0.5:
+                            tokens_a, tokens_b = tokens_b, tokens_a
+                            is_random_next = 1
+                elif can_draw_other and (len(current_chunk) == 1 or rng.random() < nsp_random_prob):
                     is_random_next = 1
                     target_b_length = target_seq_length - len(tokens_a)
                     # uniform over the *other* documents (google retries 10 times and may end on the same one,
@@ -120,8 +135,10 @@ def build_bucket_instances(
     dupe_factor: int,
     cls_id: int,
     sep_id: int,
+    sentence_order: bool = False,
 ) -> list[PairInstance]:
-    """All instances of one bucket: `docs` = [(doc_id, sentences)], in any order (sorted here by doc_id)."""
+    """All instances of one bucket: `docs` = [(doc_id, sentences)], in any order (sorted here by doc_id).
+    `sentence_order`: SOP pairs (instance format sop-pairs) instead of NSP pairs."""
     ordered = sorted(docs, key=lambda d: d[0])
     documents = [sentences for _, sentences in ordered]
     counters = [0] * len(ordered)
@@ -129,7 +146,7 @@ def build_bucket_instances(
     for _ in range(dupe_factor):
         for index, (doc, _sentences) in enumerate(ordered):
             for ids, len_a, label in instances_from_document(
-                documents, index, max_seq_len, short_seq_prob, nsp_random_prob, cls_id, sep_id, rng
+                documents, index, max_seq_len, short_seq_prob, nsp_random_prob, cls_id, sep_id, rng, sentence_order
             ):
                 out.append(PairInstance(doc, counters[index], ids, len_a, label))
                 counters[index] += 1
