@@ -136,14 +136,15 @@ def plot_task_scores(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), squeeze=False)
     for ax, (task, per) in zip(axes[0], tasks):
         primary = per["primary_metric"]
-        names, means, stds = [], [], []
-        for model in MODELS:
+        names, means, stds, colours = [], [], [], []
+        for k, model in enumerate(MODELS):
             scores = per.get(model)
             if scores and scores.get(primary) is not None:
-                names.append(MODEL_LABELS[model])
+                names.append(model_label(model, scores))
                 means.append(scores[primary])
                 stds.append(scores.get(f"{primary}_std") or 0.0)
-        ax.bar(range(len(names)), means, yerr=stds, capsize=4, color=[f"C{i}" for i in range(len(names))])
+                colours.append(f"C{k}")  # one colour per model across tasks
+        ax.bar(range(len(names)), means, yerr=stds, capsize=4, color=colours)
         ax.set_xticks(range(len(names)), names, rotation=20, ha="right")
         ax.set_ylabel(f"test {primary} (mean ± std over seeds)")
         ax.set_title(task)
@@ -170,15 +171,24 @@ def plot_confusion(matrix: list[list[int]], labels: list[str], task: str, path: 
     plt.close(fig)
 
 
+def model_label(model: str, scores: dict) -> str:
+    """The row / bar label; the TF-IDF baseline of a regression task is Ridge regression, and says so."""
+    if model == "tfidf_logreg" and (scores.get("details") or {}).get("model") == "Ridge":
+        return "TF-IDF + Ridge regression"
+    return MODEL_LABELS[model]
+
+
 def _f(v, digits: int = 4) -> str:
     return "—" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
-def _pm(scores: dict | None, metric: str) -> str:
+def _pm(scores: dict | None, metric: str, seeded: bool | None = None) -> str:
+    """mean ± std for fine-tuned models (runs over seeds), the plain value for deterministic baselines."""
     if not scores or scores.get(metric) is None:
         return "—"
+    seeded = "runs" in scores if seeded is None else seeded
     std = scores.get(f"{metric}_std")
-    return f"{scores[metric]:.4f} ± {std:.4f}" if std else f"{scores[metric]:.4f}"
+    return f"{scores[metric]:.4f} ± {std:.4f}" if seeded and std is not None else f"{scores[metric]:.4f}"
 
 
 def task_metrics(per: dict) -> list[str]:
@@ -253,8 +263,8 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
             s = per.get(model)
             if s:
                 lr = _f(s.get("learning_rate"), 6) if "learning_rate" in s else "—"
-                lines.append(f"| {MODEL_LABELS[model]} | " + " | ".join(_pm(s, m) for m in metrics) +
-                             f" | {_pm(s.get('dev'), metrics[0])} | {lr} |")
+                lines.append(f"| {model_label(model, s)} | " + " | ".join(_pm(s, m) for m in metrics) +
+                             f" | {_pm(s.get('dev'), metrics[0], 'runs' in s)} | {lr} |")
         cmp = per.get("comparison")
         if cmp and cmp.get("difference") is not None:
             text = f"Pretrained minus random init: {cmp['difference']:+.4f} {cmp['primary_metric']}"

@@ -208,6 +208,11 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, template
     task = prepare_task(data, text_encoder, ft, task_cfg.primary_metric, features)
     spec = task.spec
     logger.info("%s (%s): %s examples (train/dev/test), dropped %s", name, spec.task_type, data.sizes(), data.dropped)
+    for split in ("train", "dev", "test"):
+        unaligned = getattr(task, split).features.notes.get("answers_without_tokens", 0)
+        if unaligned:  # the reader checked the characters; the tokenizer left no token on them (e.g. only spaces)
+            logger.warning("%s %s: %d gold answers cover no token; their windows are trained as 'no answer'",
+                           name, split, unaligned)
     out: dict = {"task_type": spec.task_type, "primary_metric": spec.primary_metric, "language": data.language,
                  "data": data_info(data, task)}
     pad_id = text_encoder.pad_id

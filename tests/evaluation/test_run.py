@@ -104,7 +104,7 @@ def test_options_switch_parts_off_and_missing_metrics_are_noted(run_dir, task_sl
     (run_dir / "pretrain" / "metrics.jsonl").unlink()
     cfg = config(task_slice(tmp_path / "reviews.txt", 300), max_train_examples=50, epochs=1, num_seeds=1)
     cfg = cfg.model_copy(update={"random_init_baseline": False, "num_threads": 2, "baselines": [],
-                                 "cache_encodings": False,
+                                 "cache_encodings": False, "save_best": True,
                                  "intrinsic": cfg.intrinsic.model_copy(update={"enabled": False})})
     threads = torch.get_num_threads()
     results = run_evaluate(cfg, run_dir)
@@ -113,6 +113,17 @@ def test_options_switch_parts_off_and_missing_metrics_are_noted(run_dir, task_sl
     task = results["tasks"]["movie_sentiment"]
     assert "random_init" not in task and "comparison" not in task and task["data"]["sizes"]["train"] == 50
     assert "majority" not in task and "tfidf_logreg" not in task and not (run_dir / "cache").exists()
+    # save_best: the task's best run, loadable into the task model it came from
+    saved = run_dir / "eval" / "finetuned" / "movie_sentiment"
+    head = json.loads((saved / "head.json").read_text())
+    assert head["task_type"] == "classification" and head["label_names"] == ["negative", "positive"]
+    from safetensors.torch import load_file
+
+    from evaluation.heads import TaskModel
+    from training.models.bert import BertConfig, BertModel
+
+    model = TaskModel(BertModel(BertConfig.from_dict(head["encoder"])), "classification", 2, 0.1)
+    model.load_state_dict(load_file(str(saved / "model.safetensors")))
     report = (run_dir / "eval" / "report.md").read_text(encoding="utf-8")
     assert "No pretraining curve" in report and not (run_dir / "eval" / PRETRAIN_PLOT).exists()
 
