@@ -143,8 +143,10 @@ def _squad_features(examples: Sequence, encoder: TextEncoder, max_seq_len: int, 
             raise ContractError(f"max_seq_len={max_seq_len} leaves no room for context after a {len(q)}-token "
                                 f"question (max_query_len={max_query_len})")
         gold = None
-        if e.answers and not e.is_impossible:
-            a = e.answers[0]
+        # readers mark a dev/test answer whose position did not check out with start -1 (its text is still scored)
+        located = [a for a in e.answers if a.start >= 0] if not e.is_impossible else []
+        if located:
+            a = located[0]
             gold = answer_token_span(spans, a.start, a.start + len(a.text))
             unaligned += gold is None
         offsets = window_offsets(len(ctx), window, doc_stride)

@@ -10,7 +10,7 @@ import torch
 
 from bertfactory.errors import ConfigError, ContractError
 from bertfactory.io import sha256_file
-from evaluation.config import EvaluateConfig
+from evaluation.config import EvaluateConfig, FeatureBasedConfig
 from evaluation.report import FINETUNE_PLOT, PRETRAIN_PLOT, SCORES_PLOT, read_pretrain_metrics
 from evaluation.results import read_results
 from evaluation.run import run_evaluate
@@ -158,10 +158,35 @@ def test_builtin_tasks_by_name_next_to_a_user_task_file(run_dir, tmp_path):
     sentences = [["the", w, "was", "set", "in", p] for p in places for w in words]
     tags = {p: "B-LOC" for p in places}
     tagged.write_text("\n\n".join("\n".join(f"{w}\t{tags.get(w, 'O')}" for w in s) for s in sentences) + "\n")
-    tasks = {"movie_valence": {}, "places": {"input": str(tagged), "task_type": "tagging"}}
-    cfg = config(None, tasks=tasks, max_train_examples=60, max_eval_examples=30, epochs=1, num_seeds=1)
-    cfg = cfg.model_copy(update={"intrinsic": cfg.intrinsic.model_copy(update={"enabled": False})})
+    from tests.evaluation.test_finetune import rule_task
+
+    squad = rule_task("squad", 120)
+    paragraphs = [{"context": e.context, "qas": [{"id": e.id, "question": e.question, "is_impossible": e.is_impossible,
+                                                   "answers": [{"text": a.text, "answer_start": a.start} for a in e.answers]}]}
+                  for e in squad.train + squad.dev + squad.test]
+    squad_file = tmp_path / "squad.json"
+    squad_file.write_text(json.dumps({"version": "v2.0", "data": [{"title": f"t{i}", "paragraphs": [p]}
+                                                                   for i, p in enumerate(paragraphs)]}))
+    choice = rule_task("multiple-choice", 600)
+    choice_file = tmp_path / "choice.jsonl"
+    choice_file.write_text("".join(json.dumps({"id": e.id, "question": e.question, "options": list(e.options),
+                                               "label": e.label}) + "\n" for e in choice.train + choice.dev + choice.test))
+    tasks = {"movie_valence": {}, "places": {"input": str(tagged), "task_type": "tagging"},
+             "qa": {"input": str(squad_file), "task_type": "squad"},
+             "pick": {"input": str(choice_file), "task_type": "multiple-choice"}}
+    cfg = config(None, tasks=tasks, max_train_examples=60, max_eval_examples=30, epochs=1, num_seeds=1,
+                 max_answer_len=4, doc_stride=8)
+    cfg = cfg.model_copy(update={"intrinsic": cfg.intrinsic.model_copy(update={"enabled": False}),
+                                 "feature_based": FeatureBasedConfig(enabled=True, task="places", epochs=1, lstm_hidden=8,
+                                                                     options=["embeddings", "scalar_mix"])})
     results = run_evaluate(cfg, run_dir)
+    qa, pick = results["tasks"]["qa"], results["tasks"]["pick"]
+    assert qa["primary_metric"] == "f1" and 0.0 <= qa["pretrained"]["f1"] <= 100.0 and "tfidf_logreg" not in qa
+    assert {"best_f1", "NoAns_exact", "na_threshold"} <= set(qa["pretrained"]) and qa["majority"]["NoAns_exact"] == 100.0
+    assert pick["primary_metric"] == "accuracy" and "tfidf_logreg" in pick and "mcnemar_p_value" in pick["comparison"]
+    fb = results["feature_based"]
+    assert fb["task"] == "places" and [r["option"] for r in fb["rows"]] == ["embeddings", "scalar_mix"]
+    assert "## Feature-based (frozen encoder)" in (run_dir / "eval" / "report.md").read_text()
     valence, places = results["tasks"]["movie_valence"], results["tasks"]["places"]
     assert valence["task_type"] == "regression" and valence["primary_metric"] == "pearson"
     assert valence["tfidf_logreg"]["details"]["model"] == "Ridge" and "pearson" not in valence["majority"]
