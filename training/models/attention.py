@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .varlen import PackedSequences, varlen_attention
+
 
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """[B, T] with 1 = real token, 0 = padding -> boolean [B, 1, 1, T], True where a key may be attended to.
@@ -36,8 +38,13 @@ class SelfAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """hidden [B, T, H], mask from `padding_mask` -> context [B, T, H] (before the output projection)."""
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | PackedSequences) -> torch.Tensor:
+        """hidden [B, T, H], mask from `padding_mask` -> context [B, T, H] (before the output projection); or,
+        unpadded (varlen.py), hidden [N, H] of the real tokens with their PackedSequences -> context [N, H]."""
+        if isinstance(mask, PackedSequences):
+            q, k, v = (proj(hidden).view(-1, self.num_heads, self.head_dim) for proj in (self.query, self.key, self.value))
+            context = varlen_attention(q, k, v, mask, self.dropout if self.training else 0.0)
+            return context.reshape(-1, self.num_heads * self.head_dim)
         q, k, v = self._heads(self.query(hidden)), self._heads(self.key(hidden)), self._heads(self.value(hidden))
         context = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0

@@ -1,0 +1,176 @@
+"""The unpadded (varlen) encoder path: the packed layout is right, its attention equals an independent
+block-diagonal attention over the packed tokens, and BertModel / BertForPreTraining give the padded path's
+outputs and gradients (within 1e-5) on batches of very different lengths, with sharing and factorised embeddings."""
+
+import pytest
+import torch
+
+from training.data import PretrainBatches
+from training.models.bert import BertConfig, BertForPreTraining, BertModel
+from training.models.varlen import PackedSequences, _use_varlen_kernel, reference_attention
+
+from bertfactory.io import sha256_file
+
+TOL = 1e-5
+LENGTHS = [1, 48, 5, 23, 2]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread: the 2-core machine is shared, and oversubscribed threads make tiny models crawl."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _config(**overrides) -> BertConfig:
+    base = dict(vocab_size=60, hidden_size=32, num_layers=4, num_heads=4, intermediate_size=48,
+                max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+    return BertConfig(**{**base, **overrides})
+
+
+def _batch(lengths=LENGTHS, vocab=60, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    b, t = len(lengths), max(lengths)
+    mask = (torch.arange(t)[None] < torch.tensor(lengths)[:, None]).long()
+    ids = torch.randint(5, vocab, (b, t), generator=g) * mask
+    types = (torch.arange(t)[None] >= torch.tensor(lengths)[:, None] // 2).long() * mask
+    return ids, types, mask
+
+
+def _grads(model, loss):
+    return {n: g for (n, _), g in zip(model.named_parameters(), torch.autograd.grad(loss, list(model.parameters())))}
+
+
+def _assert_close_grads(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=TOL, rtol=0), (name, (a[name] - b[name]).abs().max())
+
+
+def test_layout_packs_the_real_tokens_in_order_wherever_the_padding_sits():
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]])
+    layout = PackedSequences.from_attention_mask(mask)
+    grid = torch.arange(20).view(4, 5) * 10
+    real = [(b, t) for b in range(4) for t in range(5) if mask[b, t]]
+    assert layout.pack(grid).tolist() == [int(grid[b, t]) for b, t in real]
+    assert layout.cu_seqlens.tolist() == [0, 3, 6, 11, 11] and layout.max_seqlen == 5
+    assert torch.equal(layout.unpack(layout.pack(grid)), grid * mask)
+    positions = torch.tensor([[0, 2], [2, 3], [4, 0], [0, 0]])
+    expected = [[real.index((b, int(p))) if mask[b, p] else -1 for p in row] for b, row in enumerate(positions)]
+    assert layout.packed_index(positions).tolist() == expected
+    first_three = PackedSequences.from_attention_mask(mask[:3])
+    packed = torch.randn(first_three.num_tokens, 3)
+    assert torch.equal(first_three.gather(packed, positions[:3]),
+                       first_three.unpack(packed)[torch.arange(3)[:, None], positions[:3]])
+    with pytest.raises((IndexError, RuntimeError)):  # a padding position is an error, never a wrong row
+        first_three.gather(packed, torch.tensor([[0], [1], [0]]))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_attention_equals_block_diagonal_attention_over_the_packed_tokens(causal):
+    ids, _, mask = _batch()
+    layout = PackedSequences.from_attention_mask(mask, causal=causal)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(layout.num_tokens, 4, 8, generator=g) for _ in range(3))
+    sequence_of = torch.repeat_interleave(torch.arange(len(LENGTHS)), torch.tensor(LENGTHS))
+    allowed = sequence_of[:, None] == sequence_of[None, :]
+    if causal:
+        allowed &= torch.ones_like(allowed).tril()
+    scores = torch.einsum("qhd,khd->hqk", q, k) / 8 ** 0.5
+    expected = torch.einsum("hqk,khd->qhd", scores.masked_fill(~allowed, float("-inf")).softmax(-1), v)
+    assert torch.allclose(reference_attention(q, k, v, layout, 0.0), expected, atol=TOL, rtol=0)
+    assert not _use_varlen_kernel(q, 0.0)  # CPU: the reference runs
+
+
+@pytest.mark.parametrize("overrides, causal", [
+    ({}, False),
+    ({}, True),
+    ({"share_layers": "all", "num_layer_groups": 2}, False),
+    ({"share_layers": "attention"}, False),
+    ({"embedding_size": 16}, False),
+    ({"embedding_size": 16, "share_layers": "ffn", "num_layer_groups": 2, "num_languages": 3}, False),
+])
+def test_unpadded_encoder_equals_the_padded_one_in_outputs_and_gradients(overrides, causal):
+    torch.manual_seed(0)
+    model = BertModel(_config(**overrides)).train()  # train mode (dropout 0): the path training takes
+    ids, types, mask = _batch()
+    languages = (ids % 3) if overrides.get("num_languages") else None
+    readout = torch.randn(ids.shape[1], 32, generator=torch.Generator().manual_seed(2))
+
+    results = []
+    for unpad in (False, True):
+        last, states = model(ids, types, mask, output_hidden_states=True, language_ids=languages, causal=causal,
+                             unpad=unpad)
+        real = mask.bool()
+        loss = (last * readout).sum(-1)[real].mean() + model.pooler(last).square().mean()  # gradients O(1)
+        results.append(([s[real] for s in states], _grads(model, loss)))
+    (padded_states, padded_grads), (unpadded_states, unpadded_grads) = results
+    assert len(padded_states) == len(unpadded_states) == 5
+    for a, b in zip(padded_states, unpadded_states):
+        assert torch.allclose(a, b, atol=TOL, rtol=0), (a - b).abs().max()
+    _assert_close_grads(padded_grads, unpadded_grads)
+    # the re-padded output is zero on padding (the padded path leaves values there that nobody reads)
+    assert model(ids, types, mask, language_ids=languages, unpad=True)[~mask.bool()].abs().max() == 0
+
+
+def _masks(lengths, per_row=4, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    positions = torch.zeros(len(lengths), per_row, dtype=torch.long)
+    labels = torch.full((len(lengths), per_row), -100)
+    for row, length in enumerate(lengths):
+        n = min(per_row, length - 1)  # position 0 ([CLS]) is never masked; a 1-token row has none
+        if n > 0:
+            positions[row, :n] = 1 + torch.randperm(length - 1, generator=g)[:n]
+            labels[row, :n] = torch.randint(5, 60, (n,), generator=g)
+    return positions, labels
+
+
+@pytest.mark.parametrize("overrides", [{}, {"embedding_size": 16, "share_layers": "all", "num_layer_groups": 2}])
+def test_pretraining_unpadded_equals_padded_loss_logits_and_gradients(overrides):
+    torch.manual_seed(0)
+    model = BertForPreTraining(_config(**overrides)).train()
+    ids, types, mask = _batch()
+    positions, labels = _masks(LENGTHS)
+    nsp = torch.tensor([0, 1, 1, 0, 1])
+    padded = model(ids, types, mask, positions, labels, nsp)
+    unpadded = model(ids, types, mask, positions, labels, nsp, unpad=True)
+    for key in ("loss", "mlm_loss", "nsp_loss", "mlm_logits", "nsp_logits"):
+        assert torch.allclose(padded[key], unpadded[key], atol=TOL, rtol=0), key
+    assert padded["mlm_count"] == unpadded["mlm_count"] == int((labels != -100).sum())
+    _assert_close_grads(_grads(model, padded["loss"]), _grads(model, unpadded["loss"]))
+
+
+def test_masked_positions_map_to_the_packed_rows_of_the_same_tokens():
+    ids, _, mask = _batch()
+    positions, labels = _masks(LENGTHS)
+    layout = PackedSequences.from_attention_mask(mask)
+    rows = layout.packed_index(positions)[labels != -100]
+    assert (rows >= 0).all()
+    assert torch.equal(layout.pack(ids)[rows], ids.gather(1, positions)[labels != -100])
+
+
+def test_collated_shard_batches_give_equal_losses_unpadded(run_factory):
+    run = run_factory("varlen", max_seq_len=60, min_seq_len=10, train_rows=64, heldout_rows=8)
+    batches = PretrainBatches.open(run / "shards", sha256_file(run / "tokenizer" / "tokenizer.json"), 16, seed=0)
+    torch.manual_seed(0)
+    model = BertForPreTraining(_config(vocab_size=45, num_layers=2)).train()
+    for step in range(3):
+        batch = batches.batch(step)
+        lengths = batch["attention_mask"].sum(1)
+        assert lengths.max() - lengths.min() >= 20  # very different lengths in one batch
+        with torch.no_grad():
+            padded, unpadded = model(**batch), model(**batch, unpad=True)
+        assert abs(float(padded["loss"]) - float(unpadded["loss"])) < TOL
+
+
+def test_attention_dropout_acts_on_the_unpadded_path():
+    torch.manual_seed(0)
+    model = BertModel(_config(attention_dropout=0.5)).train()
+    ids, types, mask = _batch()
+    real = mask.bool()
+    first, second = model(ids, types, mask, unpad=True)[real], model(ids, types, mask, unpad=True)[real]
+    assert not torch.allclose(first, second)
+    model.eval()
+    assert torch.allclose(model(ids, types, mask, unpad=True)[real], model(ids, types, mask)[real], atol=TOL, rtol=0)

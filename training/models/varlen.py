@@ -1,0 +1,156 @@
+"""Unpadded ("varlen") encoding of padded batches: the encoder runs on the real tokens only.
+
+A batch [B, T] with attention_mask (1 real / 0 pad) holds N <= B*T real tokens. The unpadded path gathers them
+into one packed sequence [N] (row-major: sequence 0's real tokens, then sequence 1's, ...), runs the embeddings,
+every LayerNorm, the feed-forward blocks and all projections on [N, H], and attends per sequence through
+`cu_seqlens` (offsets of each sequence in the packed order), so no FLOP is spent on padding outside attention.
+
+    out = bert(input_ids, token_type_ids, attention_mask, unpad=True)        # BertModel: [B, T, H], 0 on padding
+    out = model(**batch, unpad=True)                                          # BertForPreTraining: same dict
+
+Attention (`varlen_attention`):
+- CUDA, fp16/bf16 inputs (bf16 autocast), no attention dropout in effect (eval mode or attention_dropout 0),
+  head_dim a multiple of 8 and <= 256, compute capability >= 8.0: `torch.nn.attention.varlen.varlen_attn` (the
+  FlashAttention varlen kernel, imported lazily; it has no dropout argument, hence the dropout condition).
+- otherwise (CPU, fp32, attention dropout during training): the exact reference. The packed q/k/v are scattered
+  back into the [B, T] grid and attended with SDPA under the padding mask: the padded path's own attention
+  arithmetic, so only the attention itself still pays for padding.
+
+Equivalence: on real tokens the outputs (and gradients) equal the padded path's up to float rounding. Dropout
+masks are drawn over [N, ...] instead of [B, T, ...], so with dropout on, the two paths draw different masks
+(equal in distribution, not in value). Building the layout needs the number of real tokens and the longest
+sequence on the host: one device->host sync per forward, as in every unpadding implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class PackedSequences:
+    """Where the real tokens of a [B, T] batch sit in the packed order, and how to attend among them."""
+
+    indices: torch.Tensor  # [N] int64: flat index (row-major over [B, T]) of each real token, in packed order
+    cu_seqlens: torch.Tensor  # [B + 1] int32: sequence b is packed rows cu_seqlens[b] : cu_seqlens[b + 1]
+    max_seqlen: int  # real tokens in the longest sequence
+    real: torch.Tensor  # [B, T] bool: the attention mask (for the reference attention)
+    causal: bool = False  # each token attends only to itself and the earlier real tokens of its sequence
+
+    @classmethod
+    def from_attention_mask(cls, attention_mask: torch.Tensor, causal: bool = False) -> "PackedSequences":
+        """attention_mask [B, T] (1 = real, 0 = padding; padding may sit anywhere, positions keep their column)."""
+        if attention_mask.dim() != 2:
+            raise ValueError(f"attention_mask must be [B, T], got shape {tuple(attention_mask.shape)}")
+        real = attention_mask.to(torch.bool)
+        lengths = real.sum(1, dtype=torch.int32)
+        indices = real.reshape(-1).nonzero().squeeze(1)
+        cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+        max_seqlen = int(lengths.max()) if lengths.numel() else 0
+        return cls(indices, cu_seqlens, max_seqlen, real, causal)
+
+    @property
+    def batch_size(self) -> int:
+        return self.real.shape[0]
+
+    @property
+    def seq_len(self) -> int:
+        return self.real.shape[1]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.indices.numel()
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, ...] -> [N, ...]: the real tokens."""
+        return x.reshape(self.batch_size * self.seq_len, *x.shape[2:]).index_select(0, self.indices)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, ...] -> [B, T, ...] with zeros on padding (differentiable)."""
+        grid = x.new_zeros(self.batch_size * self.seq_len, *x.shape[1:]).index_copy(0, self.indices, x)
+        return grid.view(self.batch_size, self.seq_len, *x.shape[1:])
+
+    def packed_index(self, positions: torch.Tensor) -> torch.Tensor:
+        """Column positions [B, P] -> their rows in the packed order [B, P] (-1 where the position is padding)."""
+        b, t = self.real.shape
+        grid = torch.full((b * t,), -1, dtype=torch.long, device=self.indices.device)
+        grid[self.indices] = torch.arange(self.num_tokens, device=self.indices.device)
+        return grid[positions + torch.arange(b, device=positions.device)[:, None] * t]
+
+    def gather(self, packed: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Packed rows [N, H] at column positions [B, P] -> [B, P, H] (a padding position is an index error)."""
+        rows = self.packed_index(positions)
+        return packed.index_select(0, rows.reshape(-1)).view(*rows.shape, *packed.shape[1:])
+
+    def key_mask(self) -> torch.Tensor:
+        """Boolean [B, 1, 1 or T, T]: True where a query may attend to a key (the padded path's mask)."""
+        mask = self.real[:, None, None, :]
+        if self.causal:
+            t = self.seq_len
+            mask = mask & torch.ones(t, t, dtype=torch.bool, device=mask.device).tril()
+        return mask
+
+
+def _use_varlen_kernel(q: torch.Tensor, dropout_p: float) -> bool:
+    head_dim = q.shape[-1]
+    return (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0.0
+            and head_dim % 8 == 0 and head_dim <= 256 and torch.cuda.get_device_capability(q.device) >= (8, 0))
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: PackedSequences,
+                        dropout_p: float) -> torch.Tensor:
+    """Exact attention for packed q/k/v [N, heads, d]: SDPA over the re-padded [B, heads, T, d] tensors."""
+    def grid(x: torch.Tensor) -> torch.Tensor:
+        return layout.unpack(x).transpose(1, 2)
+
+    context = F.scaled_dot_product_attention(grid(q), grid(k), grid(v), attn_mask=layout.key_mask(),
+                                             dropout_p=dropout_p)
+    return layout.pack(context.transpose(1, 2))
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: PackedSequences,
+                     dropout_p: float) -> torch.Tensor:
+    """q, k, v [N, heads, d] in the packed order -> context [N, heads, d]; each token attends to the real tokens
+    of its own sequence (see the module docstring for which kernel runs)."""
+    if _use_varlen_kernel(q, dropout_p):
+        from torch.nn.attention.varlen import varlen_attn
+
+        cu = layout.cu_seqlens.to(q.device)
+        return varlen_attn(q, k, v, cu, cu, layout.max_seqlen, layout.max_seqlen,
+                           window_size=(-1, 0) if layout.causal else (-1, -1))
+    return reference_attention(q, k, v, layout, dropout_p)
+
+
+def encode_unpadded(bert: torch.nn.Module, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                    attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
+                    language_ids: torch.Tensor | None = None, causal: bool = False):
+    """Run a BertModel on the real tokens only -> (packed outputs [embeddings, layer 1, ..., layer N], each
+    [N, H], and the layout). Positions are the tokens' columns in the [B, T] batch, as in the padded path."""
+    layout = PackedSequences.from_attention_mask(attention_mask, causal)
+    b, t = input_ids.shape
+    if position_ids is None:
+        limit = bert.embeddings.position_embeddings.num_embeddings
+        if t > limit:
+            raise ValueError(f"sequence length {t} exceeds max_position_embeddings {limit}")
+        position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
+
+    def packed_row(ids: torch.Tensor | None) -> torch.Tensor | None:  # [B, T] -> [1, N] for BertEmbeddings
+        return None if ids is None else layout.pack(ids)[None]
+
+    embedded = bert.embeddings(packed_row(input_ids), packed_row(token_type_ids), packed_row(position_ids),
+                               packed_row(language_ids))[0]
+    if hasattr(bert, "embeddings_project"):
+        embedded = bert.embeddings_project(embedded)
+    layers = bert.encoder(embedded, mask=layout)
+    return [embedded, *layers], layout
+
+
+def gather_masked_packed(packed: torch.Tensor, layout: PackedSequences, masked_positions: torch.Tensor,
+                         masked_labels: torch.Tensor, ignore_index: int = -100):
+    """`gather_masked` for packed hidden states [N, H]: (hidden at the real masked positions [M, H], their labels
+    [M]), in the same row-major (batch, then position) order."""
+    real = masked_labels != ignore_index
+    return packed.index_select(0, layout.packed_index(masked_positions)[real]), masked_labels[real]
