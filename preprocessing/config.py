@@ -72,6 +72,10 @@ class TokenizerConfig(StrictModel):
 class InstancesConfig(StrictModel):
     """BERT sentence-pair instances, built as google-research/bert create_pretraining_data does."""
 
+    format: Literal["nsp-pairs", "sop-pairs"] = Field(
+        "nsp-pairs", description="nsp-pairs = BERT next-sentence pairs (B follows A or comes from another document); "
+        "sop-pairs = ALBERT sentence-order pairs (A and B consecutive, swapped with probability 0.5; nsp_label 1 = "
+        "swapped). Recorded as the manifest's instance_format.name")
     max_seq_len: int = Field(128, ge=8, le=65535, description="tokens per instance including [CLS] and two [SEP]")
     short_seq_prob: float = Field(0.1, ge=0.0, le=1.0, description="probability of a shorter target length (2..max_seq_len-3)")
     nsp_random_prob: float = Field(0.5, ge=0.0, le=1.0, description="probability that segment B comes from another document")
@@ -84,12 +88,18 @@ class InstancesConfig(StrictModel):
 class MaskingConfig(StrictModel):
     """Precomputed masked-LM targets: K variants per instance."""
 
-    policy: Literal["token"] = Field("token", description="what is masked as a unit: token = single WordPiece tokens")
+    policy: Literal["token", "ngram", "span"] = Field(
+        "token", description="what is masked as a unit: token = single WordPiece tokens (BERT); ngram = n-grams of "
+        "whole words, n <= 3 with p(n) proportional to 1/n (ALBERT); span = spans of whole words, length ~ "
+        "Geometric(0.2) truncated to 1..10 words (SpanBERT)")
     variants: int = Field(4, ge=1, description="mask variants (K) stored per instance; epoch e uses variant e % K")
     masked_lm_prob: float = Field(0.15, gt=0.0, lt=1.0, description="fraction of tokens to predict")
     max_predictions_per_seq: int = Field(20, ge=1, description="at most this many predictions per instance")
     mask_token_prob: float = Field(0.8, ge=0.0, le=1.0, description="of the chosen tokens, replaced by [MASK]")
     random_token_prob: float = Field(0.1, ge=0.0, le=1.0, description="of the chosen tokens, replaced by a random token")
+    replacement_per: Literal["token", "unit"] | None = Field(
+        None, description="whether the [MASK]/random/keep choice is drawn for every chosen token or once per chosen "
+        "unit (all tokens of a span alike, SpanBERT); null = the policy's own (unit for span, token otherwise)")
 
     @model_validator(mode="after")
     def _probabilities(self) -> "MaskingConfig":

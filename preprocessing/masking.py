@@ -2,12 +2,28 @@
 
 Core (as google-research/bert create_masked_lm_predictions): a policy turns the instance into candidate units
 (lists of positions; special tokens are never candidates); the units are shuffled; whole units are taken while
-they fit into num_to_predict = min(max_predictions_per_seq, max(1, round(len(input_ids) * masked_lm_prob)));
-every chosen position is replaced by [MASK] with probability mask_token_prob, by a random non-special token
-with probability random_token_prob, else kept. Positions are returned sorted, with the id placed at each.
+they fit into num_to_predict = min(max_predictions_per_seq, max(1, round(len(input_ids) * masked_lm_prob)))
+and do not overlap a unit already taken; every chosen position is replaced by [MASK] with probability
+mask_token_prob, by a random non-special token with probability random_token_prob, else kept. Positions are
+returned sorted, with the id placed at each.
 
-Policies: `token` (each WordPiece token is its own unit: BERT's original 80/10/10). Whole-word, span and n-gram
-masking are further policies: a function from (input_ids, is_special) to units.
+Policies: a function (Candidates, rng) -> units. `token`: each WordPiece token is its own unit (BERT's original
+80/10/10). `ngram` (ALBERT, Lan et al. 2020): a unit is an n-gram of whole words (a word = a token plus the
+`##` continuation pieces after it, so a word is never split), one n-gram starting at every word, n <= 3 drawn with
+p(n) proportional to 1/n (renormalised over the n that fit before the end of the segment; an n-gram never
+crosses a special token). As in ALBERT's create_pretraining_data, n-grams starting at different words overlap
+and the core skips one that overlaps what is taken; unlike it, an n-gram that does not fit the remaining budget
+is skipped rather than shortened, so the budget is filled by the shorter ones that follow (the mix of n-grams
+taken is the same as with ALBERT's selection, about 0.66 / 0.22 / 0.11 for n = 1 / 2 / 3 at 15 %:
+tests/preprocessing/test_albert_data.py; shorter than the 1/n drawn because long n-grams stop fitting first).
+`span` (SpanBERT, Joshi et al. 2020, section 3.1): spans of whole words, chosen by the policy itself under the
+budget (see span_units): repeatedly draw a length n ~ Geometric(p=0.2) truncated to 1..10 words and renormalised
+(mean 3.8 words, as in the paper and its masking.py), then a start uniformly among the words where n free words fit
+in one run between special tokens, until the budget is spent.
+
+80/10/10 per token or per unit (MaskingConfig.replacement_per): by default every chosen position draws its own
+replacement (BERT); per unit, one draw decides for all tokens of the unit (all [MASK], all random, or all kept),
+which is SpanBERT's per-span replacement and the default of the `span` policy.
 
 Seeding: variant v of instance (doc_id, index) uses random.Random(seed_of(seed, doc_id, index, v)), so masks do
 not depend on bundle order, worker count or which other instances exist.
@@ -17,33 +33,156 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .config import MaskingConfig
 from .hashing import seed_of
 
 Units = list[list[int]]
-Policy = Callable[[Sequence[int], Sequence[bool]], Units]
+MAX_NGRAM = 3  # ALBERT's n-gram masking: n in 1..3
 
 
-def token_units(input_ids: Sequence[int], is_special: Sequence[bool]) -> Units:
+@dataclass(frozen=True)
+class Candidates:
+    """What a policy sees of one instance: which positions hold special tokens (never masked) and which hold
+    continuation pieces (`##ing`: part of the word of the token before them)."""
+
+    is_special: Sequence[bool]
+    is_continuation: Sequence[bool]
+    # the core's num_to_predict, for policies that choose their units under the budget themselves (span)
+    budget: int | None = None
+
+    def word_runs(self) -> list[list[list[int]]]:
+        """Whole words (lists of positions), grouped into runs of adjacent words between special tokens. A
+        continuation piece right after a special token (its word start was truncated away) starts a word."""
+        runs: list[list[list[int]]] = [[]]
+        for position, special in enumerate(self.is_special):
+            if special:
+                runs.append([])
+            elif self.is_continuation[position] and runs[-1]:
+                runs[-1][-1].append(position)
+            else:
+                runs[-1].append([position])
+        return [run for run in runs if run]
+
+
+Policy = Callable[[Candidates, random.Random], Units]
+
+
+def token_units(candidates: Candidates, rng: random.Random) -> Units:
     """Each non-special token is its own unit."""
-    return [[i] for i in range(len(input_ids)) if not is_special[i]]
+    return [[i] for i, special in enumerate(candidates.is_special) if not special]
 
 
-POLICIES: dict[str, Policy] = {"token": token_units}
+def ngram_units(candidates: Candidates, rng: random.Random) -> Units:
+    """One n-gram of whole words starting at every word, n ~ p(n) proportional to 1/n over the n <= MAX_NGRAM that
+    fit in the word's run (ALBERT)."""
+    units: Units = []
+    for words in candidates.word_runs():
+        for start in range(len(words)):
+            sizes = range(1, min(MAX_NGRAM, len(words) - start) + 1)
+            n = rng.choices(sizes, weights=[1.0 / k for k in sizes])[0]
+            units.append([position for word in words[start:start + n] for position in word])
+    return units
+
+
+SPAN_GEOMETRIC_P = 0.2  # SpanBERT: span length in words ~ Geometric(0.2) ...
+MAX_SPAN_WORDS = 10  # ... truncated to 1..10 words and renormalised (mean 3.8 words)
+
+
+def span_length_probabilities(p: float = SPAN_GEOMETRIC_P, max_words: int = MAX_SPAN_WORDS) -> list[float]:
+    """P(n words) for n = 1..max_words: p (1-p)^(n-1), renormalised over 1..max_words (SpanBERT's "clipping",
+    whose mean 3.8 is that of the renormalised, not of the capped, distribution)."""
+    weights = [p * (1.0 - p) ** (n - 1) for n in range(1, max_words + 1)]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+_SPAN_LENGTHS = range(1, MAX_SPAN_WORDS + 1)
+_SPAN_WEIGHTS = span_length_probabilities()
+
+
+def span_units(candidates: Candidates, rng: random.Random) -> Units:
+    """SpanBERT spans of whole words, chosen until the budget (candidates.budget) is spent.
+
+    Each round draws n words from span_length_probabilities(), then a start uniformly among the words where a
+    span of n words fits: inside one run between special tokens, within the remaining budget, on free words, and
+    not touching a span already taken (a free word or a special token on both sides). When no start fits, n is
+    lowered one word at a time; the loop ends when not even one word fits. Keeping spans apart means the masked
+    positions fall into maximal runs that are exactly these spans, so the span boundary objective can recover
+    each span (and its two boundary tokens) from the sorted positions alone; SpanBERT's reference code instead
+    lets spans touch and merges touching spans into one (merge_intervals), which our rule avoids at the cost of
+    never placing two spans side by side."""
+    if candidates.budget is None:
+        raise ValueError("the span policy needs Candidates.budget (the core's num_to_predict)")
+    words: list[list[int]] = []  # every word, run after run
+    gaps: list[tuple[int, int, bool, bool]] = []  # free words [a, b) + whether a / b are ends of their run
+    for run in candidates.word_runs():
+        gaps.append((len(words), len(words) + len(run), True, True))
+        words.extend(run)
+    prefix = [0]  # prefix[w] = tokens in words[:w]
+    for word in words:
+        prefix.append(prefix[-1] + len(word))
+    longest_word = max((len(word) for word in words), default=1)
+    left = candidates.budget
+    units: Units = []
+    while left > 0:
+        n = rng.choices(_SPAN_LENGTHS, weights=_SPAN_WEIGHTS)[0]
+        while n >= 1:
+            # starts s with s..s+n-1 free and not touching a taken word: inside a gap, one word in from a side
+            # that borders a taken span
+            ranges = [(a + (not at_start), b - (not at_end) - n) for a, b, at_start, at_end in gaps]
+            ranges = [(lo, hi) for lo, hi in ranges if lo <= hi]
+            if n * longest_word <= left:  # every window fits the budget: count instead of listing
+                total = sum(hi - lo + 1 for lo, hi in ranges)
+                if total:
+                    k = rng.randrange(total)
+                    for lo, hi in ranges:
+                        if k <= hi - lo:
+                            start = lo + k
+                            break
+                        k -= hi - lo + 1
+                    break
+            else:
+                starts = [s for lo, hi in ranges for s in range(lo, hi + 1) if prefix[s + n] - prefix[s] <= left]
+                if starts:
+                    start = starts[rng.randrange(len(starts))]
+                    break
+            n -= 1
+        if n == 0:
+            break
+        unit = [position for word in words[start:start + n] for position in word]
+        left -= len(unit)
+        units.append(unit)
+        g = next(i for i, (a, b, _, _) in enumerate(gaps) if a <= start < b)
+        a, b, at_start, at_end = gaps[g]
+        gaps[g:g + 1] = [gap for gap in ((a, start, at_start, False), (start + n, b, False, at_end)) if gap[0] < gap[1]]
+    return units
+
+
+POLICIES: dict[str, Policy] = {"token": token_units, "ngram": ngram_units, "span": span_units}
+# Policies whose units get one 80/10/10 decision each unless MaskingConfig.replacement_per says otherwise.
+PER_UNIT_REPLACEMENT_POLICIES = frozenset({"span"})
+
+
+def continuation_ids(vocab: Mapping[str, int], prefix: str = "##") -> frozenset[int]:
+    """Ids of a WordPiece vocabulary's continuation pieces (tokens that start with `prefix`, e.g. `##ing`)."""
+    return frozenset(i for token, i in vocab.items() if token.startswith(prefix) and len(token) > len(prefix))
 
 
 @dataclass(frozen=True)
 class Masker:
     """Masks instances for one tokenizer and config. `special_ids`: ids never masked and never drawn as random
-    replacements ([PAD], [UNK], [CLS], [SEP], [MASK])."""
+    replacements ([PAD], [UNK], [CLS], [SEP], [MASK]). `continuation_ids`: the tokenizer's continuation pieces
+    (`continuation_ids(tokenizer.get_vocab())`), which word-level policies keep with their word; without them
+    every token is a word."""
 
     cfg: MaskingConfig
     seed: int
     vocab_size: int
     mask_id: int
     special_ids: frozenset[int]
+    continuation_ids: frozenset[int] = frozenset()
 
     def num_to_predict(self, length: int) -> int:
         return min(self.cfg.max_predictions_per_seq, max(1, int(round(length * self.cfg.masked_lm_prob))))
@@ -54,28 +193,48 @@ class Masker:
             if token not in self.special_ids:
                 return token
 
+    @property
+    def replaces_per_unit(self) -> bool:
+        """Whether one 80/10/10 draw decides for all tokens of a chosen unit (else one draw per token)."""
+        if self.cfg.replacement_per is not None:
+            return self.cfg.replacement_per == "unit"
+        return self.cfg.policy in PER_UNIT_REPLACEMENT_POLICIES
+
+    def choose_units(self, input_ids: Sequence[int], rng: random.Random) -> Units:
+        """The units to predict, in the order taken: disjoint, at most num_to_predict positions in all."""
+        budget = self.num_to_predict(len(input_ids))
+        candidates = Candidates(is_special=[t in self.special_ids for t in input_ids],
+                                is_continuation=[t in self.continuation_ids for t in input_ids], budget=budget)
+        units = POLICIES[self.cfg.policy](candidates, rng)
+        rng.shuffle(units)
+        chosen: Units = []
+        count = 0
+        taken: set[int] = set()
+        for unit in units:
+            if count >= budget:
+                break
+            if count + len(unit) > budget or not taken.isdisjoint(unit):
+                continue
+            chosen.append(unit)
+            count += len(unit)
+            taken.update(unit)
+        return chosen
+
     def mask(self, input_ids: Sequence[int], rng: random.Random) -> tuple[list[int], list[int]]:
         """(positions ascending, replacement ids) for one variant."""
-        is_special = [t in self.special_ids for t in input_ids]
-        units = POLICIES[self.cfg.policy](input_ids, is_special)
-        rng.shuffle(units)
-        budget = self.num_to_predict(len(input_ids))
-        chosen: list[int] = []
-        for unit in units:
-            if len(chosen) >= budget:
-                break
-            if len(chosen) + len(unit) > budget:
-                continue
-            chosen.extend(unit)
+        per_unit = self.replaces_per_unit
         replacements: dict[int, int] = {}
-        for position in chosen:
+        for unit in self.choose_units(input_ids, rng):
             draw = rng.random()
-            if draw < self.cfg.mask_token_prob:
-                replacements[position] = self.mask_id
-            elif draw < self.cfg.mask_token_prob + self.cfg.random_token_prob:
-                replacements[position] = self._random_token(rng)
-            else:
-                replacements[position] = input_ids[position]
+            for k, position in enumerate(unit):
+                if k and not per_unit:  # per token: the same sequence of draws as one draw per chosen position
+                    draw = rng.random()
+                if draw < self.cfg.mask_token_prob:
+                    replacements[position] = self.mask_id
+                elif draw < self.cfg.mask_token_prob + self.cfg.random_token_prob:
+                    replacements[position] = self._random_token(rng)  # each token of a random span its own
+                else:
+                    replacements[position] = input_ids[position]
         positions = sorted(replacements)
         return positions, [replacements[p] for p in positions]
 

@@ -48,7 +48,7 @@ from . import hashing
 from .clean import wikitext_to_paragraphs
 from .config import CorpusConfig, PreprocessConfig
 from .instances import build_bucket_instances
-from .masking import Masker
+from .masking import Masker, continuation_ids
 from .runners import describe, run_pipeline
 from .sentences import split_sentences
 from .shards import SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, write_manifest, write_shard
@@ -225,6 +225,7 @@ class BuildInstances(beam.DoFn):
         for instance in build_bucket_instances(
             list(docs), rng, max_seq_len=inst.max_seq_len, short_seq_prob=inst.short_seq_prob,
             nsp_random_prob=inst.nsp_random_prob, dupe_factor=inst.dupe_factor, cls_id=self.cls_id, sep_id=self.sep_id,
+            sentence_order=inst.format == "sop-pairs",
         ):
             yield split, instance
 
@@ -232,14 +233,16 @@ class BuildInstances(beam.DoFn):
 class MaskInstance(beam.DoFn):
     """(split, instance) -> ((split, shard), (sort key, row)) with K mask variants."""
 
-    def __init__(self, cfg: PreprocessConfig, vocab_size: int, specials: dict[str, int]):
+    def __init__(self, cfg: PreprocessConfig, vocab_size: int, specials: dict[str, int],
+                 continuation: frozenset[int] = frozenset()):
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.specials = specials
+        self.continuation = continuation
 
     def setup(self) -> None:
         self.masker = Masker(self.cfg.masking, self.cfg.seed, self.vocab_size, self.specials["mask"],
-                             frozenset(self.specials.values()))
+                             frozenset(self.specials.values()), self.continuation)
         self.num_shards = {"train": self.cfg.shards.train_shards, "heldout": self.cfg.shards.heldout_shards}
 
     def process(self, item) -> Iterator:
@@ -288,7 +291,8 @@ def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokeni
         | "ByBucket" >> beam.GroupByKey()
         | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"]))
         | "SpreadInstances" >> beam.Reshuffle()
-        | "Mask" >> beam.ParDo(MaskInstance(cfg, vocab_size, specials))
+        | "Mask" >> beam.ParDo(MaskInstance(cfg, vocab_size, specials,
+                                            continuation_ids(Tokenizer.from_file(str(tokenizer_path)).get_vocab())))
         | "ByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows))
         | "WriteSummaries" >> WriteToText(str(work / "shard_summaries" / "part"), file_name_suffix=".jsonl")
@@ -451,10 +455,12 @@ def _manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Tokenizer,
                                 vocab_size=tokenizer.get_vocab_size(with_added_tokens=True), special_ids=specials,
                                 lowercase=_is_lowercase(tokenizer)),
         instance_format={
-            "max_seq_len": inst.max_seq_len, "short_seq_prob": inst.short_seq_prob,
+            "name": inst.format, "max_seq_len": inst.max_seq_len, "short_seq_prob": inst.short_seq_prob,
             "nsp_random_prob": inst.nsp_random_prob, "dupe_factor": inst.dupe_factor,
             "docs_per_bucket": inst.docs_per_bucket, "random_buckets": buckets,
-            "segments": "sentences", "layout": "[CLS] A [SEP] B [SEP]", "nsp_label": {"0": "IsNext", "1": "NotNext"},
+            "segments": "sentences", "layout": "[CLS] A [SEP] B [SEP]",
+            "nsp_label": ({"0": "in order", "1": "swapped"} if inst.format == "sop-pairs"
+                          else {"0": "IsNext", "1": "NotNext"}),
         },
         masking={**masking.model_dump(mode="json"),
                  "keep_prob": round(1.0 - masking.mask_token_prob - masking.random_token_prob, 10),

@@ -275,14 +275,22 @@ def load_training_state(directory: Path) -> dict[str, Any]:
     return state
 
 
-def fingerprint_diff(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Dotted names of the fields that differ between two nested dicts (for 'refuse to resume' messages)."""
+def fingerprint_diff(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "",
+                     defaults: Mapping[str, Any] | None = None) -> list[str]:
+    """Dotted names of the fields that differ between two nested dicts (for 'refuse to resume' messages).
+
+    `defaults` (nested like `current`): a field absent from `saved` but equal to its default now is not a
+    difference — config fields added in later versions default to the behaviour of the versions before them, so
+    checkpoints written before a field existed still resume."""
     diffs = []
     for key in sorted(set(saved) | set(current)):
         a, b = saved.get(key, "<absent>"), current.get(key, "<absent>")
         name = f"{prefix}{key}"
+        default = defaults.get(key, "<absent>") if isinstance(defaults, Mapping) else "<absent>"
         if isinstance(a, Mapping) and isinstance(b, Mapping):
-            diffs += fingerprint_diff(a, b, name + ".")
+            diffs += fingerprint_diff(a, b, name + ".", default if isinstance(default, Mapping) else None)
+        elif a == "<absent>" and b == default:
+            continue
         elif a != b:
             diffs.append(f"{name} (checkpoint {a!r}, now {b!r})")
     return diffs

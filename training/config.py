@@ -15,7 +15,12 @@ from pydantic import Field, model_validator
 from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError
 
+from .electra_config import ElectraSettings
+from .spanbert_config import SpanBertSettings
+from .xlm_config import XlmSettings
+from .xlnet_config import TransformerXLSettings, XLNetSettings
 from .models.bert import BertConfig
+from .stacking import StackingConfig
 
 
 class ModelConfig(StrictModel):
@@ -27,7 +32,8 @@ class ModelConfig(StrictModel):
     num_heads: int = Field(12, ge=1, description="attention heads per layer (A); must divide hidden_size")
     intermediate_size: int = Field(3072, ge=1, description="width of the feed-forward inner layer (4H in BERT)")
     max_position_embeddings: int = Field(512, ge=1, description="learned positions; must be >= the shards' sequence length")
-    type_vocab_size: int = Field(2, ge=2, description="segment (token type) embeddings: A and B")
+    type_vocab_size: int = Field(2, ge=1, description="segment (token type) embeddings: 2 = A and B (BERT); 1 = one "
+                                 "segment embedding for every token (RoBERTa: the shards' segment ids are ignored)")
     hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on embeddings and sub-layer outputs")
     attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on attention probabilities")
     layer_norm_eps: float = Field(1e-12, gt=0.0, description="LayerNorm epsilon")
@@ -40,6 +46,20 @@ class ModelConfig(StrictModel):
     num_layer_groups: int = Field(1, ge=1, description="ALBERT: split the layers into this many groups of "
                                   "consecutive layers that share parameters (must divide num_layers)")
     num_languages: int = Field(0, ge=0, description="XLM: number of language embeddings (0 = none)")
+    electra: ElectraSettings | None = Field(None, description="ELECTRA (objective electra): generator size, "
+                                            "discriminator loss weight, two-stage training; null = the paper's "
+                                            "defaults (training/electra_config.py). The other fields describe the "
+                                            "discriminator")
+    spanbert: SpanBertSettings | None = Field(None, description="SpanBERT (objective mlm_sbo): the span boundary "
+                                              "head's sizes; null = SpanBERT's defaults (training/spanbert_config.py)")
+    xlnet: XLNetSettings | None = Field(None, description="XLNet (objective plm): partial prediction and memory; "
+                                        "null = the paper's defaults (training/xlnet_config.py)")
+    transformer_xl: TransformerXLSettings | None = Field(
+        None, description="Transformer-XL (objective txl_clm): memory length and segments per instance; null = "
+                          "defaults (training/xlnet_config.py)")
+    xlm: XlmSettings | None = Field(None, description="XLM (objectives clm, xlm_mlm, tlm): the language of "
+                                    "monolingual shards and fine-tuning inputs; null = language 0 "
+                                    "(training/xlm_config.py)")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "ModelConfig":
@@ -57,7 +77,7 @@ class ModelConfig(StrictModel):
         size = self.vocab_size if self.vocab_size is not None else vocab_size
         if size < vocab_size:
             raise ConfigError(f"model.vocab_size={size} is smaller than the tokenizer's vocabulary ({vocab_size} tokens)")
-        fields = self.model_dump(exclude={"vocab_size"})
+        fields = self.model_dump(exclude={"vocab_size", "electra", "spanbert", "xlm", "xlnet", "transformer_xl"})
         return BertConfig(vocab_size=size, pad_token_id=pad_token_id, **fields)
 
 
@@ -82,6 +102,11 @@ class PretrainConfig(StrictModel):
     save_every: int = Field(10_000, ge=1, description="write a resumable checkpoint every N steps")
     keep_last: int = Field(3, ge=1, description="keep only the newest N checkpoints")
     verify_shards: bool = Field(True, description="check every shard's sha256 against the manifest before training")
+    # not resume-neutral: compiled dropout draws its masks through inductor's own generator, so a compiled run
+    # follows another sample path than an eager one (without dropout the two differ only in rounding)
+    compile: bool = Field(False, description="torch.compile the model (in place; checkpoints are unchanged)")
+    stacking: StackingConfig | None = Field(None, description="progressive stacking (training/stacking.py): double "
+                                            "the layers after the listed steps; model.num_layers is the first depth")
 
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":
@@ -93,6 +118,8 @@ class PretrainConfig(StrictModel):
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= max_steps ({self.max_steps})")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must lie in [0, 1) (got {self.betas})")
+        if self.stacking is not None and self.stacking.stages[-1] >= self.max_steps:
+            raise ValueError(f"stacking.stages must lie before max_steps ({self.max_steps}), got {self.stacking.stages}")
         return self
 
     # Fields that change how training is observed or stored, not the trajectory: a checkpoint written under

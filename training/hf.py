@@ -2,9 +2,11 @@
 
 - `load_hf_bert_encoder(hf_dir)`: a HF BERT directory -> our `BertModel` (to take a published model as a reference
   or teacher).
-- `export_to_hf(model_dir, out)`: one of our model directories (RUN/pretrain/final, a checkpoints/step-N) -> a
-  `transformers` `BertForPreTraining` directory (config.json, model.safetensors, tokenizer.json,
-  tokenizer_config.json), loadable with `AutoModelForPreTraining` / `AutoModelForMaskedLM` / `AutoModel`.
+- `export_to_hf(model_dir, out, layout=None)`: one of our model directories (RUN/pretrain/final, a
+  checkpoints/step-N) -> a `transformers` `BertForPreTraining` directory (config.json, model.safetensors,
+  tokenizer.json, tokenizer_config.json), loadable with `AutoModelForPreTraining` / `AutoModelForMaskedLM` /
+  `AutoModel`; RoBERTa- and ALBERT-style checkpoints as `RobertaForMaskedLM` / `AlbertForPreTraining` instead
+  (layouts and how one is chosen: training/hf_layouts.py).
 - `import_from_hf(hf_dir, out)`: a HF `BertModel`, `BertForPreTraining` or `BertForMaskedLM` directory -> one of our
   model directories (`training.checkpoint.load_pretrained` loads it); heads the HF checkpoint lacks are initialised
   as `BertForPreTraining` initialises them (seeded) and listed in the returned `HfImport`.
@@ -35,6 +37,7 @@ from bertfactory.io import atomic_write_json, publish_dir, read_json_file
 
 from .checkpoint import (CONFIG_FILE, MODEL_FILE, SPECIAL_TOKENS, TOKENIZER_FILE, _fsync_file, _staging_dir,
                          load_pretrained, load_weights, read_checkpoint_config, save_pretrained)
+from .hf_layouts import HF_CLASSES, choose_layout, export_layout
 from .models.bert import BertConfig, BertForPreTraining, BertModel
 
 logger = logging.getLogger(__name__)
@@ -171,19 +174,33 @@ def _check_out(out: Path, source: Path, overwrite: bool) -> None:
                          "(it is then replaced as a whole)")
 
 
-def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False) -> Path:
-    """Write our model directory `model_dir` as a `transformers` BertForPreTraining directory `out` (staged, then
-    published atomically). The `training` provenance of config.json is not carried over."""
+def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False, layout: str | None = None) -> Path:
+    """Write our model directory `model_dir` as a `transformers` directory `out` (staged, then published
+    atomically) in `layout`: "bert" (BertForPreTraining), "roberta" (RobertaForMaskedLM) or "albert"
+    (AlbertForPreTraining); None or "auto" chooses from the checkpoint (training/hf_layouts.py). The `training`
+    provenance of config.json is not carried over."""
     model_dir, out = Path(model_dir), Path(out)
     _check_out(out, model_dir, overwrite)
+    if not model_dir.is_dir():
+        raise ContractError(f"model directory {model_dir} does not exist")
+    if read_checkpoint_config(model_dir)["architecture"] == "ElectraForPreTraining":  # discriminator + generator/
+        from .hf_electra import export_electra_to_hf
+
+        return export_electra_to_hf(model_dir, out, overwrite, layout)
     model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
-    state = {}
-    for name, tensor in model.state_dict().items():
-        hf_name = name if name.startswith("bert.") else _HEADS_TO_HF.get(name)
-        if hf_name is None:  # a parameter this exporter does not know: refuse rather than drop it silently
-            raise ContractError(f"{model_dir / MODEL_FILE}: no Hugging Face name for parameter {name!r}")
-        state[hf_name] = tensor.detach().to("cpu", torch.float32).contiguous()
-    special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
+    doc = read_checkpoint_config(model_dir)
+    layout = choose_layout(doc, config, layout, str(model_dir / CONFIG_FILE))
+    special_ids = doc["tokenizer"].get("special_ids", {})
+    if layout == "bert":
+        state = {}
+        for name, tensor in model.state_dict().items():
+            hf_name = name if name.startswith("bert.") else _HEADS_TO_HF.get(name)
+            if hf_name is None:  # a parameter this exporter does not know: refuse rather than drop it silently
+                raise ContractError(f"{model_dir / MODEL_FILE}: no Hugging Face name for parameter {name!r}")
+            state[hf_name] = tensor.detach().to("cpu", torch.float32).contiguous()
+        hf_config = hf_config_from_bert(config)
+    else:
+        state, hf_config = export_layout(layout, model, config, special_ids, hf_config_from_bert(config))
     special = {name: token for name, token in SPECIAL_TOKENS.items() if name in special_ids}
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast",
                         "model_max_length": config.max_position_embeddings,
@@ -194,13 +211,13 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
         shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
         for name in (MODEL_FILE, TOKENIZER_FILE):
             _fsync_file(staging / name)
-        atomic_write_json(staging / CONFIG_FILE, hf_config_from_bert(config))
+        atomic_write_json(staging / CONFIG_FILE, hf_config)
         atomic_write_json(staging / HF_TOKENIZER_CONFIG, tokenizer_config)
         publish_dir(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    logger.info("exported %s -> %s (transformers BertForPreTraining, %d tensors)", model_dir, out, len(state))
+    logger.info("exported %s -> %s (transformers %s, %d tensors)", model_dir, out, HF_CLASSES[layout], len(state))
     return out
 
 

@@ -33,6 +33,7 @@ from .data import PretrainBatches
 from .models.registry import get_architecture
 from .objectives import get_objective_spec
 from .optim import build_optimizer, build_scheduler
+from .stacking import StackingSchedule
 from .trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -55,11 +56,16 @@ def _fingerprint(model: ModelConfig, cfg: PretrainConfig, tokenizer_sha256: str,
     }))
 
 
+# the value every config field takes when a recipe leaves it out: a field a checkpoint predates is equal to it
+_FINGERPRINT_DEFAULTS = {"model": ModelConfig().model_dump(mode="json"),
+                         "pretrain": PretrainConfig().trajectory_fields()}
+
+
 def _check_compatible(directory: Path, current: dict, what: str) -> None:
     saved = read_checkpoint_config(directory).get("training", {}).get("fingerprint")
     if saved is None:
         raise ContractError(f"{directory / CONFIG_FILE} has no 'training.fingerprint'; it was not written by pretraining")
-    diffs = fingerprint_diff(saved, current)
+    diffs = fingerprint_diff(saved, current, defaults=_FINGERPRINT_DEFAULTS)
     if diffs:
         raise ContractError(
             f"{what} {directory} was written under a different config; refusing to continue it. Differing: "
@@ -145,17 +151,23 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     _remove_staging_leftovers(out_dir)
     seed_everything(cfg.seed)
     model = architecture.build(arch_config).to(device)
+    if cfg.compile:
+        model.compile()  # in place: parameter names and checkpoints stay those of the eager model
     optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, cfg.eps)
     scheduler = build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
     out_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(model, optimizer, scheduler, batches, objective.loss, device, cfg.max_steps,
                       cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16)
+    stacking = StackingSchedule(cfg.stacking, arch_config, lambda opt: build_scheduler(opt, cfg.warmup_steps,
+                                                                                        cfg.max_steps), cfg.compile)
 
     resumed_from = None
     latest = latest_checkpoint(checkpoints_dir)
     if latest is not None:
         step, directory = latest
         _check_compatible(directory, fingerprint, "checkpoint")
+        if stacking.replay(trainer, step):  # the checkpoint holds the model as deep as it was at its step
+            model, arch_config = trainer.model, trainer.model.config
         load_weights(model, directory / MODEL_FILE)
         trainer.load_state_dict(load_training_state(directory))
         resumed_from = step
@@ -176,6 +188,9 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
                 "fingerprint_sha256": content_hash(fingerprint)}
 
     def checkpoint_if_due(t: Trainer) -> None:
+        nonlocal model, arch_config
+        if stacking.stack_if_due(t):  # progressive stacking: the deeper model replaces the trainer's
+            model, arch_config = t.model, t.model.config
         if t.step % cfg.save_every == 0 and t.step < cfg.max_steps:
             path = save_checkpoint(checkpoints_dir, t.step, model, arch_config, tokenizer_path, provenance(t),
                                    t.state_dict(), cfg.keep_last)
@@ -187,7 +202,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         "steps": trainer.step,
         "max_steps": cfg.max_steps,
         "resumed_from_step": resumed_from,
-        **{k: trainer.last_metrics[k] for k in ("loss", "mlm_loss", "nsp_loss", "mlm_acc") if k in trainer.last_metrics},
+        # every objective's losses and accuracies of the last metrics window (mlm_loss, sop_acc, disc_loss, ...)
+        **{k: v for k, v in trainer.last_metrics.items() if k == "loss" or k.endswith(("_loss", "_acc"))},
         "tokens": trainer.tokens_seen,
         "seconds": round(trainer.train_seconds, 2),
         "tokens_per_s": round(trainer.tokens_seen / trainer.train_seconds, 1) if trainer.train_seconds else None,

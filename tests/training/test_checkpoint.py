@@ -132,3 +132,15 @@ def test_failed_save_leaves_no_partial_directory(tmp_path):
     with pytest.raises(ContractError, match="does not exist"):
         save_pretrained(model, CONFIG, tmp_path / "missing-tokenizer.json", tmp_path / "final")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"]
+
+
+def test_fields_added_after_a_checkpoint_compare_equal_at_their_default():
+    from training.checkpoint import fingerprint_diff
+
+    saved = {"model": {"hidden_size": 128}, "pretrain": {"seed": 1}}
+    now = {"model": {"hidden_size": 128, "share_layers": "none"}, "pretrain": {"seed": 1, "compile": False}}
+    defaults = {"model": {"share_layers": "none"}, "pretrain": {"compile": False}}
+    assert fingerprint_diff(saved, now, defaults=defaults) == []
+    changed = {"model": {"hidden_size": 128, "share_layers": "all"}, "pretrain": {"seed": 1, "compile": False}}
+    assert fingerprint_diff(saved, changed, defaults=defaults) == ["model.share_layers (checkpoint '<absent>', now 'all')"]
+    assert fingerprint_diff(saved, now) != []  # without defaults every new field is a difference

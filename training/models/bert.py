@@ -27,6 +27,7 @@ from .embeddings import BertEmbeddings
 from .attention import padding_mask
 from .encoder import Encoder
 from .heads import MaskedLMHead, NextSentenceHead, Pooler
+from .varlen import encode_unpadded, gather_masked_packed
 
 IGNORE_INDEX = -100
 SHARE_CHOICES = ("none", "all", "attention", "ffn")
@@ -164,14 +165,25 @@ class BertModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False,
                 position_ids: torch.Tensor | None = None, language_ids: torch.Tensor | None = None,
-                causal: bool = False):
+                causal: bool = False, unpad: bool | str = False):
         """input_ids, token_type_ids, attention_mask: [B, T] (mask 1 = real, 0 = pad) -> last hidden [B, T, H];
         with output_hidden_states, (last, (embeddings, layer 1, ..., layer N)). `causal`: each token attends
-        only to itself and earlier real tokens (XLM's CLM). position_ids / language_ids: see BertEmbeddings."""
-        if token_type_ids is None:
+        only to itself and earlier real tokens (XLM's CLM). position_ids / language_ids: see BertEmbeddings.
+        `unpad` (varlen.py): True = run on the real tokens only, same outputs with zeros on padding; "packed" =
+        the same, returning (packed states [embeddings, layer 1, ..., layer N] each [N, H], PackedSequences)."""
+        if token_type_ids is None or self.config.type_vocab_size == 1:
+            # one segment embedding (RoBERTa): every token is segment 0, whatever the batch's segment ids say
+            # (pair shards mark segment B with 1)
             token_type_ids = torch.zeros_like(input_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        if unpad:
+            states, layout = encode_unpadded(self, input_ids, token_type_ids, attention_mask, position_ids,
+                                             language_ids, causal)
+            if unpad == "packed":
+                return states, layout
+            padded = tuple(layout.unpack(x) for x in states)
+            return (padded[-1], padded) if output_hidden_states else padded[-1]
         embedded = self.embeddings(input_ids, token_type_ids, position_ids, language_ids)
         if hasattr(self, "embeddings_project"):
             embedded = self.embeddings_project(embedded)
@@ -210,11 +222,17 @@ class BertForPreTraining(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
                 masked_positions: torch.Tensor, masked_labels: torch.Tensor,
-                nsp_labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+                nsp_labels: torch.Tensor | None = None, unpad: bool = False) -> dict[str, torch.Tensor | None]:
         """Returns loss (mlm_loss + nsp_loss, or mlm_loss alone without nsp_labels), mlm_loss, nsp_loss,
-        mlm_logits [N, V] at the N real masked positions, nsp_logits [B, 2], mlm_correct and mlm_count."""
-        hidden = self.bert(input_ids, token_type_ids, attention_mask)
-        masked_hidden, labels = gather_masked(hidden, masked_positions, masked_labels)
+        mlm_logits [N, V] at the N real masked positions, nsp_logits [B, 2], mlm_correct and mlm_count.
+        `unpad`: the encoder runs on the real tokens only and the heads read the packed rows (varlen.py)."""
+        if unpad:
+            states, layout = self.bert(input_ids, token_type_ids, attention_mask, unpad="packed")
+            masked_hidden, labels = gather_masked_packed(states[-1], layout, masked_positions, masked_labels)
+            hidden = layout.gather(states[-1], torch.zeros_like(input_ids[:, :1]))  # [B, 1, H]: [CLS] for the pooler
+        else:
+            hidden = self.bert(input_ids, token_type_ids, attention_mask)
+            masked_hidden, labels = gather_masked(hidden, masked_positions, masked_labels)
         mlm_logits = self.mlm_head(masked_hidden, self.bert.embeddings.word_embeddings.weight)
         count = labels.numel()
         if count:

@@ -20,8 +20,14 @@ import torch
 
 from bertfactory.errors import ContractError
 
+from .electra import electra
 from .mlm import mlm_only
 from .mlm_nsp import mlm_nsp
+from .plm import permutation_lm
+from .txl import recurrent_clm
+from .sbo import mlm_sbo
+from .sop import mlm_sop
+from .xlm import clm, tlm, xlm_mlm
 
 Objective = Callable[[torch.nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor | None]]
 
@@ -76,7 +82,62 @@ register_objective(ObjectiveSpec(
     needs="masked tokens (shard fields mask_positions/mask_tokens)",
     description="RoBERTa: masked LM only, no sentence-pair loss",
 ))
+register_objective(ObjectiveSpec(
+    name="mlm_sop", loss=mlm_sop, architecture="BertForPreTraining", instance_formats=("sop-pairs",),
+    needs="masked tokens and sentence-order labels (shard fields mask_positions/mask_tokens and nsp_label)",
+    description="ALBERT: masked LM + sentence-order prediction",
+))
+register_objective(ObjectiveSpec(
+    name="electra", loss=electra, architecture="ElectraForPreTraining", instance_formats=MASKED_TEXT_FORMATS,
+    needs="masked tokens (shard fields mask_positions/mask_tokens)",
+    description="ELECTRA: generator masked LM + disc_weight * replaced-token detection at every token "
+                "(model.electra: generator size, weight, two-stage)",
+))
+# SpanBERT trains single segments; any format of contiguous real text feeds MLM + SBO, whose targets are the
+# masked spans (best built with preprocess.masking.policy span). nsp-pairs are accepted because the loss never
+# reads nsp_label and the [SEP] between A and B only bounds spans (the only format the pipeline builds today);
+# sop-pairs are not: half their rows put B before A, text order no loss here accounts for.
+register_objective(ObjectiveSpec(
+    name="mlm_sbo", loss=mlm_sbo, architecture="SpanBertForPreTraining",
+    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs"),
+    needs="masked spans (shard fields mask_positions/mask_tokens; preprocess.masking.policy span)",
+    description="SpanBERT: masked LM + span boundary objective, no NSP",
+))
+# XLM (objectives in training/objectives/xlm.py). clm and xlm_mlm read monolingual shards of contiguous text
+# (the language comes from model.xlm.language_id: schema v1 has no language column); tlm needs parallel sentence
+# pairs, which no shard schema holds yet (schema v2) — its batches come from training/tlm.py.
+register_objective(ObjectiveSpec(
+    name="clm", loss=clm, architecture="XlmForPreTraining",
+    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs"),
+    needs="text in order (shard field input_ids; the masks are undone)",
+    description="XLM: causal LM, predicting the next token at every position (language model.xlm.language_id)",
+))
+register_objective(ObjectiveSpec(
+    name="xlm_mlm", loss=xlm_mlm, architecture="XlmForPreTraining", instance_formats=MASKED_TEXT_FORMATS,
+    needs="masked tokens (shard fields mask_positions/mask_tokens)",
+    description="XLM: monolingual masked LM with language embeddings (language model.xlm.language_id)",
+))
+register_objective(ObjectiveSpec(
+    name="tlm", loss=tlm, architecture="XlmForPreTraining", instance_formats=("parallel-pairs",),
+    needs="aligned sentence pairs with a language per token (no shard schema holds them yet; see training/tlm.py)",
+    description="XLM: translation LM, masked LM over [CLS] source [SEP] target [SEP] with per-token languages "
+                "and positions restarting at the target",
+))
 
+# XLNet and Transformer-XL undo the stored masks and read the text itself; a NotNext B segment of nsp-pairs is
+# another document's text, which the causal loss does not predict across (see training/objectives/txl.py)
+register_objective(ObjectiveSpec(
+    name="plm", loss=permutation_lm, architecture="XLNetForPretraining",
+    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs"),
+    needs="text (shard field input_ids; the stored masks are undone)",
+    description="XLNet: permutation LM, two-stream attention, the last 1/K of each factorisation order predicted",
+))
+register_objective(ObjectiveSpec(
+    name="txl_clm", loss=recurrent_clm, architecture="TransformerXLLM",
+    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs"),
+    needs="text in order (shard field input_ids; the stored masks are undone)",
+    description="Transformer-XL: causal LM over consecutive segments of each instance with a carried memory",
+))
 
 def objective_names() -> list[str]:
     return sorted(_OBJECTIVES)
