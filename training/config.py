@@ -104,6 +104,10 @@ class PretrainConfig(StrictModel):
     verify_shards: bool = Field(True, description="check every shard's sha256 against the manifest before training")
     # not resume-neutral: compiled dropout draws its masks through inductor's own generator, so a compiled run
     # follows another sample path than an eager one (without dropout the two differ only in rounding)
+    # not resume-neutral either: the packed path draws dropout masks over the real tokens only
+    unpad: bool = Field(False, description="run BERT-architecture models (BERT, RoBERTa, ALBERT) on the real tokens "
+                        "only (training/models/varlen.py: varlen attention on CUDA, exact SDPA on CPU); pays off "
+                        "when batches hold much padding")
     compile: bool = Field(False, description="torch.compile the model (in place; checkpoints are unchanged)")
     stacking: StackingConfig | None = Field(None, description="progressive stacking (training/stacking.py): double "
                                             "the layers after the listed steps; model.num_layers is the first depth")

@@ -151,6 +151,11 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     _remove_staging_leftovers(out_dir)
     seed_everything(cfg.seed)
     model = architecture.build(arch_config).to(device)
+    if cfg.unpad:
+        if not hasattr(model, "unpad_by_default"):
+            raise ConfigError(f"pretrain.unpad is only implemented for BertForPreTraining (BERT, RoBERTa, ALBERT); "
+                              f"objective {cfg.objective} trains {type(model).__name__}")
+        model.unpad_by_default = True
     if cfg.compile:
         model.compile()  # in place: parameter names and checkpoints stay those of the eager model
     optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, cfg.eps)

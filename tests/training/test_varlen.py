@@ -174,3 +174,35 @@ def test_attention_dropout_acts_on_the_unpadded_path():
     assert not torch.allclose(first, second)
     model.eval()
     assert torch.allclose(model(ids, types, mask, unpad=True)[real], model(ids, types, mask)[real], atol=TOL, rtol=0)
+
+
+def test_pretrain_unpad_follows_the_padded_loss_curve_without_dropout(run_factory):
+    """pretrain.unpad through the real stage: with dropout off the unpadded run is the padded run up to rounding
+    (with dropout on, masks are drawn over the packed tokens, another sample path)."""
+    import json
+
+    from training.config import ModelConfig, PretrainConfig
+    from training.pretrain import pretrain
+
+    model_cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                            max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+    curves = {}
+    for unpad in (False, True):
+        run = run_factory(f"unpad-{unpad}", min_seq_len=12, max_seq_len=60)  # very different lengths: much padding
+        cfg = PretrainConfig(batch_size=16, max_steps=30, warmup_steps=5, learning_rate=2e-3, log_every=5,
+                             save_every=100, unpad=unpad)
+        pretrain(model_cfg, cfg, run)
+        curves[unpad] = [json.loads(x)["loss"] for x in (run / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    assert len(curves[True]) == 6
+    assert curves[True] == pytest.approx(curves[False], abs=2e-4), curves
+
+
+def test_pretrain_unpad_is_refused_for_other_architectures(run_factory):
+    from bertfactory.errors import ConfigError
+    from training.config import ModelConfig, PretrainConfig
+    from training.pretrain import pretrain
+
+    cfg = PretrainConfig(objective="plm", batch_size=8, max_steps=2, warmup_steps=0, unpad=True)
+    with pytest.raises(ConfigError, match="pretrain.unpad is only implemented for BertForPreTraining"):
+        pretrain(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), cfg,
+                 run_factory("refused"))

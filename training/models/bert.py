@@ -219,13 +219,18 @@ class BertForPreTraining(nn.Module):
         self.nsp_head = NextSentenceHead(config.hidden_size)
         init_bert_weights(self.mlm_head, config.initializer_range)
         init_bert_weights(self.nsp_head, config.initializer_range)
+        # the default of forward's `unpad` (pretrain.unpad sets it; not part of the weights or the config)
+        self.unpad_by_default = False
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
                 masked_positions: torch.Tensor, masked_labels: torch.Tensor,
-                nsp_labels: torch.Tensor | None = None, unpad: bool = False) -> dict[str, torch.Tensor | None]:
+                nsp_labels: torch.Tensor | None = None, unpad: bool | None = None) -> dict[str, torch.Tensor | None]:
         """Returns loss (mlm_loss + nsp_loss, or mlm_loss alone without nsp_labels), mlm_loss, nsp_loss,
         mlm_logits [N, V] at the N real masked positions, nsp_logits [B, 2], mlm_correct and mlm_count.
-        `unpad`: the encoder runs on the real tokens only and the heads read the packed rows (varlen.py)."""
+        `unpad`: the encoder runs on the real tokens only and the heads read the packed rows (varlen.py);
+        None = `self.unpad_by_default`."""
+        if unpad is None:
+            unpad = self.unpad_by_default
         if unpad:
             states, layout = self.bert(input_ids, token_type_ids, attention_mask, unpad="packed")
             masked_hidden, labels = gather_masked_packed(states[-1], layout, masked_positions, masked_labels)
