@@ -108,6 +108,10 @@ class PretrainConfig(StrictModel):
     unpad: bool = Field(False, description="run BERT-architecture models (BERT, RoBERTa, ALBERT) on the real tokens "
                         "only (training/models/varlen.py: varlen attention on CUDA, exact SDPA on CPU); pays off "
                         "when batches hold much padding")
+    static_shapes: bool = Field(False, description="BERT-architecture models compute MLM logits at every prediction "
+                                "slot (batch x max_predictions, padding slots ignored by the loss) instead of only the "
+                                "real ones: the same loss with shapes that depend only on the batch size (XLA) and no "
+                                "host sync (CUDA)")
     compile: bool = Field(False, description="torch.compile the model (in place; checkpoints are unchanged)")
     stacking: StackingConfig | None = Field(None, description="progressive stacking (training/stacking.py): double "
                                             "the layers after the listed steps; model.num_layers is the first depth")

@@ -156,6 +156,11 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
             raise ConfigError(f"pretrain.unpad is only implemented for BertForPreTraining (BERT, RoBERTa, ALBERT); "
                               f"objective {cfg.objective} trains {type(model).__name__}")
         model.unpad_by_default = True
+    if cfg.static_shapes:
+        if not hasattr(model, "static_shapes"):
+            raise ConfigError(f"pretrain.static_shapes is only implemented for BertForPreTraining (BERT, RoBERTa, "
+                              f"ALBERT); objective {cfg.objective} trains {type(model).__name__}")
+        model.static_shapes = True
     if cfg.compile:
         model.compile()  # in place: parameter names and checkpoints stay those of the eager model
     optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, cfg.eps)

@@ -125,3 +125,35 @@ def test_sequence_longer_than_positions_is_refused():
     ids = torch.ones(1, CONFIG.max_position_embeddings + 1, dtype=torch.long)
     with pytest.raises(ValueError, match="exceeds max_position_embeddings"):
         model(ids)
+
+
+def test_static_shape_prediction_gives_the_same_loss_and_gradients():
+    """pretrain.static_shapes: logits at all B x P slots (padding slots ignored) — same loss, accuracy counts and
+    gradients as gathering only the real masked positions, with shapes fixed by [B, P]."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
+                        max_position_embeddings=24, hidden_dropout=0.0, attention_dropout=0.0)
+    model = BertForPreTraining(config)
+    ids = torch.randint(5, 50, (3, 20))
+    positions = torch.tensor([[1, 4, 7, 0], [2, 3, 0, 0], [5, 6, 8, 9]])
+    labels = torch.where(torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]).bool(),
+                         torch.gather(ids, 1, positions), torch.full_like(positions, -100))
+    args = (ids, torch.zeros_like(ids), torch.ones_like(ids), positions, labels, torch.tensor([0, 1, 0]))
+    results = {}
+    for static in (False, True):
+        model.zero_grad()
+        model.static_shapes = static
+        out = model(*args)
+        out["loss"].backward()
+        results[static] = (out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (dynamic, grads_d), (static, grads_s) = results[False], results[True]
+    assert static["mlm_logits"].shape == (12, 50) and dynamic["mlm_logits"].shape == (9, 50)
+    assert torch.allclose(static["mlm_loss"], dynamic["mlm_loss"], atol=1e-6)
+    assert int(static["mlm_count"]) == int(dynamic["mlm_count"]) == 9
+    assert int(static["mlm_correct"]) == int(dynamic["mlm_correct"])
+    assert grads_s.keys() == grads_d.keys()
+    for name in grads_d:
+        assert torch.allclose(grads_s[name], grads_d[name], atol=1e-6), name
+    # a batch without any masked token: loss 0, no NaN
+    empty = model(*args[:4], torch.full_like(labels, -100), args[5])
+    assert float(empty["mlm_loss"]) == 0.0 and int(empty["mlm_count"]) == 0

@@ -208,6 +208,16 @@ def gather_masked(hidden: torch.Tensor, masked_positions: torch.Tensor, masked_l
     return hidden.reshape(b * t, h).index_select(0, flat_index), masked_labels[real]
 
 
+def gather_masked_fixed(hidden: torch.Tensor, masked_positions: torch.Tensor, masked_labels: torch.Tensor):
+    """Static-shape `gather_masked`: hidden at all B * P prediction slots [B*P, H] and their labels [B*P] (-100 on
+    padding slots, which read position 0 and are ignored by the loss). No boolean indexing, so the shapes depend
+    only on the batch's [B, P] and nothing waits for the device: what XLA needs to compile once, and what CUDA needs
+    to avoid a host sync per step."""
+    b, t, h = hidden.shape
+    flat_index = (masked_positions + torch.arange(b, device=hidden.device)[:, None] * t).reshape(-1)
+    return hidden.reshape(b * t, h).index_select(0, flat_index), masked_labels.reshape(-1)
+
+
 class BertForPreTraining(nn.Module):
     """BERT with the masked-LM head (decoder tied to the word embeddings) and the next-sentence head."""
 
@@ -221,6 +231,9 @@ class BertForPreTraining(nn.Module):
         init_bert_weights(self.nsp_head, config.initializer_range)
         # the default of forward's `unpad` (pretrain.unpad sets it; not part of the weights or the config)
         self.unpad_by_default = False
+        # MLM logits at all B * P prediction slots instead of the N real ones (gather_masked_fixed); the same
+        # loss, static shapes (pretrain.static_shapes sets it)
+        self.static_shapes = False
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
                 masked_positions: torch.Tensor, masked_labels: torch.Tensor,
@@ -235,20 +248,30 @@ class BertForPreTraining(nn.Module):
             states, layout = self.bert(input_ids, token_type_ids, attention_mask, unpad="packed")
             masked_hidden, labels = gather_masked_packed(states[-1], layout, masked_positions, masked_labels)
             hidden = layout.gather(states[-1], torch.zeros_like(input_ids[:, :1]))  # [B, 1, H]: [CLS] for the pooler
+        elif self.static_shapes:
+            hidden = self.bert(input_ids, token_type_ids, attention_mask)
+            masked_hidden, labels = gather_masked_fixed(hidden, masked_positions, masked_labels)
         else:
             hidden = self.bert(input_ids, token_type_ids, attention_mask)
             masked_hidden, labels = gather_masked(hidden, masked_positions, masked_labels)
         mlm_logits = self.mlm_head(masked_hidden, self.bert.embeddings.word_embeddings.weight)
-        count = labels.numel()
-        if count:
-            mlm_loss = F.cross_entropy(mlm_logits.float(), labels)
-        else:  # no masked token in the batch: a zero that still depends on the graph
-            mlm_loss = mlm_logits.float().sum() * 0.0
+        valid = labels != IGNORE_INDEX
+        if self.static_shapes and not unpad:
+            # mean over the real slots without a data-dependent shape or branch (0 when there are none)
+            per_slot = F.cross_entropy(mlm_logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="none")
+            count_tensor = valid.sum()
+            mlm_loss = per_slot.sum() / count_tensor.clamp(min=1)
+        else:
+            count_tensor = torch.tensor(labels.numel(), device=mlm_logits.device)
+            if labels.numel():
+                mlm_loss = F.cross_entropy(mlm_logits.float(), labels)
+            else:  # no masked token in the batch: a zero that still depends on the graph
+                mlm_loss = mlm_logits.float().sum() * 0.0
         nsp_logits = self.nsp_head(self.bert.pooler(hidden))
         nsp_loss = F.cross_entropy(nsp_logits.float(), nsp_labels) if nsp_labels is not None else None
         loss = mlm_loss + nsp_loss if nsp_loss is not None else mlm_loss
         with torch.no_grad():
-            mlm_correct = (mlm_logits.argmax(-1) == labels).sum()
+            mlm_correct = ((mlm_logits.argmax(-1) == labels) & valid).sum()
         return {
             "loss": loss,
             "mlm_loss": mlm_loss,
@@ -256,7 +279,7 @@ class BertForPreTraining(nn.Module):
             "mlm_logits": mlm_logits,
             "nsp_logits": nsp_logits,
             "mlm_correct": mlm_correct,
-            "mlm_count": torch.tensor(count, device=hidden.device),
+            "mlm_count": count_tensor,
         }
 
     def num_parameters(self) -> int:
