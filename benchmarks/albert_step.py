@@ -23,9 +23,8 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
-from pretrain_step import BATCH, MAX_PREDICTIONS, SEQ_LEN, _batch, _rss_kib, gemm_gflops
+from pretrain_step import BATCH, MAX_PREDICTIONS, SEQ_LEN, _batch, gemm_gflops, time_training_steps
 
 SHAPES = {
     # name: (embedding, hidden, layers, heads, intermediate, vocab)
@@ -71,26 +70,8 @@ def _worker(impl: str, shape: str, steps: int, warmup: int) -> dict:
 
         def loss_of() -> torch.Tensor:
             return model(**hf_inputs).loss
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rss_before = _rss_kib("VmRSS:")
-
-    def step() -> None:
-        loss = loss_of()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(warmup):
-        step()
-    started = time.perf_counter()
-    for _ in range(steps):
-        step()
-    seconds = time.perf_counter() - started
-    return {"impl": impl, "attention": attention, "tokens_per_s": steps * BATCH * SEQ_LEN / seconds,
-            "seconds_per_step": seconds / steps, "peak_extra_mib": (_rss_kib("VmHWM:") - rss_before) / 1024,
-            "threads": torch.get_num_threads(), "parameters": sum(p.numel() for p in model.parameters())}
+    return {"impl": impl, "attention": attention,
+            **time_training_steps(model, list(model.parameters()), loss_of, warmup, steps, BATCH * SEQ_LEN)}
 
 
 def main() -> None:

@@ -21,7 +21,8 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+from pretrain_step import time_training_steps
 
 SHAPES = {
     # name: (hidden, layers, heads, intermediate, embedding, vocab); generator = 1/4 of hidden, heads and FFN
@@ -29,14 +30,6 @@ SHAPES = {
     "small": (256, 12, 4, 1024, 128, 30522),
 }
 SEQ_LEN, MAX_PREDICTIONS, GENERATOR_SIZE, DISC_WEIGHT = 128, 19, 0.25, 50.0
-
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1])
-    return 0
 
 
 def _batch(vocab: int, batch: int, seed: int = 0) -> dict:
@@ -110,26 +103,8 @@ def _worker(impl: str, shape: str, batch_size: int, steps: int, warmup: int) -> 
     batch = _batch(SHAPES[shape][5], batch_size)
     torch.manual_seed(0)
     model, params, loss_of = _ours(shape) if impl == "ours" else _hf(shape)
-    model.train()
-    optimizer = torch.optim.AdamW(params, lr=1e-4)
-    rss_before = _rss_kib("VmRSS:")
-
-    def step() -> None:
-        loss = loss_of(batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(warmup):
-        step()
-    started = time.perf_counter()
-    for _ in range(steps):
-        step()
-    seconds = time.perf_counter() - started
-    return {"impl": impl, "tokens_per_s": steps * batch_size * SEQ_LEN / seconds, "seconds_per_step": seconds / steps,
-            "peak_extra_mib": (_rss_kib("VmHWM:") - rss_before) / 1024, "threads": torch.get_num_threads(),
-            "parameters": sum(p.numel() for p in params)}
+    return {"impl": impl, **time_training_steps(model, list(params), lambda: loss_of(batch), warmup, steps,
+                                                batch_size * SEQ_LEN)}
 
 
 def main() -> None:

@@ -81,14 +81,24 @@ def _worker(impl: str, shape: str, steps: int, warmup: int) -> dict:
 
         def loss_of() -> torch.Tensor:
             return model(**hf_inputs).loss
+    return {"impl": impl, **time_training_steps(model, list(model.parameters()), loss_of, warmup, steps,
+                                                BATCH * SEQ_LEN)}
+
+
+def time_training_steps(model, params: list, loss_of, warmup: int, steps: int, tokens_per_step: int) -> dict:
+    """Time `steps` training steps (forward via `loss_of()`, backward, clip, AdamW, zero_grad) after `warmup`
+    untimed ones; tokens/s, seconds per step, the step's peak extra resident memory (this process must be fresh),
+    threads and parameters. Shared by every step benchmark so that all of them measure the same thing."""
+    import torch
+
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
     rss_before = _rss_kib("VmRSS:")
 
     def step() -> None:
         loss = loss_of()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -98,8 +108,9 @@ def _worker(impl: str, shape: str, steps: int, warmup: int) -> dict:
     for _ in range(steps):
         step()
     seconds = time.perf_counter() - started
-    return {"impl": impl, "tokens_per_s": steps * BATCH * SEQ_LEN / seconds, "seconds_per_step": seconds / steps,
-            "peak_extra_mib": (_rss_kib("VmHWM:") - rss_before) / 1024, "threads": torch.get_num_threads()}
+    return {"tokens_per_s": steps * tokens_per_step / seconds, "seconds_per_step": seconds / steps,
+            "peak_extra_mib": (_rss_kib("VmHWM:") - rss_before) / 1024, "threads": torch.get_num_threads(),
+            "parameters": sum(p.numel() for p in params)}
 
 
 def gemm_gflops(hidden: int) -> float:
