@@ -44,3 +44,24 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any], source: str) -> C:
         return cls(**values)
     except ValueError as err:
         raise ContractError(f"{source}: {err}") from None
+
+
+def relative_config_problems(config: Any, positive: tuple[str, ...]) -> list[str]:
+    """What is wrong with a relative-attention model config (XLNet, Transformer-XL): the shared architecture fields
+    plus the member's own `positive` (>= 1) fields; an empty list when it is valid."""
+    problems = []
+    for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", *positive):
+        if getattr(config, name) < 1:
+            problems.append(f"{name} must be >= 1 (got {getattr(config, name)})")
+    if config.num_heads >= 1 and config.hidden_size % config.num_heads:
+        problems.append(f"hidden_size {config.hidden_size} is not divisible by num_heads {config.num_heads}")
+    if config.hidden_size % 2:
+        problems.append(f"hidden_size must be even for the sinusoidal relative encodings (got {config.hidden_size})")
+    for name in ("dropout", "attention_dropout"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            problems.append(f"{name} must be in [0, 1) (got {getattr(config, name)})")
+    if config.mem_len < 0:
+        problems.append(f"mem_len must be >= 0 (got {config.mem_len})")
+    if not 0 <= config.pad_token_id < config.vocab_size:
+        problems.append(f"pad_token_id {config.pad_token_id} is outside the vocabulary (size {config.vocab_size})")
+    return problems

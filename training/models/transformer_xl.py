@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .bert import IGNORE_INDEX, init_bert_weights
-from .config_fields import config_from_dict
+from .config_fields import config_from_dict, relative_config_problems
 from .relative_attention import (
     RelativeTransformerLayer, init_relative_weights, shift_geometry, sinusoid_embeddings, update_memory, with_memory,
 )
@@ -53,21 +53,7 @@ class TransformerXLConfig:
     train_segments: int = 2
 
     def __post_init__(self) -> None:
-        problems = []
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "train_segments"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if self.num_heads >= 1 and self.hidden_size % self.num_heads:
-            problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        if self.hidden_size % 2:
-            problems.append(f"hidden_size must be even for the sinusoidal relative encodings (got {self.hidden_size})")
-        for name in ("dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
-        if self.mem_len < 0:
-            problems.append(f"mem_len must be >= 0 (got {self.mem_len})")
-        if not 0 <= self.pad_token_id < self.vocab_size:
-            problems.append(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        problems = relative_config_problems(self, ("train_segments",))
         if problems:
             raise ValueError("invalid TransformerXLConfig: " + "; ".join(problems))
 
