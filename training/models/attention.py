@@ -33,6 +33,10 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(hidden_size, hidden_size)
         self.value = nn.Linear(hidden_size, hidden_size)
         self.dropout = dropout
+        # opt-in (distillation, training/distill): when a list, every padded forward also appends its PRE-softmax
+        # scores q.k/sqrt(d) [B, heads, T, T] (no mask applied) and attends through an explicit softmax instead of
+        # SDPA — same outputs, slower; None (the default) keeps the fused SDPA path untouched
+        self.score_sink: list[torch.Tensor] | None = None
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -46,11 +50,22 @@ class SelfAttention(nn.Module):
             context = varlen_attention(q, k, v, mask, self.dropout if self.training else 0.0)
             return context.reshape(-1, self.num_heads * self.head_dim)
         q, k, v = self._heads(self.query(hidden)), self._heads(self.key(hidden)), self._heads(self.value(hidden))
-        context = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
-        )
+        if self.score_sink is not None:
+            context = self._attend_recording(q, k, v, mask)
+        else:
+            context = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+            )
         b, _, t, _ = context.shape
         return context.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
+
+    def _attend_recording(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """SDPA written out, appending the pre-softmax scores to `score_sink` (what TinyBERT distills)."""
+        scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
+        self.score_sink.append(scores)
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1) if mask is not None else scores.softmax(-1)
+        probs = F.dropout(probs, self.dropout, self.training)
+        return probs @ v
 
 
 class ResidualOutput(nn.Module):

@@ -1,0 +1,3 @@
+"""Knowledge distillation (DistilBERT, BERT-PKD, TinyBERT): losses.py, layer_map.py, models.py (students),
+outputs.py (hidden states + pre-softmax attention), loop.py (the one loop and its objectives), augment.py
+(TinyBERT data augmentation), stage.py (`bertfactory distill CONFIG --run-dir RUN`)."""

@@ -1,0 +1,42 @@
+"""What the distillation losses read from an encoder: every hidden state and, on request, every layer's
+pre-softmax attention scores (through the opt-in `SelfAttention.score_sink`; the default SDPA path is untouched).
+
+    states, scores = encoder_outputs(model.bert, batch, with_scores=True)
+    # states: (embeddings, layer 1, ..., layer N) each [B, T, H]; scores: [layer 1, ..., layer N] each [B, h, T, T]
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from training.models.attention import SelfAttention
+
+
+@contextmanager
+def recording_scores(encoder: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Collect the pre-softmax scores of every SelfAttention of `encoder`, in call order (= layer order)."""
+    sink: list[torch.Tensor] = []
+    modules = [m for m in encoder.modules() if isinstance(m, SelfAttention)]
+    for m in modules:
+        m.score_sink = sink
+    try:
+        yield sink
+    finally:
+        for m in modules:
+            m.score_sink = None
+
+
+def encoder_outputs(backbone: nn.Module, batch: dict[str, torch.Tensor], with_scores: bool = False
+                    ) -> tuple[tuple[torch.Tensor, ...], list[torch.Tensor] | None]:
+    """(hidden states incl. embeddings, per-layer scores or None) of a BertModel-interface encoder."""
+    args = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    if not with_scores:
+        _, states = backbone(*args, output_hidden_states=True)
+        return states, None
+    with recording_scores(backbone) as sink:
+        _, states = backbone(*args, output_hidden_states=True)
+    return states, list(sink)
