@@ -1,0 +1,84 @@
+"""The distill stage end to end on a tiny run (synthetic shards + a tiny teacher checkpoint) and the real
+movie_sentiment task: results.json has every method's teacher/student scores, retention, params and speed-up;
+a teacher whose tokenizer differs from the shards' is refused naming both sha256s."""
+
+import json
+
+import pytest
+import torch
+
+from bertfactory.errors import ContractError
+from bertfactory.io import sha256_file
+from training.checkpoint import save_pretrained
+from training.distill.config import DistillConfig
+from training.distill.stage import run_distill
+from training.models.bert import BertConfig, BertForPreTraining
+
+
+TINY = {
+    "finetune": {"epochs": 1, "num_seeds": 1, "batch_size": 16, "max_seq_len": 24, "max_train_examples": 64,
+                 "max_eval_examples": 32, "learning_rate": 1e-3, "eval_batch_size": 32},
+    "speed_repeats": 1,
+    "distilbert": {"general_steps": 4, "batch_size": 8},
+    "pkd": {"student_layers": 2, "strategy": "skip", "alphas": [0.5], "temperatures": [2.0], "epochs": 1},
+    "tinybert": {"hidden_size": 8, "num_layers": 2, "intermediate_size": 16, "general_steps": 4,
+                 "general_batch_size": 8, "intermediate_epochs": 1, "prediction_epochs": 1,
+                 "augment": {"copies": 1, "n_candidates": 2, "max_examples": 8}},
+}
+
+
+def _run_with_teacher(run_factory, other_tokenizer: bool = False):
+    """A tiny run (tests/training/conftest.py) with a tiny random teacher in pretrain/final; `other_tokenizer`: the
+    teacher is saved with the tokenizer of another vocabulary."""
+    run = run_factory("run", train_rows=32, heldout_rows=8, max_seq_len=24)
+    tokenizer = run / "tokenizer" / "tokenizer.json"
+    vocab = 45
+    if other_tokenizer:
+        tokenizer, vocab = run_factory("other", words=41, train_rows=8, heldout_rows=8) / "tokenizer" / "tokenizer.json", 46
+    cfg = BertConfig(vocab_size=vocab, hidden_size=16, num_layers=4, num_heads=2, intermediate_size=32,
+                     max_position_embeddings=32)
+    torch.manual_seed(0)
+    save_pretrained(BertForPreTraining(cfg), cfg, tokenizer, run / "pretrain" / "final")
+    return run, tokenizer
+
+
+def test_distill_stage_writes_results_for_every_method(run_factory):
+    run, _ = _run_with_teacher(run_factory)
+    results = run_distill(DistillConfig.model_validate(TINY), run)
+    on_disk = json.loads((run / "distill" / "results.json").read_text())
+    assert on_disk == json.loads(json.dumps(results, sort_keys=True))
+    assert set(results["methods"]) == {"distilbert", "pkd_skip", "tinybert"}
+    for name, r in results["methods"].items():
+        assert 0.0 <= r["teacher"]["score"] <= 1.0 and 0.0 <= r["student"]["score"] <= 1.0
+        assert r["student"]["params"] < r["teacher"]["params"], name
+        assert r["speedup"] > 0 and r["retention"] == pytest.approx(r["student"]["score"] / r["teacher"]["score"])
+        assert "score" in r["student_direct"]
+    assert results["methods"]["tinybert"]["augmented_examples"] == 8
+    assert results["methods"]["pkd_skip"]["layer_map"] == {1: 2} and on_disk["methods"]["pkd_skip"]["layer_map"] == {"1": 2}
+    report = (run / "distill" / "report.md").read_text()
+    assert "| tinybert |" in report and "pre-softmax" in report
+
+
+def test_teacher_and_shards_with_different_tokenizers_refused(run_factory):
+    run, tokenizer = _run_with_teacher(run_factory, other_tokenizer=True)
+    teacher_sha = sha256_file(tokenizer)
+    shards_sha = sha256_file(run / "tokenizer" / "tokenizer.json")
+    cfg = DistillConfig.model_validate({**TINY, "pkd": {"enabled": False}, "tinybert": {"enabled": False}})
+    with pytest.raises(ContractError) as err:
+        run_distill(cfg, run)
+    assert teacher_sha in str(err.value) and shards_sha in str(err.value)
+
+
+def test_cli_distill_command(run_factory, tmp_path, capsys):
+    import yaml
+
+    from flows.cli import main
+
+    run, _ = _run_with_teacher(run_factory)
+    config = tmp_path / "distill.yaml"
+    config.write_text(yaml.safe_dump({**TINY, "distilbert": {"enabled": False}, "tinybert": {"enabled": False}}))
+    assert main(["distill", str(config), "--run-dir", str(run), "--set", "pkd.epochs=2"]) == 0
+    assert "| pkd_skip |" in capsys.readouterr().out
+    results = json.loads((run / "distill" / "results.json").read_text())
+    assert set(results["methods"]) == {"pkd_skip"}
+    assert main(["distill", str(config), "--run-dir", str(run), "--set", "pkd.strategy=middle"]) == 2

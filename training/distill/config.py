@@ -1,0 +1,88 @@
+"""The `bertfactory distill CONFIG --run-dir RUN` configuration (configs/distill-local.yaml is the example).
+
+Paths (`teacher.checkpoint`, `shards`) are relative to the run directory; `teacher.hf` is an HF BERT directory or
+`sample:NAME` (e.g. `sample:minilm`), imported with training.hf.import_from_hf into RUN/distill/teacher.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from bertfactory.config import StrictModel
+from evaluation.config import FinetuneConfig
+
+
+class TeacherConfig(StrictModel):
+    checkpoint: str | None = Field("pretrain/final", description="our model directory (relative to the run directory)")
+    hf: str | None = Field(None, description="an HF BERT directory or sample:NAME; when set it is the teacher and "
+                           "`checkpoint` is ignored")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TeacherConfig":
+        if self.checkpoint is None and self.hf is None:
+            raise ValueError("teacher needs `checkpoint` or `hf`")
+        return self
+
+
+class DistilBertConfig(StrictModel):
+    enabled: bool = True
+    teacher_layers: list[int] | None = Field(None, description="1-based teacher layers copied into the student; null = every other")
+    general_steps: int = Field(200, ge=0, description="general distillation steps on RUN/shards (0 = none)")
+    batch_size: int = Field(32, ge=1)
+    learning_rate: float = Field(5e-4, gt=0)
+    temperature: float = Field(2.0, gt=0)
+    alpha_ce: float = Field(5.0, ge=0, description="soft cross-entropy on MLM logits (needs a teacher MLM head)")
+    alpha_mlm: float = Field(2.0, ge=0)
+    alpha_cos: float = Field(1.0, ge=0)
+
+
+class PkdConfig(StrictModel):
+    enabled: bool = True
+    student_layers: int = Field(1, ge=1, description="the student = the teacher's first k layers")
+    strategy: Literal["skip", "last"] = "skip"
+    alphas: list[float] = Field([0.5], description="grid: weight of the soft loss")
+    temperatures: list[float] = Field([10.0], description="grid")
+    beta: float = Field(100.0, ge=0, description="patient-loss weight")
+    epochs: int = Field(3, ge=1)
+    learning_rate: float = Field(5e-4, gt=0)
+
+
+class AugmentConfig(StrictModel):
+    enabled: bool = True
+    p: float = Field(0.4, ge=0, le=1)
+    n_candidates: int = Field(15, ge=1)
+    copies: int = Field(20, ge=1)
+    max_examples: int | None = Field(None, ge=1, description="augment only the first N training examples (cost)")
+
+
+class TinyBertConfig(StrictModel):
+    enabled: bool = True
+    hidden_size: int = Field(64, ge=1)
+    num_layers: int = Field(1, ge=1)
+    intermediate_size: int = Field(256, ge=1)
+    num_heads: int | None = Field(None, description="null = the teacher's (attention distillation needs it)")
+    mapping: Literal["uniform", "top", "bottom"] = "uniform"
+    layer_map: dict[int, int] | None = Field(None, description="explicit g(m) (student layer -> teacher layer, 0 = embeddings)")
+    attention: bool = Field(True, description="distil pre-softmax attention scores too")
+    general_steps: int = Field(200, ge=0, description="general distillation steps on RUN/shards (0 = none)")
+    general_batch_size: int = Field(32, ge=1)
+    intermediate_epochs: int = Field(3, ge=0)
+    prediction_epochs: int = Field(3, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    learning_rate: float = Field(1e-3, gt=0)
+    augment: AugmentConfig = AugmentConfig()
+
+
+class DistillConfig(StrictModel):
+    teacher: TeacherConfig = TeacherConfig()
+    shards: str = Field("shards", description="pretraining shards for general distillation (relative to the run directory)")
+    task: str = Field("movie_sentiment", description="a built-in task (evaluation.tasks.registry)")
+    device: str = "cpu"
+    seed: int = 12345
+    finetune: FinetuneConfig = FinetuneConfig(num_seeds=1)
+    speed_repeats: int = Field(3, ge=1, description="timed passes over the test inputs per model (median reported)")
+    distilbert: DistilBertConfig = DistilBertConfig()
+    pkd: PkdConfig = PkdConfig()
+    tinybert: TinyBertConfig = TinyBertConfig()

@@ -1,0 +1,263 @@
+"""`bertfactory distill CONFIG --run-dir RUN`: distil the run's teacher (or an HF teacher) into students with
+DistilBERT, BERT-PKD and TinyBERT, score teacher and students on a real task side by side, and write
+RUN/distill/results.json and RUN/distill/report.md.
+
+Per method: the teacher fine-tuned on the task (once, shared by every method), the distilled student, and the same
+student shape trained on the task directly without task distillation (`student_direct`: the ablation). Scores are
+the task's primary metric on its test split; `speedup` = teacher / student inference seconds over the test inputs
+(median of `speed_repeats` passes, same batches, same device).
+
+    from training.distill.stage import run_distill
+    results = run_distill(load_distill_config("configs/distill-local.yaml"), Path("runs/local"))
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertfactory.config import apply_overrides, load_yaml, validate
+from bertfactory.errors import ConfigError
+from bertfactory.samples import resolve_input
+from evaluation.encode import TextEncoder
+from evaluation.finetune import PreparedTask, finetune_run, predict, prepare_task
+from evaluation.heads import TaskModel
+from evaluation.inputs import collate
+from evaluation.tasks.registry import BUILTIN_TASKS
+from training.checkpoint import load_pretrained, read_checkpoint_config
+from training.models.bert import BertForPreTraining
+
+from .augment import Augmenter, augment_features
+from .config import DistillConfig
+from .layer_map import check_map, pkd_map, tinybert_map
+from .loop import (DistilBertObjective, DistillModel, PkdObjective, TaskBatches, Teacher,
+                   TinyBertIntermediateObjective, TinyBertPredictionObjective, run_distillation)
+from .models import Projections, check_tokenizers, distilbert_student, first_layers_student, narrow_student, num_parameters
+
+logger = logging.getLogger(__name__)
+
+
+def load_distill_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> DistillConfig:
+    """Validate a distill YAML with `a.b=value` overrides (errors name the field and the file)."""
+    source = str(path) + (f" with overrides {list(overrides)}" if overrides else "")
+    return validate(DistillConfig, apply_overrides(load_yaml(path), list(overrides)), source=source)
+
+
+def load_teacher(cfg: DistillConfig, run_dir: Path, out_dir: Path) -> tuple[Teacher, Path]:
+    """-> (the frozen teacher, its tokenizer.json). An HF teacher is imported into out_dir/teacher; whether its MLM
+    head was trained is what import_from_hf reports (a BertModel such as MiniLM has none)."""
+    if cfg.teacher.hf is not None:
+        from training.hf import import_from_hf
+
+        imported = import_from_hf(resolve_input(cfg.teacher.hf), out_dir / "teacher", seed=cfg.seed, overwrite=True)
+        directory, has_mlm, source = imported.path, "MLM head" not in imported.initialised, cfg.teacher.hf
+    else:
+        directory = run_dir / cfg.teacher.checkpoint
+        has_mlm, source = True, str(directory)
+    doc = read_checkpoint_config(directory)
+    if doc["architecture"] != "BertForPreTraining":
+        raise ConfigError(f"teacher {directory}: architecture {doc['architecture']} is not supported for distillation "
+                          "(BertForPreTraining checkpoints: BERT, RoBERTa, imported HF BERT)")
+    model, _, tokenizer_path = load_pretrained(directory)
+    return Teacher(model, has_mlm, doc["tokenizer"]["sha256"], source), tokenizer_path
+
+
+def _shard_batches(cfg: DistillConfig, run_dir: Path, teacher: Teacher, batch_size: int):
+    from training.data import PretrainBatches
+
+    shard_dir = run_dir / cfg.shards
+    manifest = json.loads((shard_dir / "manifest.json").read_text(encoding="utf-8"))
+    check_tokenizers(teacher.tokenizer_sha256, manifest["tokenizer"]["sha256"], f"teacher {teacher.source}",
+                     f"shards {shard_dir}")
+    return PretrainBatches.open(shard_dir, teacher.tokenizer_sha256, batch_size, cfg.seed)
+
+
+def _task_model(encoder: torch.nn.Module, task: PreparedTask, cfg: DistillConfig, seed: int) -> TaskModel:
+    torch.manual_seed(seed)
+    return TaskModel(encoder, task.spec.task_type, task.num_labels, cfg.finetune.classifier_dropout)
+
+
+def _score(model: TaskModel, task: PreparedTask, cfg: DistillConfig, pad_id: int) -> float:
+    _, metrics, _ = predict(model, task, task.test, cfg.finetune, torch.device(cfg.device), pad_id)
+    return float(metrics[task.spec.primary_metric])
+
+
+@torch.no_grad()
+def inference_seconds(model: TaskModel, task: PreparedTask, cfg: DistillConfig, pad_id: int) -> float:
+    """Median over `speed_repeats` of the seconds one pass over the test inputs takes (after one warm-up pass)."""
+    model.eval()
+    features, size = task.test.features, cfg.finetune.eval_batch_size
+    batches = [collate(features, list(range(s, min(len(features), s + size))), pad_id) for s in range(0, len(features), size)]
+    times = []
+    for repeat in range(cfg.speed_repeats + 1):
+        started = time.perf_counter()
+        for batch in batches:
+            model(batch)
+        if repeat:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _finetune(encoder, task, cfg: DistillConfig, pad_id: int, name: str) -> TaskModel:
+    """Fine-tune `encoder` on the task with the config's recipe; -> the TaskModel at its best dev epoch."""
+    ft = cfg.finetune
+    for p in encoder.parameters():  # a copy of the frozen teacher's encoder comes with requires_grad False
+        p.requires_grad_(True)
+    run = finetune_run(encoder, task, ft, ft.grid()[0], cfg.seed, torch.device(cfg.device), pad_id, name)
+    model = TaskModel(encoder, task.spec.task_type, task.num_labels, ft.classifier_dropout)
+    model.load_state_dict(run.best_state)
+    return model
+
+
+def _task_steps(features, cfg: DistillConfig, epochs: int, pad_id: int) -> tuple[TaskBatches, int]:
+    batches = TaskBatches(features, cfg.finetune.batch_size, cfg.seed, pad_id)
+    return batches, batches.steps_per_epoch * epochs
+
+
+def _record(teacher_score, teacher_params, teacher_seconds, student, student_score, task, cfg, pad_id, **extra) -> dict:
+    seconds = inference_seconds(student, task, cfg, pad_id)
+    return {"teacher": {"score": teacher_score, "params": teacher_params, "seconds": teacher_seconds},
+            "student": {"score": student_score, "params": num_parameters(student), "seconds": seconds},
+            "retention": student_score / teacher_score if teacher_score else None,
+            "speedup": teacher_seconds / seconds if seconds > 0 else None, **extra}
+
+
+def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
+    run_dir = Path(run_dir)
+    out_dir = run_dir / "distill"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.device(cfg.device)
+    teacher, tokenizer_path = load_teacher(cfg, run_dir, out_dir)
+    text_encoder = TextEncoder.from_file(tokenizer_path)
+    pad_id = text_encoder.pad_id
+    pretrainer: BertForPreTraining = teacher.model
+    if cfg.task not in BUILTIN_TASKS:
+        raise ConfigError(f"task {cfg.task!r} is not a built-in task ({', '.join(BUILTIN_TASKS)})")
+    task = prepare_task(BUILTIN_TASKS[cfg.task](None), text_encoder, cfg.finetune)
+    if task.spec.task_type not in ("classification", "pair-classification"):
+        raise ConfigError(f"task {cfg.task}: task distillation supports classification tasks (got {task.spec.task_type})")
+
+    teacher_task = _finetune(copy.deepcopy(pretrainer.bert), task, cfg, pad_id, "teacher")
+    teacher_score = _score(teacher_task, task, cfg, pad_id)
+    teacher_params = num_parameters(teacher_task)
+    teacher_seconds = inference_seconds(teacher_task, task, cfg, pad_id)
+    task_teacher = Teacher(teacher_task, False, teacher.tokenizer_sha256, f"{teacher.source} fine-tuned on {cfg.task}")
+    common = (teacher_score, teacher_params, teacher_seconds)
+    metrics = out_dir / "metrics.jsonl"
+    results: dict = {"task": cfg.task, "primary_metric": task.spec.primary_metric, "teacher_source": teacher.source,
+                     "teacher_has_mlm_head": teacher.has_mlm_head, "device": str(device), "methods": {}}
+    n_teacher = pretrainer.config.num_layers
+
+    if cfg.distilbert.enabled:
+        d = cfg.distilbert
+        objective = DistilBertObjective(teacher, d.temperature, d.alpha_ce, d.alpha_mlm, d.alpha_cos)
+        student = distilbert_student(pretrainer, d.teacher_layers)
+        direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "distilbert direct")
+        if d.general_steps:
+            run_distillation(DistillModel(student), objective, _shard_batches(cfg, run_dir, teacher, d.batch_size),
+                             d.general_steps, d.learning_rate, metrics, device)
+        tuned = _finetune(student.bert, task, cfg, pad_id, "distilbert")
+        results["methods"]["distilbert"] = _record(
+            *common, tuned, _score(tuned, task, cfg, pad_id), task, cfg, pad_id,
+            student_direct={"score": _score(direct, task, cfg, pad_id), "note": "the same layer-copied student "
+                            "fine-tuned without general distillation"},
+            student_layers=student.config.num_layers, general_steps=d.general_steps)
+
+    if cfg.pkd.enabled:
+        p = cfg.pkd
+        layer_map = pkd_map(n_teacher, p.student_layers, p.strategy)
+        init = first_layers_student(pretrainer, p.student_layers)
+        best = None
+        for alpha in p.alphas:
+            for temperature in p.temperatures:
+                student = _task_model(copy.deepcopy(init.bert), task, cfg, cfg.seed)
+                batches, steps = _task_steps(task.train.features, cfg, p.epochs, pad_id)
+                run_distillation(DistillModel(student), PkdObjective(task_teacher, layer_map, alpha, temperature, p.beta),
+                                 batches, steps, p.learning_rate, metrics, device)
+                dev = predict(student, task, task.dev, cfg.finetune, device, pad_id)[1][task.spec.primary_metric]
+                if best is None or dev > best[0]:
+                    best = (dev, alpha, temperature, student)
+        _, alpha, temperature, student = best
+        direct = _finetune(copy.deepcopy(init.bert), task, cfg, pad_id, "pkd direct")
+        results["methods"][f"pkd_{p.strategy}"] = _record(
+            *common, student, _score(student, task, cfg, pad_id), task, cfg, pad_id,
+            student_direct={"score": _score(direct, task, cfg, pad_id), "note": "the same first-k-layers student "
+                            "fine-tuned without distillation"},
+            student_layers=p.student_layers, layer_map=layer_map, chosen={"alpha": alpha, "temperature": temperature,
+                                                                          "by": "dev " + task.spec.primary_metric})
+
+    if cfg.tinybert.enabled:
+        results["methods"]["tinybert"] = _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common,
+                                                   metrics, device, pad_id)
+
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (out_dir / "report.md").write_text(render_report(results), encoding="utf-8")
+    return results
+
+
+def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, metrics, device, pad_id) -> dict:
+    t = cfg.tinybert
+    pretrainer = teacher.model
+    n_teacher = pretrainer.config.num_layers
+    layer_map = (check_map(t.layer_map, n_teacher, t.num_layers, "tinybert.layer_map") if t.layer_map is not None
+                 else tinybert_map(n_teacher, t.num_layers, t.mapping))
+    student = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, cfg.seed)
+    projections = Projections(t.hidden_size, pretrainer.config.hidden_size)
+    if t.general_steps:
+        run_distillation(DistillModel(student, projections), TinyBertIntermediateObjective(teacher, layer_map, t.attention),
+                         _shard_batches(cfg, run_dir, teacher, t.general_batch_size), t.general_steps, t.learning_rate,
+                         metrics, device)
+    direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "tinybert direct")
+    train = task.train.features
+    augmented = 0
+    if t.augment.enabled:
+        subset = train if t.augment.max_examples is None else dataclasses.replace(
+            train, ids=train.ids[:t.augment.max_examples], segments=train.segments[:t.augment.max_examples],
+            labels=train.labels[:t.augment.max_examples], num_examples=min(len(train), t.augment.max_examples))
+        augmenter = Augmenter(pretrainer, text_encoder.tokenizer, teacher.has_mlm_head, t.augment.p,
+                              t.augment.n_candidates, t.augment.copies, cfg.seed)
+        extra = augment_features(subset, augmenter)
+        augmented = len(extra.ids) - len(subset.ids)
+        train = dataclasses.replace(train, ids=list(train.ids) + extra.ids[len(subset.ids):],
+                                    segments=list(train.segments) + extra.segments[len(subset.ids):],
+                                    labels=np.concatenate([train.labels, extra.labels[len(subset.ids):]]),
+                                    num_examples=len(train.ids) + augmented)
+    model = _task_model(student.bert, task, cfg, cfg.seed)
+    if t.intermediate_epochs:
+        batches, steps = _task_steps(train, cfg, t.intermediate_epochs, pad_id)
+        run_distillation(DistillModel(model, projections), TinyBertIntermediateObjective(task_teacher, layer_map, t.attention),
+                         batches, steps, t.learning_rate, metrics, device)
+    batches, steps = _task_steps(train, cfg, t.prediction_epochs, pad_id)
+    run_distillation(DistillModel(model), TinyBertPredictionObjective(task_teacher, t.temperature), batches, steps,
+                     t.learning_rate, metrics, device)
+    return _record(*common, model, _score(model, task, cfg, pad_id), task, cfg, pad_id,
+                   student_direct={"score": _score(direct, task, cfg, pad_id), "note": "the same student (after general "
+                                   "distillation when general_steps > 0) fine-tuned without task distillation"},
+                   student_shape={"layers": t.num_layers, "hidden": t.hidden_size, "heads": student.config.num_heads},
+                   layer_map=layer_map, attention_maps="pre-softmax scores" if t.attention else "not distilled",
+                   augmented_examples=augmented, general_steps=t.general_steps)
+
+
+def render_report(results: dict) -> str:
+    lines = [f"# Distillation on {results['task']} ({results['primary_metric']}, test split)", "",
+             f"Teacher: {results['teacher_source']} (MLM head trained: {results['teacher_has_mlm_head']}); "
+             f"device {results['device']}.", "",
+             "| method | teacher score | student score | retention | student without distillation | teacher params | "
+             "student params | speed-up |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in results["methods"].items():
+        retention = f"{r['retention']:.1%}" if r["retention"] is not None else "—"
+        speed = f"{r['speedup']:.2f}×" if r["speedup"] is not None else "—"
+        lines.append(f"| {name} | {r['teacher']['score']:.4f} | {r['student']['score']:.4f} | {retention} | "
+                     f"{r['student_direct']['score']:.4f} | {r['teacher']['params']:,} | {r['student']['params']:,} | {speed} |")
+    lines += ["", "Retention = student / teacher score; speed-up = teacher / student inference time over the test "
+              "inputs (median of repeated passes, same batches). Attention maps are distilled pre-softmax "
+              "(TinyBERT). Multi-piece words are augmented with teacher-embedding neighbours (no GloVe here).", ""]
+    return "\n".join(lines)
