@@ -7,7 +7,7 @@
   last student layer is distilled through the logits): Skip = every k-th teacher layer (k = N/M): {k, 2k, ...};
   Last = the M-1 teacher layers just below the top: {N-M+1, ..., N-1}.
 - `tinybert_map(n_teacher, n_student, "uniform"|"top"|"bottom")`: TinyBERT's g(m) for m = 0..M with g(0) = 0
-  (embeddings): uniform g(m) = m*N/M, top g(m) = N-M+m, bottom g(m) = m. An explicit list is accepted too
+  (embeddings): uniform g(m) = m*N/M (rounded half up when M does not divide N), top g(m) = N-M+m, bottom g(m) = m. An explicit list is accepted too
   (`check_map`).
 
 Every map is validated: a teacher or student layer out of range is a ConfigError.
@@ -61,9 +61,8 @@ def tinybert_map(n_teacher: int, n_student: int, strategy: str) -> dict[int, int
     if not 1 <= n_student <= n_teacher:
         raise ConfigError(f"TinyBERT needs 1 <= student layers <= teacher layers (got {n_student} and {n_teacher})")
     if strategy == "uniform":
-        if n_teacher % n_student:
-            raise ConfigError(f"uniform mapping needs teacher layers {n_teacher} divisible by student layers {n_student}")
-        g = {m: m * (n_teacher // n_student) for m in range(1, n_student + 1)}
+        # m*N/M, rounded half up when N is not a multiple of M (e.g. MiniLM's 6 layers into 4: 2, 3, 5, 6)
+        g = {m: (2 * m * n_teacher + n_student) // (2 * n_student) for m in range(1, n_student + 1)}
     elif strategy == "top":
         g = {m: n_teacher - n_student + m for m in range(1, n_student + 1)}
     else:

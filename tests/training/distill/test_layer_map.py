@@ -28,6 +28,7 @@ def test_tinybert_g():
     assert tinybert_map(12, 4, "uniform") == {0: 0, 1: 3, 2: 6, 3: 9, 4: 12}
     assert tinybert_map(12, 4, "top") == {0: 0, 1: 9, 2: 10, 3: 11, 4: 12}
     assert tinybert_map(12, 4, "bottom") == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4}
+    assert tinybert_map(6, 4, "uniform") == {0: 0, 1: 2, 2: 3, 3: 5, 4: 6}  # 1.5, 3, 4.5, 6 rounded half up
     with pytest.raises(ConfigError, match="one of"):
         tinybert_map(12, 4, "middle")
 
