@@ -80,6 +80,16 @@ def _shard_batches(cfg: DistillConfig, run_dir: Path, teacher: Teacher, batch_si
     return PretrainBatches.open(shard_dir, teacher.tokenizer_sha256, batch_size, cfg.seed)
 
 
+def _preflight(cfg: DistillConfig, run_dir: Path, teacher: Teacher) -> None:
+    """Refuse bad input before any training: logit distillation from a teacher without an MLM head, shards of
+    another tokenizer."""
+    d, t = cfg.distilbert, cfg.tinybert
+    if d.enabled and d.general_steps and d.alpha_ce:
+        teacher.require_mlm_head("distilbert.alpha_ce > 0 (soft cross-entropy on MLM logits)")
+    if (d.enabled and d.general_steps) or (t.enabled and t.general_steps):
+        _shard_batches(cfg, run_dir, teacher, 1)
+
+
 def _task_model(encoder: torch.nn.Module, task: PreparedTask, cfg: DistillConfig, seed: int) -> TaskModel:
     torch.manual_seed(seed)
     return TaskModel(encoder, task.spec.task_type, task.num_labels, cfg.finetune.classifier_dropout)
@@ -136,6 +146,7 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device(cfg.device)
     teacher, tokenizer_path = load_teacher(cfg, run_dir, out_dir)
+    _preflight(cfg, run_dir, teacher)
     text_encoder = TextEncoder.from_file(tokenizer_path)
     pad_id = text_encoder.pad_id
     pretrainer: BertForPreTraining = teacher.model
@@ -158,10 +169,12 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
 
     if cfg.distilbert.enabled:
         d = cfg.distilbert
-        objective = DistilBertObjective(teacher, d.temperature, d.alpha_ce, d.alpha_mlm, d.alpha_cos)
+        # built first so that logit distillation from a teacher without MLM head fails before any training
+        objective = (DistilBertObjective(teacher, d.temperature, d.alpha_ce, d.alpha_mlm, d.alpha_cos)
+                     if d.general_steps else None)
         student = distilbert_student(pretrainer, d.teacher_layers)
         direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "distilbert direct")
-        if d.general_steps:
+        if objective is not None:
             run_distillation(DistillModel(student), objective, _shard_batches(cfg, run_dir, teacher, d.batch_size),
                              d.general_steps, d.learning_rate, metrics, device)
         tuned = _finetune(student.bert, task, cfg, pad_id, "distilbert")

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from bertfactory.errors import ContractError
+from bertfactory.errors import ConfigError, ContractError
 from bertfactory.io import sha256_file
 from training.checkpoint import save_pretrained
 from training.distill.config import DistillConfig
@@ -82,3 +82,20 @@ def test_cli_distill_command(run_factory, tmp_path, capsys):
     results = json.loads((run / "distill" / "results.json").read_text())
     assert set(results["methods"]) == {"pkd_skip"}
     assert main(["distill", str(config), "--run-dir", str(run), "--set", "pkd.strategy=middle"]) == 2
+
+
+def test_logit_distillation_from_a_teacher_without_mlm_head_refused_before_training(run_factory, monkeypatch):
+    from training.distill import stage
+
+    run, _ = _run_with_teacher(run_factory)
+    real = stage.load_teacher
+
+    def without_head(cfg, run_dir, out_dir):
+        teacher, tokenizer = real(cfg, run_dir, out_dir)
+        teacher.has_mlm_head = False  # what an imported HF BertModel (MiniLM) reports
+        return teacher, tokenizer
+
+    monkeypatch.setattr(stage, "load_teacher", without_head)
+    monkeypatch.setattr(stage, "_finetune", lambda *a, **k: pytest.fail("trained before refusing"))
+    with pytest.raises(ConfigError, match="no trained MLM head.*hidden-state/attention"):
+        run_distill(DistillConfig.model_validate(TINY), run)
