@@ -73,6 +73,8 @@ class TinyBertConfig(StrictModel):
     temperature: float = Field(1.0, gt=0)
     learning_rate: float = Field(1e-3, gt=0)
     augment: AugmentConfig = AugmentConfig()
+    ablations: bool = Field(True, description="also score TinyBERT without general distillation (when general_steps > 0) "
+                            "and without augmentation (when enabled); no task distillation is student_direct")
 
 
 class DistillConfig(StrictModel):
@@ -80,6 +82,8 @@ class DistillConfig(StrictModel):
     shards: str = Field("shards", description="pretraining shards for general distillation (relative to the run directory)")
     task: str = Field("movie_sentiment", description="a built-in task (evaluation.tasks.registry)")
     device: str = "cpu"
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads for the run (null = torch's default; "
+                                    "1 on a shared machine)")
     seed: int = 12345
     finetune: FinetuneConfig = FinetuneConfig(num_seeds=1)
     speed_repeats: int = Field(3, ge=1, description="timed passes over the test inputs per model (median reported)")

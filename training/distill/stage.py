@@ -145,6 +145,8 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     out_dir = run_dir / "distill"
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device(cfg.device)
+    if cfg.num_threads is not None:
+        torch.set_num_threads(cfg.num_threads)
     teacher, tokenizer_path = load_teacher(cfg, run_dir, out_dir)
     _preflight(cfg, run_dir, teacher)
     text_encoder = TextEncoder.from_file(tokenizer_path)
@@ -243,17 +245,32 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
                                     segments=list(train.segments) + extra.segments[len(subset.ids):],
                                     labels=np.concatenate([train.labels, extra.labels[len(subset.ids):]]),
                                     num_examples=len(train.ids) + augmented)
-    model = _task_model(student.bert, task, cfg, cfg.seed)
-    if t.intermediate_epochs:
-        batches, steps = _task_steps(train, cfg, t.intermediate_epochs, pad_id)
-        run_distillation(DistillModel(model, projections), TinyBertIntermediateObjective(task_teacher, layer_map, t.attention),
-                         batches, steps, t.learning_rate, metrics, device)
-    batches, steps = _task_steps(train, cfg, t.prediction_epochs, pad_id)
-    run_distillation(DistillModel(model), TinyBertPredictionObjective(task_teacher, t.temperature), batches, steps,
-                     t.learning_rate, metrics, device)
+    def task_distil(encoder, projections: Projections, features) -> TaskModel:
+        """TinyBERT's task distillation: intermediate layers, then the prediction layer."""
+        model = _task_model(encoder, task, cfg, cfg.seed)
+        if t.intermediate_epochs:
+            batches, steps = _task_steps(features, cfg, t.intermediate_epochs, pad_id)
+            run_distillation(DistillModel(model, projections),
+                             TinyBertIntermediateObjective(task_teacher, layer_map, t.attention),
+                             batches, steps, t.learning_rate, metrics, device)
+        batches, steps = _task_steps(features, cfg, t.prediction_epochs, pad_id)
+        run_distillation(DistillModel(model), TinyBertPredictionObjective(task_teacher, t.temperature), batches, steps,
+                         t.learning_rate, metrics, device)
+        return model
+
+    ablations = {"no_td": _score(direct, task, cfg, pad_id)}
+    if t.ablations and augmented:
+        no_da = task_distil(copy.deepcopy(student.bert), copy.deepcopy(projections), task.train.features)
+        ablations["no_da"] = _score(no_da, task, cfg, pad_id)
+    if t.ablations and t.general_steps:
+        fresh = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, cfg.seed)
+        no_gd = task_distil(fresh.bert, Projections(t.hidden_size, pretrainer.config.hidden_size), train)
+        ablations["no_gd"] = _score(no_gd, task, cfg, pad_id)
+    model = task_distil(student.bert, projections, train)
     return _record(*common, model, _score(model, task, cfg, pad_id), task, cfg, pad_id,
-                   student_direct={"score": _score(direct, task, cfg, pad_id), "note": "the same student (after general "
+                   student_direct={"score": ablations["no_td"], "note": "the same student (after general "
                                    "distillation when general_steps > 0) fine-tuned without task distillation"},
+                   ablations=ablations,
                    student_shape={"layers": t.num_layers, "hidden": t.hidden_size, "heads": student.config.num_heads},
                    layer_map=layer_map, attention_maps="pre-softmax scores" if t.attention else "not distilled",
                    augmented_examples=augmented, general_steps=t.general_steps)
@@ -270,6 +287,13 @@ def render_report(results: dict) -> str:
         speed = f"{r['speedup']:.2f}×" if r["speedup"] is not None else "—"
         lines.append(f"| {name} | {r['teacher']['score']:.4f} | {r['student']['score']:.4f} | {retention} | "
                      f"{r['student_direct']['score']:.4f} | {r['teacher']['params']:,} | {r['student']['params']:,} | {speed} |")
+    ablations = results["methods"].get("tinybert", {}).get("ablations")
+    if ablations:
+        names = {"no_gd": "no general distillation", "no_td": "no task distillation (fine-tuned directly)",
+                 "no_da": "no data augmentation"}
+        lines += ["", "TinyBERT ablations (student score):", "", "| variant | score |", "|---|---|",
+                  f"| full | {results['methods']['tinybert']['student']['score']:.4f} |"]
+        lines += [f"| {names[k]} | {v:.4f} |" for k, v in ablations.items()]
     lines += ["", "Retention = student / teacher score; speed-up = teacher / student inference time over the test "
               "inputs (median of repeated passes, same batches). Attention maps are distilled pre-softmax "
               "(TinyBERT). Multi-piece words are augmented with teacher-embedding neighbours (no GloVe here).", ""]

@@ -54,9 +54,10 @@ def test_distill_stage_writes_results_for_every_method(run_factory):
         assert r["speedup"] > 0 and r["retention"] == pytest.approx(r["student"]["score"] / r["teacher"]["score"])
         assert "score" in r["student_direct"]
     assert results["methods"]["tinybert"]["augmented_examples"] == 8
+    assert set(results["methods"]["tinybert"]["ablations"]) == {"no_gd", "no_td", "no_da"}
     assert results["methods"]["pkd_skip"]["layer_map"] == {1: 2} and on_disk["methods"]["pkd_skip"]["layer_map"] == {"1": 2}
     report = (run / "distill" / "report.md").read_text()
-    assert "| tinybert |" in report and "pre-softmax" in report
+    assert "| tinybert |" in report and "pre-softmax" in report and "| no data augmentation |" in report
 
 
 def test_teacher_and_shards_with_different_tokenizers_refused(run_factory):
