@@ -5,7 +5,7 @@ RUN/distill/results.json and RUN/distill/report.md.
 Per method: the teacher fine-tuned on the task (once, shared by every method), the distilled student, and the same
 student shape trained on the task directly without task distillation (`student_direct`: the ablation). Scores are
 the task's primary metric on its test split; `speedup` = teacher / student inference seconds over the test inputs
-(median of `speed_repeats` passes, same batches, same device).
+(median of `speed_repeats` passes, same batches, same device, the two models taking turns).
 
     from training.distill.stage import run_distill
     results = run_distill(load_distill_config("configs/distill-local.yaml"), Path("runs/local"))
@@ -101,19 +101,26 @@ def _score(model: TaskModel, task: PreparedTask, cfg: DistillConfig, pad_id: int
 
 
 @torch.no_grad()
-def inference_seconds(model: TaskModel, task: PreparedTask, cfg: DistillConfig, pad_id: int) -> float:
-    """Median over `speed_repeats` of the seconds one pass over the test inputs takes (after one warm-up pass)."""
-    model.eval()
+def inference_seconds(models: list[TaskModel], task: PreparedTask, cfg: DistillConfig, pad_id: int) -> list[float]:
+    """Per model, the median over `speed_repeats` of the seconds one pass over the test inputs takes (after one
+    warm-up pass). The models take turns inside every repeat, so a busy shared machine slows them alike."""
+    device = torch.device(cfg.device)
     features, size = task.test.features, cfg.finetune.eval_batch_size
-    batches = [collate(features, list(range(s, min(len(features), s + size))), pad_id) for s in range(0, len(features), size)]
-    times = []
+    batches = [{k: v.to(device) for k, v in collate(features, list(range(s, min(len(features), s + size))), pad_id).items()}
+               for s in range(0, len(features), size)]
+    times: list[list[float]] = [[] for _ in models]
+    for model in models:
+        model.eval()
     for repeat in range(cfg.speed_repeats + 1):
-        started = time.perf_counter()
-        for batch in batches:
-            model(batch)
-        if repeat:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for model, model_times in zip(models, times):
+            started = time.perf_counter()
+            for batch in batches:
+                model(batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if repeat:
+                model_times.append(time.perf_counter() - started)
+    return [statistics.median(t) for t in times]
 
 
 def _finetune(encoder, task, cfg: DistillConfig, pad_id: int, name: str) -> TaskModel:
@@ -132,8 +139,8 @@ def _task_steps(features, cfg: DistillConfig, epochs: int, pad_id: int) -> tuple
     return batches, batches.steps_per_epoch * epochs
 
 
-def _record(teacher_score, teacher_params, teacher_seconds, student, student_score, task, cfg, pad_id, **extra) -> dict:
-    seconds = inference_seconds(student, task, cfg, pad_id)
+def _record(teacher_score, teacher_params, teacher_model, student, student_score, task, cfg, pad_id, **extra) -> dict:
+    teacher_seconds, seconds = inference_seconds([teacher_model, student], task, cfg, pad_id)
     return {"teacher": {"score": teacher_score, "params": teacher_params, "seconds": teacher_seconds},
             "student": {"score": student_score, "params": num_parameters(student), "seconds": seconds},
             "retention": student_score / teacher_score if teacher_score else None,
@@ -161,9 +168,8 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     teacher_task = _finetune(copy.deepcopy(pretrainer.bert), task, cfg, pad_id, "teacher")
     teacher_score = _score(teacher_task, task, cfg, pad_id)
     teacher_params = num_parameters(teacher_task)
-    teacher_seconds = inference_seconds(teacher_task, task, cfg, pad_id)
     task_teacher = Teacher(teacher_task, False, teacher.tokenizer_sha256, f"{teacher.source} fine-tuned on {cfg.task}")
-    common = (teacher_score, teacher_params, teacher_seconds)
+    common = (teacher_score, teacher_params, teacher_task)
     metrics = out_dir / "metrics.jsonl"
     results: dict = {"task": cfg.task, "primary_metric": task.spec.primary_metric, "teacher_source": teacher.source,
                      "teacher_has_mlm_head": teacher.has_mlm_head, "device": str(device), "methods": {}}
