@@ -100,3 +100,11 @@ def test_logit_distillation_from_a_teacher_without_mlm_head_refused_before_train
     monkeypatch.setattr(stage, "_finetune", lambda *a, **k: pytest.fail("trained before refusing"))
     with pytest.raises(ConfigError, match="no trained MLM head.*hidden-state/attention"):
         run_distill(DistillConfig.model_validate(TINY), run)
+
+
+def test_trec_questions_six_classes(run_factory):
+    run, _ = _run_with_teacher(run_factory)
+    cfg = DistillConfig.model_validate({**TINY, "task": "trec_coarse", "distilbert": {"enabled": False},
+                                        "tinybert": {"enabled": False}})
+    results = run_distill(cfg, run)
+    assert results["task"] == "trec_coarse" and 0.0 <= results["methods"]["pkd_skip"]["student"]["score"] <= 1.0
