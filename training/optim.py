@@ -1,11 +1,44 @@
-"""Optimiser and schedule of BERT pretraining: AdamW without weight decay on biases and LayerNorm weights,
-linear warmup to the peak learning rate then linear decay to 0 at max_steps, global gradient-norm clipping."""
+"""Optimisers and learning-rate schedules of pretraining, chosen by `pretrain.optimizer` / `pretrain.schedule`.
+
+    optimizer = build_optimizer(model, lr, weight_decay, betas, eps, name="lamb")
+    scheduler = build_scheduler(optimizer, warmup_steps, max_steps, schedule="slanted_triangular")
+
+Optimisers (biases and LayerNorm parameters never decay; `parameter_groups`):
+- adamw: torch.optim.AdamW (BERT's recipe).
+- lamb: `Lamb` below (You et al. 2020), following NVIDIA apex's FusedLAMB as NVIDIA's BERT recipe runs it
+  (bias-corrected Adam moments, decoupled decay added to the update, trust ratio ||w|| / ||update|| set to 1
+  when either norm is 0, no clamp; `use_nvlamb=False`: no trust ratio for the zero-decay group of biases and
+  LayerNorm). Google's lamb_optimizer.py (google-research/albert) excludes the same parameters from layer
+  adaptation (exclude_from_layer_adaptation defaults to exclude_from_weight_decay) but has no bias correction.
+  Global gradient clipping is the trainer's (`clip_gradients`), as FusedLAMB's max_grad_norm would do.
+- adafactor: torch.optim.Adafactor (Shazeer & Stern 2018: factored second moments of matrices, relative step
+  size scaled by max(eps2, RMS(param)), update clipping d=1, beta2_t = 1 - t^-0.8, no first moment). Its lr is
+  the paper's relative step cap: step size = max(1e-3, RMS(param)) * min(lr_t, 1/sqrt(t)), with lr_t the
+  scheduled learning_rate; pretrain.betas / eps (Adam's) are not used.
+
+Schedules (multipliers of the peak learning rate at optimiser step s; warmup W, budget T = max_steps):
+- linear: s/W during warmup, then (T - s)/(T - W), floored at 0 (BERT).
+- constant: s/W during warmup, then 1.
+- slanted_triangular: ULMFiT (Howard & Ruder 2018) with cut = W (i.e. cut_frac = W/T):
+  p = s/cut before the cut, else 1 - (s - cut)/(cut * (1/cut_frac - 1)); multiplier (1 + p (ratio - 1)) / ratio.
+- one_cycle: Smith's 1cycle tied to the budget: cosine from 1/div up to 1 over the W warmup steps, then cosine
+  down to 1/(div * final_div) at T (as torch's OneCycleLR with anneal_strategy="cos"; momentum is not cycled).
+Each is a plain callable object in a LambdaLR, so scheduler state_dicts hold only numbers and resume exactly.
+"""
 
 from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
+
+from bertfactory.errors import ConfigError
+
+OPTIMIZERS = ("adamw", "lamb", "adafactor")
+SCHEDULES = ("linear", "constant", "slanted_triangular", "one_cycle")
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -25,9 +58,64 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+class Lamb(torch.optim.Optimizer):
+    """LAMB as in NVIDIA apex's FusedLAMB (see the module docstring). A group with `layer_adaptation=False`
+    gets no trust ratio; `build_optimizer` sets it for the biases + LayerNorm group."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0, layer_adaptation: bool = True):
+        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ConfigError(f"Lamb: invalid hyperparameters lr={lr} betas={betas} eps={eps} weight_decay={weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      layer_adaptation=layer_adaptation))
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = param.grad
+                state = self.state[param]
+                if not state:
+                    state["step"] = 0  # a Python int: bias corrections need no device->host sync
+                    state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["step"] += 1
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                bias_correction1 = 1 - beta1 ** state["step"]
+                bias_correction2 = 1 - beta2 ** state["step"]
+                update = (exp_avg / bias_correction1) / ((exp_avg_sq / bias_correction2).sqrt_().add_(group["eps"]))
+                if group["weight_decay"] != 0:
+                    update.add_(param, alpha=group["weight_decay"])
+                if group["layer_adaptation"]:
+                    weight_norm = torch.linalg.vector_norm(param)
+                    update_norm = torch.linalg.vector_norm(update)
+                    one = torch.ones_like(weight_norm)
+                    trust_ratio = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, one)
+                    update.mul_(trust_ratio)
+                param.add_(update, alpha=-group["lr"])
+        return loss
+
+
 def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float, betas: tuple[float, float],
-                    eps: float) -> torch.optim.AdamW:
-    return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=learning_rate, betas=tuple(betas), eps=eps)
+                    eps: float, name: str = "adamw") -> torch.optim.Optimizer:
+    groups = parameter_groups(model, weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=tuple(betas), eps=eps)
+    if name == "lamb":
+        groups[1]["layer_adaptation"] = False  # biases + LayerNorm: no decay and no trust ratio
+        return Lamb(groups, lr=learning_rate, betas=tuple(betas), eps=eps)
+    if name == "adafactor":
+        return torch.optim.Adafactor(groups, lr=learning_rate)
+    raise ConfigError(f"pretrain.optimizer: unknown optimizer {name!r}; valid choices: {', '.join(OPTIMIZERS)}")
 
 
 class WarmupLinearDecay:
@@ -45,11 +133,86 @@ class WarmupLinearDecay:
         return max(0.0, remaining / max(1, self.max_steps - self.warmup_steps))
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_steps: int) -> LambdaLR:
-    return LambdaLR(optimizer, WarmupLinearDecay(warmup_steps, max_steps))
+class WarmupConstant:
+    """s / warmup during warmup, then 1."""
+
+    def __init__(self, warmup_steps: int):
+        self.warmup_steps = warmup_steps
+
+    def __call__(self, step: int) -> float:
+        return step / self.warmup_steps if step < self.warmup_steps else 1.0
+
+
+class SlantedTriangular:
+    """ULMFiT's slanted triangular rate (Howard & Ruder 2018, eq. 3) with cut = warmup steps: rises linearly
+    from 1/ratio to 1 until the cut, then falls linearly back to 1/ratio at max_steps (and stays there)."""
+
+    def __init__(self, warmup_steps: int, max_steps: int, ratio: float):
+        self.cut = warmup_steps
+        self.max_steps = max_steps
+        self.ratio = ratio
+
+    def __call__(self, step: int) -> float:
+        if step < self.cut:
+            p = step / self.cut
+        else:  # ULMFiT's cut * (1/cut_frac - 1) is max_steps - cut
+            p = max(0.0, 1.0 - (step - self.cut) / max(1, self.max_steps - self.cut))
+        return (1.0 + p * (self.ratio - 1.0)) / self.ratio
+
+
+class OneCycle:
+    """Smith's 1cycle over the budget: cosine from 1/div to 1 during warmup, cosine from 1 to 1/(div * final_div)
+    at max_steps (held there after)."""
+
+    def __init__(self, warmup_steps: int, max_steps: int, div_factor: float, final_div_factor: float):
+        self.warmup_steps = warmup_steps
+        self.max_steps = max_steps
+        self.initial = 1.0 / div_factor
+        self.final = self.initial / final_div_factor
+
+    @staticmethod
+    def _cosine(start: float, end: float, fraction: float) -> float:
+        return end + (start - end) * (1.0 + math.cos(math.pi * fraction)) / 2.0
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self._cosine(self.initial, 1.0, step / self.warmup_steps)
+        fraction = min(1.0, (step - self.warmup_steps) / max(1, self.max_steps - self.warmup_steps))
+        return self._cosine(1.0, self.final, fraction)
+
+
+def schedule_rule(schedule: str, warmup_steps: int, max_steps: int, stlr_ratio: float = 32.0,
+                  one_cycle_div_factor: float = 25.0, one_cycle_final_div_factor: float = 1e4) -> Callable[[int], float]:
+    if schedule == "linear":
+        return WarmupLinearDecay(warmup_steps, max_steps)
+    if schedule == "constant":
+        return WarmupConstant(warmup_steps)
+    if schedule == "slanted_triangular":
+        return SlantedTriangular(warmup_steps, max_steps, stlr_ratio)
+    if schedule == "one_cycle":
+        return OneCycle(warmup_steps, max_steps, one_cycle_div_factor, one_cycle_final_div_factor)
+    raise ConfigError(f"pretrain.schedule: unknown schedule {schedule!r}; valid choices: {', '.join(SCHEDULES)}")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_steps: int, schedule: str = "linear",
+                    **options: float) -> LambdaLR:
+    """`options`: stlr_ratio, one_cycle_div_factor, one_cycle_final_div_factor (see `schedule_rule`)."""
+    return LambdaLR(optimizer, schedule_rule(schedule, warmup_steps, max_steps, **options))
 
 
 def clip_gradients(model: nn.Module, max_norm: float) -> torch.Tensor:
     """Clip the global L2 norm of all gradients; returns the norm before clipping as a 0-dim tensor on the
     gradients' device (not a float: that would wait for the GPU every step)."""
     return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
+def optimizer_from_config(model: nn.Module, cfg) -> torch.optim.Optimizer:
+    """The optimiser a PretrainConfig asks for (pretrain.optimizer, learning_rate, weight_decay, betas, eps)."""
+    return build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, cfg.eps, name=cfg.optimizer)
+
+
+def scheduler_from_config(optimizer: torch.optim.Optimizer, cfg) -> LambdaLR:
+    """The schedule a PretrainConfig asks for (pretrain.schedule, warmup_steps, max_steps and its options)."""
+    return build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.schedule, stlr_ratio=cfg.stlr_ratio,
+                           one_cycle_div_factor=cfg.one_cycle_div_factor,
+                           one_cycle_final_div_factor=cfg.one_cycle_final_div_factor)
