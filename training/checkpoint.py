@@ -4,7 +4,11 @@ checkpoints (`save_checkpoint` / `latest_checkpoint` / `load_training_state`). C
 A model directory holds `model.safetensors`, `config.json` and `tokenizer.json`; a training checkpoint
 (`RUN/pretrain/checkpoints/step-N/`) adds `training_state.pt` (optimizer, scheduler, RNG states, data position),
 loadable with `torch.load(path, weights_only=True)`. Every directory is written into a staging directory and
-renamed into place, so a crash never leaves a half-written checkpoint under its final name.
+renamed into place, so a crash never leaves a half-written checkpoint under its final name. A training checkpoint's
+config.json records the sha256 of model.safetensors and training_state.pt (`checksums`); `verify_checkpoint`
+checks them before anything is loaded, so a file damaged after the write is detected instead of half-loaded.
+Pruning keeps the newest `keep_last` checkpoints and, with `keep_best_by`, the one whose recorded metrics window
+has the best value of that metric.
 
     from training.checkpoint import load_pretrained
     model, config, tokenizer_path = load_pretrained("runs/local/pretrain/final")
@@ -243,24 +247,77 @@ def latest_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+CHECKSUMMED = (MODEL_FILE, STATE_FILE)
+
+
 def save_checkpoint(checkpoints_dir: Path, step: int, model: torch.nn.Module, config: Any,
                     tokenizer_path: Path, training: Mapping[str, Any], state: Mapping[str, Any],
-                    keep_last: int) -> Path:
-    """Write checkpoints_dir/step-N atomically (model files + training_state.pt), then delete all but the
-    newest `keep_last` checkpoints."""
+                    keep_last: int, keep_best_by: str | None = None) -> Path:
+    """Write checkpoints_dir/step-N atomically (model files + training_state.pt, their sha256 in config.json's
+    `checksums`), then delete all but the newest `keep_last` checkpoints and, with `keep_best_by`, the best one
+    by that metric of `training["metrics"]` (see best_checkpoint)."""
     final = step_dir(checkpoints_dir, step)
     staging = _staging_dir(final)
     try:
         _write_model_files(staging, model, config, tokenizer_path, training)
         torch.save(dict(state), staging / STATE_FILE)
         _fsync_file(staging / STATE_FILE)
+        doc = json.loads((staging / CONFIG_FILE).read_text(encoding="utf-8"))
+        doc["checksums"] = {name: sha256_file(staging / name) for name in CHECKSUMMED}
+        (staging / CONFIG_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        _fsync_file(staging / CONFIG_FILE)
         publish_dir(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    for _, old in list_checkpoints(checkpoints_dir)[:-keep_last]:
-        shutil.rmtree(old)
+    best = best_checkpoint(checkpoints_dir, keep_best_by) if keep_best_by else None
+    for old_step, old in list_checkpoints(checkpoints_dir)[:-keep_last]:
+        if best is None or old_step != best[0]:
+            shutil.rmtree(old)
     return final
+
+
+def _recorded_metric(directory: Path, metric: str) -> float | None:
+    try:
+        doc = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+        value = doc["training"]["metrics"][metric]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and value == value else None  # NaN is never best
+
+
+def best_checkpoint(checkpoints_dir: Path, metric: str) -> tuple[int, Path, float] | None:
+    """(step, directory, value) of the checkpoint with the best recorded `metric` (losses: lowest, *_acc:
+    highest; a tie goes to the newest), or None when no checkpoint recorded it."""
+    higher_is_better = metric.endswith("_acc")
+    best = None
+    for step, directory in list_checkpoints(checkpoints_dir):
+        value = _recorded_metric(directory, metric)
+        if value is None:
+            continue
+        if best is None or (value >= best[2] if higher_is_better else value <= best[2]):
+            best = (step, directory, value)
+    return best
+
+
+def verify_checkpoint(directory: Path) -> bool:
+    """Check model.safetensors and training_state.pt against the sha256 recorded in config.json before loading
+    anything: ContractError naming the damaged file; False when the checkpoint predates checksums (unverifiable,
+    loaded as before); True when intact."""
+    directory = Path(directory)
+    doc = read_json_file(directory / CONFIG_FILE, f"no {CONFIG_FILE} in {directory}")
+    recorded = doc.get("checksums") if isinstance(doc, dict) else None
+    if recorded is None:
+        return False
+    for name in CHECKSUMMED:
+        want = recorded.get(name) if isinstance(recorded, dict) else None
+        if not isinstance(want, str):
+            raise ContractError(f"{directory / CONFIG_FILE}: 'checksums.{name}' is missing")
+        got = sha256_file(directory / name)
+        if got != want:
+            raise ContractError(f"{directory / name} is corrupted: its sha256 {got[:12]}... differs from "
+                                f"{want[:12]}... recorded in {CONFIG_FILE} at save time")
+    return True
 
 
 def load_training_state(directory: Path) -> dict[str, Any]:

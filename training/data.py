@@ -6,6 +6,10 @@ permutation(seed, e)[b*B : (b+1)*B] with mask variant e % K (K = the manifest's 
 is numpy's `default_rng([seed, e])`, so the order depends only on (seed, epoch), never on how many steps ran
 before; an incomplete last batch of an epoch is dropped so that every step has the same batch size.
 
+Data parallelism: `batch_size` is the GLOBAL batch. With `world_size` processes, rank r collates only its slice
+rows[r*B/W : (r+1)*B/W] of the global batch of the step, so W processes together read exactly the rows one process
+reads with the whole batch, each row once per epoch, whatever W is (W must divide the batch size).
+
     batches = PretrainBatches.open(run_dir / "shards", tokenizer_sha256, batch_size=32, seed=1234)
     batch = batches.batch(step)      # dict of tensors, see collate()
 """
@@ -84,9 +88,20 @@ class Position:
 class PretrainBatches:
     """Deterministic, resumable batches over one split (see the module docstring for the order)."""
 
-    def __init__(self, shards: ShardSet, batch_size: int, seed: int, pad_id: int, max_predictions: int | None = None):
+    def __init__(self, shards: ShardSet, batch_size: int, seed: int, pad_id: int, max_predictions: int | None = None,
+                 rank: int = 0, world_size: int = 1):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1 (got {batch_size})")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ConfigError(f"rank {rank} is not in [0, world_size={world_size})")
+        if batch_size % world_size:
+            lower, higher = batch_size - batch_size % world_size, batch_size + world_size - batch_size % world_size
+            raise ConfigError(
+                f"pretrain.batch_size={batch_size} (the global batch) is not divisible by the world size {world_size} "
+                f"(torchrun processes): every process must take an equal slice. Set pretrain.batch_size to a multiple "
+                f"of {world_size} (e.g. {lower or higher} or {higher}), or launch a number of processes that divides "
+                f"{batch_size}"
+            )
         if len(shards) < batch_size:
             raise ConfigError(
                 f"the '{shards.split}' split of {shards.directory} has {len(shards)} instances, fewer than one batch "
@@ -96,6 +111,9 @@ class PretrainBatches:
         self.batch_size = batch_size
         self.seed = seed
         self.pad_id = pad_id
+        self.rank = rank
+        self.world_size = world_size
+        self.local_batch_size = batch_size // world_size
         self.max_predictions = max_predictions if max_predictions is not None else shards.max_predictions()
         self.rows = len(shards)
         self.steps_per_epoch = self.rows // batch_size
@@ -105,13 +123,14 @@ class PretrainBatches:
 
     @classmethod
     def open(cls, shard_dir: Path, tokenizer_sha256: str, batch_size: int, seed: int, split: str = "train",
-             verify: bool = True) -> "PretrainBatches":
-        """Open `split` of the shard set, refusing shards built with another tokenizer (ContractError)."""
+             verify: bool = True, rank: int = 0, world_size: int = 1) -> "PretrainBatches":
+        """Open `split` of the shard set, refusing shards built with another tokenizer (ContractError).
+        `rank` / `world_size`: this process's slice of every global batch (see the module docstring)."""
         shards = ShardSet.open(shard_dir, split, tokenizer_sha256=tokenizer_sha256, verify=verify)
         pad_id = shards.manifest.tokenizer.special_ids.get("pad")
         if pad_id is None:
             raise ContractError(f"{shard_dir}/manifest.json: tokenizer.special_ids has no 'pad'")
-        return cls(shards, batch_size, seed, pad_id)
+        return cls(shards, batch_size, seed, pad_id, rank=rank, world_size=world_size)
 
     def position(self, step: int) -> Position:
         if step < 0:
@@ -131,9 +150,15 @@ class PretrainBatches:
         start = pos.batch_in_epoch * self.batch_size
         return self.permutation(pos.epoch)[start : start + self.batch_size]
 
+    def local_rows_of(self, step: int) -> np.ndarray:
+        """This rank's slice of the global batch `rows_of(step)`."""
+        start = self.rank * self.local_batch_size
+        return self.rows_of(step)[start : start + self.local_batch_size]
+
     def batch(self, step: int) -> dict[str, torch.Tensor]:
+        """This rank's part of the batch of global step `step` (the whole batch when world_size is 1)."""
         pos = self.position(step)
-        rows = self.rows_of(step)
+        rows = self.local_rows_of(step)
         return collate([self.shards.instance(int(r), pos.variant) for r in rows], self.pad_id, self.max_predictions)
 
     def iter_from(self, step: int) -> Iterator[dict[str, torch.Tensor]]:

@@ -1,0 +1,125 @@
+"""Data parallelism: each rank's slice of the global batch, every sample once per epoch across ranks, a clear
+error when the world size does not divide the batch, and 2 gloo processes x B training exactly like 1 x 2B."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertfactory.errors import ConfigError
+from bertfactory.io import sha256_file
+from training.config import ModelConfig, PretrainConfig
+from training.data import PretrainBatches
+from training.pretrain import pretrain
+
+REPO = Path(__file__).resolve().parents[2]
+# no dropout: the ranks' dropout masks over B rows cannot be the one process's masks over 2B rows
+NO_DROPOUT = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=32,
+                         hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def _open(run, batch_size, rank=0, world_size=1, seed=7):
+    return PretrainBatches.open(run / "shards", sha256_file(run / "tokenizer" / "tokenizer.json"), batch_size, seed,
+                                rank=rank, world_size=world_size)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_split_each_global_batch_and_see_every_sample_once_per_epoch(shared_tiny_run, world):
+    whole = _open(shared_tiny_run, 32)
+    ranks = [_open(shared_tiny_run, 32, r, world) for r in range(world)]
+    assert all(r.steps_per_epoch == whole.steps_per_epoch for r in ranks)  # a step is a global batch
+    for epoch in range(2):
+        steps = range(epoch * whole.steps_per_epoch, (epoch + 1) * whole.steps_per_epoch)
+        for step in steps:  # the ranks' slices, in rank order, are the one-process batch
+            assert np.array_equal(np.concatenate([r.local_rows_of(step) for r in ranks]), whole.rows_of(step))
+        seen = np.concatenate([r.local_rows_of(s) for r in ranks for s in steps])
+        assert sorted(seen.tolist()) == list(range(whole.rows))  # each of the 256 rows exactly once
+    step = 3
+    local = ranks[1].batch(step)
+    assert local["input_ids"].shape[0] == 32 // world
+    mine = ranks[1].local_rows_of(step)
+    assert local["nsp_labels"].tolist() == [whole.shards.instance(int(r), 0).nsp_label for r in mine]
+
+
+def test_world_size_that_does_not_divide_the_batch_is_refused(shared_tiny_run):
+    with pytest.raises(ConfigError, match=r"batch_size=30 .*not divisible by the world size 4.*multiple of 4 "
+                                          r"\(e.g. 28 or 32\)"):
+        _open(shared_tiny_run, 30, rank=0, world_size=4)
+    with pytest.raises(ConfigError, match="rank 2 is not in"):
+        _open(shared_tiny_run, 32, rank=2, world_size=2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_WORKER = """
+import json, sys
+from pathlib import Path
+from training.config import ModelConfig, PretrainConfig
+from training.pretrain import pretrain
+model, cfg, run = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
+summary = pretrain(ModelConfig(**model), PretrainConfig(**cfg), run)
+print("SUMMARY", json.dumps(summary))
+"""
+
+
+def _launch(world: int, model: ModelConfig, cfg: PretrainConfig, run: Path) -> list[str]:
+    """What torchrun does: one process per rank with RANK / WORLD_SIZE / MASTER_* in its environment."""
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": str(REPO)}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", _WORKER, model.model_dump_json(), cfg.model_dump_json(), str(run)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        assert proc.returncode == 0, out[-3000:]
+        outputs.append(out)
+    return outputs
+
+
+def _metrics(run):
+    return [json.loads(line) for line in (run / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_gloo_processes_of_batch_b_train_like_one_process_of_batch_2b(run_factory):
+    # fixed-length instances: every row has the same number of masked tokens, so each rank's mean MLM loss over
+    # its B rows, averaged by DDP, is the one process's mean over 2B rows (see training/distributed.py)
+    one_run, two_run = (run_factory(name, min_seq_len=32, max_seq_len=32) for name in ("one", "two"))
+    cfg = PretrainConfig(batch_size=16, max_steps=8, warmup_steps=2, learning_rate=2e-3, log_every=1, save_every=4,
+                         seed=11, num_threads=1, device="cpu")
+    single = pretrain(NO_DROPOUT, cfg, one_run)
+    outputs = _launch(2, NO_DROPOUT, cfg, two_run)
+    summaries = [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for out in outputs]
+    assert [s["world_size"] for s in summaries] == [2, 2] and single["world_size"] == 1
+
+    one, two = _metrics(one_run), _metrics(two_run)  # rank 0 alone wrote metrics.jsonl
+    assert [m["step"] for m in two] == list(range(1, 9))
+    for a, b in zip(one, two):
+        assert b["tokens"] == a["tokens"] and b["lr"] == a["lr"]  # the same samples, the same schedule
+        assert b["mlm_acc"] == a["mlm_acc"]
+        for key in ("loss", "mlm_loss", "nsp_loss"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (key, a, b)
+    assert two[-1]["loss"] < two[0]["loss"]  # it trained (the comparison is not between two idle runs)
+    final_one = load_file(str(one_run / "pretrain/final/model.safetensors"))
+    final_two = load_file(str(two_run / "pretrain/final/model.safetensors"))
+    assert all(torch.allclose(final_one[k], final_two[k], rtol=1e-4, atol=1e-5) for k in final_one)
+    assert (two_run / "pretrain/checkpoints/step-4/training_state.pt").is_file()  # rank 0 saved between barriers
