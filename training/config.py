@@ -98,9 +98,43 @@ class PretrainConfig(StrictModel):
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam beta1, beta2")
     eps: float = Field(1e-6, gt=0.0, description="Adam epsilon")
     max_grad_norm: float = Field(1.0, gt=0.0, description="clip the global gradient norm to this value")
+    optimizer: Literal["adamw", "lamb", "adafactor"] = Field(
+        "adamw", description="adamw (BERT), lamb (NVIDIA apex FusedLAMB: layer-wise trust ratio, none on biases and "
+                             "LayerNorm) or adafactor (torch.optim.Adafactor: factored second moments; learning_rate "
+                             "caps its relative step size); see training/optim.py")
+    schedule: Literal["linear", "constant", "slanted_triangular", "one_cycle"] = Field(
+        "linear", description="learning-rate schedule after/with the warmup_steps: linear decay to 0 at max_steps "
+                              "(BERT), constant, slanted_triangular (ULMFiT, cut = warmup_steps) or one_cycle "
+                              "(cosine up over warmup_steps, cosine down to the end of the budget)")
+    stlr_ratio: float = Field(32.0, ge=1.0, description="slanted_triangular: ULMFiT's ratio of the peak to the lowest "
+                              "learning rate")
+    one_cycle_div_factor: float = Field(25.0, ge=1.0, description="one_cycle: the first learning rate is "
+                                        "learning_rate / this")
+    one_cycle_final_div_factor: float = Field(1e4, ge=1.0, description="one_cycle: the last learning rate is the "
+                                              "first / this")
+    grad_accumulation: int = Field(1, ge=1, description="micro-batches per optimiser step: each step's batch_size "
+                                   "sequences (the global batch) run forward/backward in this many equal slices, "
+                                   "weighted so the update equals the one of the whole batch; must divide batch_size")
+    spike_factor: float | None = Field(None, gt=1.0, description="skip the update of a step whose loss exceeds this "
+                                       "factor times the median of the last 100 accepted losses (null = only "
+                                       "non-finite losses and gradient norms are skipped)")
+    max_skipped_steps: int = Field(20, ge=0, description="stop with an error once more than this many steps in total "
+                                   "had their update skipped (non-finite loss or gradient norm, loss spike)")
+    max_consecutive_skipped_steps: int = Field(5, ge=0, description="stop with an error once more than this many "
+                                               "consecutive steps were skipped")
     log_every: int = Field(100, ge=1, description="append a metrics.jsonl line (averages over the window) every N steps")
     save_every: int = Field(10_000, ge=1, description="write a resumable checkpoint every N steps")
     keep_last: int = Field(3, ge=1, description="keep only the newest N checkpoints")
+    keep_best_by: str | None = Field(None, description="also keep the checkpoint with the best value of this "
+                                     "metrics.jsonl metric of the window logged at or before it (a loss = lowest, "
+                                     "e.g. loss, mlm_loss; an accuracy = highest, e.g. mlm_acc); null = only the newest")
+    allow_shard_change: bool = Field(False, description="resume although the train shards changed since the checkpoint "
+                                     "(their manifest sha256 differs); off = refuse. Note: the bertfactory CLI's stage "
+                                     "stamps restart pretraining from scratch when the manifest changes, before "
+                                     "this check is reached")
+    peak_flops: float | None = Field(None, gt=0.0, description="peak FLOP/s of ONE device (e.g. 989e12 for an H100 "
+                                     "SXM in bf16): metrics.jsonl gets mfu = model FLOPs/token x tokens/s / (peak x "
+                                     "processes); null = mfu null")
     verify_shards: bool = Field(True, description="check every shard's sha256 against the manifest before training")
     # not resume-neutral: compiled dropout draws its masks through inductor's own generator, so a compiled run
     # follows another sample path than an eager one (without dropout the two differ only in rounding)
@@ -126,13 +160,21 @@ class PretrainConfig(StrictModel):
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= max_steps ({self.max_steps})")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must lie in [0, 1) (got {self.betas})")
+        if self.batch_size % self.grad_accumulation:
+            raise ValueError(f"grad_accumulation ({self.grad_accumulation}) must divide batch_size ({self.batch_size}): "
+                             "every micro-batch holds batch_size / grad_accumulation sequences")
+        if self.keep_best_by is not None and not (self.keep_best_by == "loss" or
+                                                  self.keep_best_by.endswith(("_loss", "_acc"))):
+            raise ValueError(f"keep_best_by must name a loss (loss, mlm_loss, ...: lower is better) or an accuracy "
+                             f"(mlm_acc, ...: higher is better) of metrics.jsonl, got {self.keep_best_by!r}")
         if self.stacking is not None and self.stacking.stages[-1] >= self.max_steps:
             raise ValueError(f"stacking.stages must lie before max_steps ({self.max_steps}), got {self.stacking.stages}")
         return self
 
     # Fields that change how training is observed or stored, not the trajectory: a checkpoint written under
     # other values of these may still be resumed.
-    RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"log_every", "save_every", "keep_last", "num_threads", "verify_shards"})
+    RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"log_every", "save_every", "keep_last", "num_threads", "verify_shards",
+                                                          "keep_best_by", "allow_shard_change", "peak_flops"})
 
     def trajectory_fields(self) -> dict:
         return self.model_dump(mode="json", exclude=set(PretrainConfig.RESUME_NEUTRAL))

@@ -7,7 +7,10 @@
 Rerunning on the same run directory resumes from the newest checkpoint (and refuses one written under another
 config, naming the differing fields); when RUN/pretrain/final/ already holds the result of the same config it
 returns the recorded summary without training. On CPU a resumed run reproduces the uninterrupted loss curve
-exactly.
+exactly. A checkpoint whose files fail their recorded sha256 is skipped for the previous intact one (with a
+warning); none intact -> refused. Shards changed since the checkpoint are refused unless
+pretrain.allow_shard_change. Under torchrun every process trains its slice of each global batch
+(training/distributed.py) and rank 0 writes. The end writes RUN/pretrain/loss_curve.png.
 """
 
 from __future__ import annotations
@@ -26,14 +29,18 @@ from bertfactory.errors import ConfigError, ContractError
 from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, read_json_file, sha256_file
 
 from .backends import describe, resolve_device
-from .checkpoint import (CONFIG_FILE, fingerprint_diff, latest_checkpoint, load_training_state, load_weights,
-                         MODEL_FILE, read_checkpoint_config, save_checkpoint, save_pretrained)
+from .checkpoint import (best_checkpoint, CONFIG_FILE, fingerprint_diff, list_checkpoints, load_training_state,
+                         load_weights, MODEL_FILE, read_checkpoint_config, save_checkpoint, save_pretrained,
+                         verify_checkpoint)
 from .config import ModelConfig, PretrainConfig
 from .data import PretrainBatches
+from .describe import flops_per_token
+from .distributed import from_environment
 from .models.registry import get_architecture
 from .objectives import get_objective_spec
-from .optim import build_optimizer, build_scheduler
+from .optim import optimizer_from_config, scheduler_from_config
 from .stacking import StackingSchedule
+from .step_guard import StepGuard
 from .trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -61,11 +68,26 @@ _FINGERPRINT_DEFAULTS = {"model": ModelConfig().model_dump(mode="json"),
                          "pretrain": PretrainConfig().trajectory_fields()}
 
 
-def _check_compatible(directory: Path, current: dict, what: str) -> None:
+_SHARDS_FIELD = "data.train_shards_sha256"
+
+
+def _check_compatible(directory: Path, current: dict, what: str, allow_shard_change: bool = False) -> None:
     saved = read_checkpoint_config(directory).get("training", {}).get("fingerprint")
     if saved is None:
         raise ContractError(f"{directory / CONFIG_FILE} has no 'training.fingerprint'; it was not written by pretraining")
     diffs = fingerprint_diff(saved, current, defaults=_FINGERPRINT_DEFAULTS)
+    shard_diffs = [d for d in diffs if d.startswith(_SHARDS_FIELD + " ")]
+    diffs = [d for d in diffs if d not in shard_diffs]
+    if shard_diffs and not diffs:
+        if not allow_shard_change:
+            raise ContractError(
+                f"the train shards changed since {what} {directory} was written (the sha256 over the manifest's shard "
+                f"hashes differs: {shard_diffs[0][len(_SHARDS_FIELD) + 1:]}); refusing to resume on other data. "
+                "Continue on the new shards anyway with pretrain.allow_shard_change: true (--set "
+                "pretrain.allow_shard_change=true), or restore the old shards, or use another --run-dir"
+            )
+        logger.warning("pretrain: the train shards changed since %s; continuing on the new shards because "
+                       "pretrain.allow_shard_change is set (the data order is no longer the checkpoint's)", directory)
     if diffs:
         raise ContractError(
             f"{what} {directory} was written under a different config; refusing to continue it. Differing: "
@@ -102,6 +124,33 @@ def _truncate_metrics(path: Path, keep_through_step: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
+def _intact_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
+    """The newest checkpoint whose files match their recorded sha256; a damaged newer one is skipped with a
+    warning (its files are left for inspection). Checkpoints exist but none is intact -> ContractError."""
+    found = list_checkpoints(checkpoints_dir)
+    problems = []
+    for step, directory in reversed(found):
+        try:
+            verify_checkpoint(directory)
+        except ContractError as err:
+            problems.append(str(err))
+            logger.warning("pretrain: NOT resuming from %s: %s; falling back to the previous checkpoint",
+                           directory, err)
+            continue
+        return step, directory
+    if found:
+        raise ContractError("no intact checkpoint to resume from, refusing to load a damaged one: "
+                            + "; ".join(problems) + f". Delete {checkpoints_dir} to start over")
+    return None
+
+
+def _write_loss_curve(metrics_path: Path, png_path: Path) -> None:
+    from evaluation.report import plot_pretrain_curves, read_pretrain_metrics  # matplotlib only when plotting
+
+    if metrics_path.is_file() and (records := read_pretrain_metrics(metrics_path)):
+        plot_pretrain_curves(records, png_path)
+
+
 def run_pretrain(model: ModelConfig, cfg: PretrainConfig, run_dir: Path) -> dict:
     """Pretrain on RUN/shards (train split) and write RUN/pretrain; returns the summary (also in
     RUN/pretrain/summary.json)."""
@@ -124,8 +173,11 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
 
     if cfg.num_threads is not None:
         torch.set_num_threads(cfg.num_threads)
-    device = resolve_device(cfg.device)
-    batches = PretrainBatches.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards)
+    dist, device = from_environment(resolve_device(cfg.device))
+    if dist.enabled and cfg.stacking is not None:
+        raise ConfigError("pretrain.stacking is not supported with several processes (torchrun); train it in one")
+    batches = PretrainBatches.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards,
+                                   rank=dist.rank, world_size=dist.world_size)
     manifest = batches.shards.manifest
     objective = get_objective_spec(cfg.objective)
     objective.check_shards(manifest, str(shard_dir / "manifest.json"))
@@ -146,9 +198,11 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         _check_compatible(final_dir, fingerprint, "final model")
         logger.info("pretrain: %s already holds the result of this config; nothing to do", final_dir)
         summary = read_json_file(summary_path, f"no {summary_path}") if summary_path.is_file() else {}
+        dist.shutdown()
         return {**summary, "status": "already complete"}
 
-    _remove_staging_leftovers(out_dir)
+    if dist.is_main:
+        _remove_staging_leftovers(out_dir)
     seed_everything(cfg.seed)
     model = architecture.build(arch_config).to(device)
     if cfg.unpad:
@@ -163,28 +217,42 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         model.static_shapes = True
     if cfg.compile:
         model.compile()  # in place: parameter names and checkpoints stay those of the eager model
-    optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, cfg.eps)
-    scheduler = build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
+    if cfg.grad_accumulation > 1 and model_cfg.electra is not None and model_cfg.electra.two_stage:
+        # ElectraForPreTraining counts its generator-alone stage in forward passes, i.e. micro-batches
+        raise ConfigError("pretrain.grad_accumulation > 1 is not supported with model.electra.two_stage (its "
+                          "generator_steps count forward passes, not optimiser steps); use grad_accumulation 1")
+    optimizer = optimizer_from_config(model, cfg)
+    scheduler = scheduler_from_config(optimizer, cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(model, optimizer, scheduler, batches, objective.loss, device, cfg.max_steps,
-                      cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16)
-    stacking = StackingSchedule(cfg.stacking, arch_config, lambda opt: build_scheduler(opt, cfg.warmup_steps,
-                                                                                        cfg.max_steps), cfg.compile)
+    train_flops = None
+    if cfg.peak_flops:  # BERT-formula estimate (training/describe.py) at the shards' mean length and mask rate
+        split = manifest.splits["train"]
+        masked = manifest.masking.get("masked_lm_prob", manifest.masking.get("mask_prob", 0.15))
+        train_flops = 3 * flops_per_token(model_cfg, manifest.tokenizer.vocab_size, round(split.tokens / split.rows),
+                                          float(masked))
+    trainer = Trainer(dist.wrap(model, device), optimizer, scheduler, batches, objective.loss, device, cfg.max_steps,
+                      cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16, dist=dist,
+                      train_flops_per_token=train_flops, peak_flops=cfg.peak_flops,
+                      grad_accumulation=cfg.grad_accumulation,
+                      guard=StepGuard(cfg.spike_factor, cfg.max_skipped_steps, cfg.max_consecutive_skipped_steps))
+    stacking = StackingSchedule(cfg.stacking, arch_config, lambda opt: scheduler_from_config(opt, cfg), cfg.compile)
 
     resumed_from = None
-    latest = latest_checkpoint(checkpoints_dir)
+    latest = _intact_checkpoint(checkpoints_dir)
     if latest is not None:
         step, directory = latest
-        _check_compatible(directory, fingerprint, "checkpoint")
+        _check_compatible(directory, fingerprint, "checkpoint", cfg.allow_shard_change)
         if stacking.replay(trainer, step):  # the checkpoint holds the model as deep as it was at its step
             model, arch_config = trainer.model, trainer.model.config
         load_weights(model, directory / MODEL_FILE)
         trainer.load_state_dict(load_training_state(directory))
         resumed_from = step
-        _truncate_metrics(metrics_path, step)
-        logger.warning("pretrain: RESUMING from checkpoint %s (step %d of %d)", directory, step, cfg.max_steps)
+        if dist.is_main:
+            _truncate_metrics(metrics_path, step)
+        logger.warning("pretrain: resuming from step %d (checkpoint %s; %d steps in total)", step, directory,
+                       cfg.max_steps)
     else:
-        if metrics_path.exists():  # left by a run that stopped before its first checkpoint
+        if dist.is_main and metrics_path.exists():  # left by a run that stopped before its first checkpoint
             metrics_path.unlink()
         logger.info("pretrain: starting from scratch in %s", out_dir)
     logger.info(
@@ -195,16 +263,19 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
 
     def provenance(t: Trainer) -> dict[str, Any]:
         return {"step": t.step, "tokens_seen": t.tokens_seen, "fingerprint": fingerprint,
-                "fingerprint_sha256": content_hash(fingerprint)}
+                "fingerprint_sha256": content_hash(fingerprint), "metrics": dict(t.last_metrics)}
 
     def checkpoint_if_due(t: Trainer) -> None:
         nonlocal model, arch_config
         if stacking.stack_if_due(t):  # progressive stacking: the deeper model replaces the trainer's
             model, arch_config = t.model, t.model.config
         if t.step % cfg.save_every == 0 and t.step < cfg.max_steps:
-            path = save_checkpoint(checkpoints_dir, t.step, model, arch_config, tokenizer_path, provenance(t),
-                                   t.state_dict(), cfg.keep_last)
-            logger.info("pretrain: checkpoint %s", path)
+            dist.barrier()  # every rank has finished the step before rank 0 snapshots it
+            if dist.is_main:
+                path = save_checkpoint(checkpoints_dir, t.step, model, arch_config, tokenizer_path, provenance(t),
+                                       t.state_dict(), cfg.keep_last, cfg.keep_best_by)
+                logger.info("pretrain: checkpoint %s", path)
+            dist.barrier()  # nobody runs ahead (or resumes) while the checkpoint is being written
 
     trainer.train(stop_after=stop_after, on_step_end=checkpoint_if_due)
     summary = {
@@ -223,10 +294,18 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         "epochs": round(trainer.step / batches.steps_per_epoch, 4),
         "device": str(device),
         "final_dir": str(final_dir),
+        "world_size": dist.world_size,
     }
+    if cfg.keep_best_by and (best := best_checkpoint(checkpoints_dir, cfg.keep_best_by)) is not None:
+        summary["best_checkpoint"] = {"step": best[0], "path": str(best[1]), cfg.keep_best_by: best[2]}
     if trainer.step < cfg.max_steps:
+        dist.shutdown()
         return summary
-    save_pretrained(model, arch_config, tokenizer_path, final_dir, training=provenance(trainer))
-    atomic_write_json(summary_path, summary)
+    if dist.is_main:
+        save_pretrained(model, arch_config, tokenizer_path, final_dir, training=provenance(trainer))
+        atomic_write_json(summary_path, summary)
+        _write_loss_curve(metrics_path, out_dir / "loss_curve.png")
+    dist.barrier()
+    dist.shutdown()
     logger.info("pretrain: done, final model in %s (loss %s)", final_dir, summary.get("loss"))
     return summary

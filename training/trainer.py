@@ -1,13 +1,16 @@
-"""The training loop shared by every objective: batches -> objective(model, batch) -> backward -> clip ->
-AdamW step -> schedule step, with windowed metrics appended to metrics.jsonl, a tqdm progress bar and periodic
-checkpoints. Everything that decides the trajectory (weights, optimizer, scheduler, RNG states, data position,
-the open metrics window) is in `state_dict()`, so a run resumed from a checkpoint continues bit-for-bit on CPU.
+"""The training loop shared by every objective: batches -> objective(model, batch) -> backward (over
+`grad_accumulation` micro-batches, training/accumulation.py) -> clip -> optimiser step (skipped on non-finite or
+spiking losses, training/step_guard.py) -> schedule step, with windowed metrics appended to metrics.jsonl, a
+tqdm progress bar and periodic checkpoints. Everything that decides the trajectory (weights, optimizer, scheduler,
+RNG states, data position, the open metrics window, the step guard's loss history) is in `state_dict()`, so a run
+resumed from a checkpoint continues bit-for-bit on CPU.
 
 Used by training.pretrain (`run_pretrain`); see there for how it is wired.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -22,8 +25,11 @@ from bertfactory.io import append_jsonl
 from .backends import autocast_context
 from .checkpoint import FORMAT_VERSION, rng_state, set_rng_state
 from .data import PretrainBatches
+from .distributed import DistContext
 from .objectives import Objective
+from .accumulation import combine_scalars, split_batch, weighted_loss
 from .optim import clip_gradients
+from .step_guard import StepGuard
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +94,9 @@ class Window:
 class Trainer:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, batches: PretrainBatches,
                  objective: Objective, device: torch.device, max_steps: int, max_grad_norm: float,
-                 log_every: int, metrics_path: Path, bf16: bool = False):
+                 log_every: int, metrics_path: Path, bf16: bool = False, dist: DistContext | None = None,
+                 train_flops_per_token: float | None = None, peak_flops: float | None = None,
+                 grad_accumulation: int = 1, guard: StepGuard | None = None):
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -100,6 +108,13 @@ class Trainer:
         self.log_every = log_every
         self.metrics_path = metrics_path
         self.autocast = autocast_context(device, bf16)
+        self.dist = dist if dist is not None else DistContext()
+        # MFU = model FLOPs per token x tokens/s over the peak of all devices (null without a configured peak)
+        self.train_flops_per_token = train_flops_per_token
+        self.peak_flops = peak_flops
+        self.grad_accumulation = grad_accumulation  # micro-batches per optimiser step (training/accumulation.py)
+        self.guard = guard if guard is not None else StepGuard()  # skips non-finite / spiking steps
+        self.last_step_skipped = False
         self.step = 0  # optimiser steps completed
         self.tokens_seen = 0
         self.train_seconds = 0.0
@@ -122,6 +137,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng_state(),
+            "step_guard": self.guard.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -133,31 +149,58 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
+        if "step_guard" in state:  # checkpoints written before the guard existed start it afresh
+            self.guard.load_state_dict(state["step_guard"])
 
     # -------------------------------------------------------------------------------------------- loop
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict:
+        """One optimiser step over `batch` (in `grad_accumulation` micro-batches); its update is skipped when the
+        step guard rejects the loss or gradient norm (`self.last_step_skipped`)."""
         self.model.train()
-        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-        with self.autocast:
-            out = self.objective(self.model, batch)
-        out["loss"].backward()
-        clip_gradients(self.model, self.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        scalars = {k: v for k, v in out.items() if v is not None and (_is_loss(k) or _is_count(k))
-                   and not (isinstance(v, torch.Tensor) and v.dim() != 0)}
+        parts = [(batch, None)] if self.grad_accumulation == 1 else split_batch(batch, self.grad_accumulation)
+        step_scalars, total_loss = [], None
+        for index, (micro, weights) in enumerate(parts):
+            micro = {k: v.to(self.device, non_blocking=True) for k, v in micro.items()}
+            # DDP: gradients are all-reduced once per optimiser step, in the last micro-batch's backward
+            local = index < len(parts) - 1 and hasattr(self.model, "no_sync")
+            with self.model.no_sync() if local else contextlib.nullcontext():
+                with self.autocast:
+                    out = self.objective(self.model, micro)
+                loss = out["loss"] if weights is None else weighted_loss(out, weights)
+                loss.backward()
+            total_loss = loss.detach() if total_loss is None else total_loss + loss.detach()
+            step_scalars.append(({k: v for k, v in out.items() if v is not None and (_is_loss(k) or _is_count(k))
+                                  and not (isinstance(v, torch.Tensor) and v.dim() != 0)}, weights))
+        grad_norm = clip_gradients(self.model, self.max_grad_norm)
+        if weights is None:
+            scalars = step_scalars[0][0]
+        else:  # whole-batch metrics from the micro-batches' (still on-device) scalars
+            scalars = combine_scalars([({k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in part.items()},
+                                        w) for part, w in step_scalars], total_loss)
         tensors = [k for k, v in scalars.items() if isinstance(v, torch.Tensor) and v.dim() == 0]
-        if tensors:  # one device->host copy for all of them (float64 holds float32 losses and int64 counts exactly)
-            values = torch.stack([scalars[k].detach().to(torch.float64) for k in tensors]).tolist()
-            scalars.update(zip(tensors, values))
+        # one device->host copy for the scalars and the gradient norm (float64 holds float32 losses and int64
+        # counts exactly); the step guard needs them before deciding on the update
+        values = torch.stack([scalars[k].detach().to(torch.float64) for k in tensors]
+                             + [grad_norm.detach().to(torch.float64)]).tolist()
+        scalars.update(zip(tensors, values[:-1]))
+        # under DDP every rank must take the same decision: the loss averaged over ranks (the norm already is global)
+        reason = self.guard.check(self.dist.mean(float(scalars["loss"])), values[-1], self.step + 1)
+        self.last_step_skipped = reason is not None
+        if not self.last_step_skipped:
+            self.optimizer.step()
+        self.scheduler.step()  # a skipped step still advances the schedule: lr stays tied to the step count
+        self.optimizer.zero_grad(set_to_none=True)
         return scalars
 
     def _log(self) -> None:
         record = {"step": self.step, "lr": self.scheduler.get_last_lr()[0], "tokens": self.tokens_seen,
-                  "epoch": round(self.step / self.batches.steps_per_epoch, 4), **self.window.means()}
-        append_jsonl(self.metrics_path, [record])
+                  "epoch": round(self.step / self.batches.steps_per_epoch, 4), **self.window.means(),
+                  "skipped_steps": self.guard.skipped}
+        record["mfu"] = (record["tokens_per_s"] * self.train_flops_per_token / (self.peak_flops * self.dist.world_size)
+                         if self.peak_flops and self.train_flops_per_token else None)
+        if self.dist.is_main:  # every rank computes the same record; one writes it
+            append_jsonl(self.metrics_path, [record])
         self.last_metrics = record
         self.window = Window()
         logger.info("step %d/%d loss %.4f mlm_acc %.4f lr %.3g %.0f tokens/s", self.step, self.max_steps,
@@ -170,18 +213,20 @@ class Trainer:
         `on_step_end` is called after every step (checkpointing lives there)."""
         end = self.max_steps if stop_after is None else min(self.max_steps, stop_after)
         bar = tqdm(total=self.max_steps, initial=self.step, desc="pretrain", unit="step", disable=None,
-                   dynamic_ncols=True)
+                   dynamic_ncols=True) if self.dist.is_main else tqdm(disable=True)
         try:
             while self.step < end:
                 started = time.perf_counter()
                 batch = self.batches.batch(self.step)
                 tokens = int(batch["attention_mask"].sum())
                 out = self.train_step(batch)
+                out, tokens = self.dist.reduce_step(out, tokens)  # all ranks' losses / counts / tokens
                 seconds = time.perf_counter() - started
                 self.step += 1
                 self.tokens_seen += tokens
                 self.train_seconds += seconds
-                self.window.add(out, tokens, seconds)
+                if not self.last_step_skipped:  # a skipped step's (non-finite, spiking) loss stays out of the averages
+                    self.window.add(out, tokens, seconds)
                 bar.update(1)
                 bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{tokens / seconds:.0f}", refresh=False)
                 if self.step % self.log_every == 0 or self.step == self.max_steps:
