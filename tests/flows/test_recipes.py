@@ -8,7 +8,10 @@ import pytest
 from flows.recipe import load_recipe
 from training.describe import count_parameters
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+ALL_CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+# distill-*.yaml configure the distillation stage (training/distill/config.py), not a pipeline recipe
+DISTILL_CONFIGS = [p for p in ALL_CONFIGS if p.stem.startswith("distill-")]
+CONFIGS = [p for p in ALL_CONFIGS if p not in DISTILL_CONFIGS]
 # full recipe -> (vocabulary its paper used, published size); None = no single published figure to hold it to
 PUBLISHED = {
     "bert-base": (30522, 110e6), "bert-large": (30522, 335e6), "roberta-base": (50265, 125e6),
@@ -30,6 +33,13 @@ def test_every_recipe_validates_and_builds_on_the_meta_device(path):
     assert 0 < embedding < total
     if path.stem in PUBLISHED or path.stem in TWINS.values():
         assert recipe.name == path.stem
+
+
+@pytest.mark.parametrize("path", DISTILL_CONFIGS, ids=[p.stem for p in DISTILL_CONFIGS])
+def test_every_distillation_config_validates(path):
+    from training.distill.stage import load_distill_config
+
+    assert load_distill_config(path).task
 
 
 def test_every_full_recipe_has_its_tiny_twin_and_the_published_size():
