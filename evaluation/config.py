@@ -20,6 +20,15 @@ configs/local.yaml overrides these for a tiny model on a 2-core CPU (few example
     tasks:
       movie_valence: {finetune: {epochs: 5}}                  # per-task recipe overrides
       my_task: {input: data/my.tsv, task_type: classification, text_column: sentence, label_column: label}
+
+Zero-shot cross-lingual transfer (`crosslingual`, XNLI-style): the models fine-tuned on a task (its train/dev) are
+scored unchanged on another language's labelled file with the same task type and label set; other checkpoints
+(`compare_checkpoints`, e.g. one imported with `bertfactory import-hf`) are fine-tuned with the same recipe on the
+same splits and reported beside ours:
+
+    crosslingual:
+      - {task: movie_sentiment, input: data/de.tsv, language: de, text_column: satz, label_column: label}
+    compare_checkpoints: [/models/minilm]
 """
 
 from __future__ import annotations
@@ -143,6 +152,30 @@ class FeatureBasedConfig(StrictModel):
     batch_size: int = Field(32, ge=1, description="sentences per step")
 
 
+class CrosslingualTarget(StrictModel):
+    """Zero-shot transfer: another language's labelled data of an evaluated task, scored and never trained on."""
+
+    task: str = Field(description="the source task among `tasks` (its train/dev are what the models are fine-tuned on)")
+    input: str = Field(description="the target file (TSV/CSV/JSONL, CoNLL, SQuAD JSON) in the source task's type and "
+                                   "label set; every example of it is scored; `sample:NAME[/FILE]` for a sample")
+    language: str = Field(description="ISO 639 code of the target text")
+    name: str | None = Field(None, description="key of this target in results.json (default: the language code)")
+    text_column: str | None = Field(None, description="TSV/CSV/JSONL: the text column (default `text`)")
+    text_b_column: str | None = Field(None, description="pair tasks: the second text column (default `text_b`)")
+    label_column: str | None = Field(None, description="the label / target column (default `label`)")
+
+    @field_validator("language")
+    @classmethod
+    def _code(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("language must be a language code such as 'de'")
+        return value
+
+    @property
+    def key(self) -> str:
+        return self.name or self.language
+
+
 class EvaluateConfig(StrictModel):
     """What to evaluate and how."""
 
@@ -158,6 +191,11 @@ class EvaluateConfig(StrictModel):
     tasks: dict[str, TaskConfig] = Field(default_factory=lambda: {n: TaskConfig() for n in DEFAULT_TASKS},
                                          description="downstream tasks by name (built-in) or with an input file")
     feature_based: FeatureBasedConfig = Field(default_factory=FeatureBasedConfig, description="feature-based (frozen encoder) comparison")
+    crosslingual: list[CrosslingualTarget] = Field(default_factory=list, description="zero-shot transfer targets: "
+                                                   "another language's file of an evaluated task")
+    compare_checkpoints: list[str] = Field(default_factory=list, description="other model directories (e.g. from "
+                                           "`bertfactory import-hf`) fine-tuned with the same recipe on every task; "
+                                           "relative paths are inside the run directory")
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -177,10 +215,31 @@ class EvaluateConfig(StrictModel):
                              f"({', '.join(self.tasks) or 'none'})")
         return self
 
+    @model_validator(mode="after")
+    def _crosslingual_sources_listed(self) -> "EvaluateConfig":
+        seen: set[tuple[str, str]] = set()
+        for i, target in enumerate(self.crosslingual):
+            if target.task not in self.enabled_tasks():
+                raise ValueError(f"crosslingual[{i}].task {target.task!r} is not an enabled task of evaluate.tasks "
+                                 f"({', '.join(self.enabled_tasks()) or 'none'})")
+            if (target.task, target.key) in seen:
+                raise ValueError(f"crosslingual[{i}]: task {target.task!r} already has a target named "
+                                 f"{target.key!r}; give one of them a `name`")
+            seen.add((target.task, target.key))
+        return self
+
     def checkpoint_path(self, run_dir: Path) -> Path:
         """The model directory to evaluate: `checkpoint`, relative paths taken inside `run_dir`."""
-        path = Path(self.checkpoint).expanduser()
-        return path if path.is_absolute() else Path(run_dir) / path
+        return _inside(self.checkpoint, run_dir)
+
+    def compared_paths(self, run_dir: Path) -> list[Path]:
+        """`compare_checkpoints` as paths, relative ones taken inside `run_dir` (as `checkpoint`)."""
+        return [_inside(p, run_dir) for p in self.compare_checkpoints]
 
     def enabled_tasks(self) -> dict[str, TaskConfig]:
         return {name: t for name, t in self.tasks.items() if t.enabled}
+
+
+def _inside(path: str, run_dir: Path) -> Path:
+    resolved = Path(path).expanduser()
+    return resolved if resolved.is_absolute() else Path(run_dir) / resolved

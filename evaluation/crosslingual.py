@@ -1,29 +1,32 @@
 """Zero-shot cross-lingual transfer (XNLI-style): fine-tune on one language's task (train/dev of `source`), then
-score the fine-tuned model, unchanged, on the test split of the same task in other languages (`targets`, any
-TaskData with the same task type and label set — e.g. read with load_task_file(..., language="de")).
+score the fine-tuned model, unchanged, on labelled data of the same task in other languages (any TaskData with the
+same task type and label set, e.g. a TSV/JSONL/CoNLL file read by `load_target`).
 
 Every (learning rate, seed) of the recipe is one run; the learning rate with the best mean *source* dev score is
-reported (target data never influences a choice), each language's metrics as mean and std over its seeds.
+reported (target data never influences a choice, not even the epoch), each language's metrics as mean and std over
+its seeds. In the evaluate stage the targets ride along with the source task's own fine-tuning
+(`evaluate.crosslingual`, see evaluation.run); `zero_shot_transfer` is the same thing on its own.
 
     out = zero_shot_transfer(lambda seed: fresh_encoder(seed), english, [german, french], text_encoder, cfg, device)
     out["targets"]["de"]["accuracy"], out["source"]["accuracy"]
+
+    german = load_target(CrosslingualTarget(task="movie_sentiment", input="de.tsv", language="de"), english)
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
 from bertfactory.errors import ContractError
+from bertfactory.samples import resolve_input
 
-from .config import FinetuneConfig
+from .config import CrosslingualTarget, FinetuneConfig
 from .encode import TextEncoder
-from .finetune import Split, aggregate, finetune_run, predict, prepare_task, subsample
-from .heads import TaskModel
+from .finetune import Split, finetune_model, prepare_task, subsample
 from .inputs import build_features
 from .tasks.base import TaskData
 
@@ -46,35 +49,42 @@ def _target_key(target: TaskData, taken: set[str]) -> str:
     return key
 
 
+def load_target(target: CrosslingualTarget, source: TaskData) -> TaskData:
+    """`target.input` read as the source's task type with the source's label set (a label outside it is an error
+    naming the file, line and value). Every example of the file is a test example: the reader's train/dev/test
+    split of a single file is undone, since nothing of the target language is trained on or chosen by."""
+    from .tasks.registry import load_task_file
+
+    data = load_task_file(resolve_input(target.input), source.task_type, text_column=target.text_column,
+                          text_b_column=target.text_b_column, label_column=target.label_column,
+                          label_names=list(source.label_names) or None, language=target.language,
+                          name=f"{source.name}:{target.key}")
+    data = dataclasses.replace(data, train=(), dev=(), test=data.train + data.dev + data.test)
+    _check_compatible(source, data)
+    return data
+
+
+def target_splits(targets: dict[str, TaskData], text_encoder: TextEncoder, cfg: FinetuneConfig) -> dict[str, Split]:
+    """Each target's test examples (at most max_eval_examples, a seeded subset) encoded for `text_encoder`."""
+    splits = {}
+    for key, target in targets.items():
+        examples = subsample(tuple(target.test), cfg.max_eval_examples)
+        splits[key] = Split(examples, build_features(target.task_type, examples, text_encoder, cfg))
+    return splits
+
+
 def zero_shot_transfer(make_encoder: Callable[[int], nn.Module], source: TaskData, targets: Sequence[TaskData],
                        text_encoder: TextEncoder, cfg: FinetuneConfig, device: torch.device) -> dict:
     for target in targets:
         _check_compatible(source, target)
     task = prepare_task(source, text_encoder, cfg)
-    target_splits = {}
     taken: set[str] = set()
-    for target in targets:
-        examples = subsample(tuple(target.test), cfg.max_eval_examples)
-        target_splits[_target_key(target, taken)] = Split(examples, build_features(
-            target.task_type, examples, text_encoder, cfg))
-    primary = task.spec.primary_metric
-    by_lr: dict[float, list[dict]] = {}
-    for lr in cfg.grid():
-        for seed in cfg.seeds():
-            encoder = make_encoder(seed)
-            run = finetune_run(encoder, task, cfg, lr, seed, device, text_encoder.pad_id,
-                               f"{source.name} -> zero-shot lr={lr:g} seed={seed}")
-            model = TaskModel(encoder, task.spec.task_type, task.num_labels, cfg.classifier_dropout).to(device)
-            model.load_state_dict(run.best_state)  # the restored best-dev epoch (finetune_run already loaded it)
-            scores = {key: predict(model, task, split, cfg, device, text_encoder.pad_id,
-                                   run.dev_metrics.get("na_threshold"))[1] for key, split in target_splits.items()}
-            by_lr.setdefault(lr, []).append({"seed": seed, "dev": run.dev_metrics.get(primary, -math.inf),
-                                             "source": run.test_metrics, "targets": scores})
-    chosen = max(by_lr, key=lambda lr: float(np.mean([r["dev"] for r in by_lr[lr]])))
-    runs = by_lr[chosen]
+    splits = target_splits({_target_key(t, taken): t for t in targets}, text_encoder, cfg)
+    result = finetune_model(make_encoder, task, cfg, device, text_encoder.pad_id, f"{source.name} -> zero-shot",
+                            extra_splits=splits)
     return {
-        "task": source.name, "task_type": source.task_type, "primary_metric": primary,
-        "source_language": source.language, "learning_rate": chosen, "seeds": [r["seed"] for r in runs],
-        "source": aggregate([r["source"] for r in runs]),
-        "targets": {key: aggregate([r["targets"][key] for r in runs]) for key in target_splits},
+        "task": source.name, "task_type": source.task_type, "primary_metric": task.spec.primary_metric,
+        "source_language": source.language, "learning_rate": result.learning_rate,
+        "seeds": [r.seed for r in result.runs], "source": result.metrics(),
+        "targets": {key: result.extra_metrics(key) for key in splits},
     }

@@ -9,7 +9,9 @@ to end with AdamW, its loss and decoding chosen by the head, scored with the tas
   is scored after every epoch, the epoch with the best dev score (first on ties) is restored and scored on test,
   and training stops after `early_stopping_patience` epochs without a better dev score;
 - the best run of the task (best dev score) keeps its weights in memory (`ModelResult.best_state`), to be saved
-  by the caller when asked.
+  by the caller when asked;
+- `extra_splits` (e.g. another language's test set, evaluation.crosslingual) are scored by the same restored model
+  as test, never used for a choice: `RunResult.extra_metrics[key]`, `ModelResult.extra_metrics(key)`.
 
     task = prepare_task(data, text_encoder, cfg)                 # encode once, reuse for every model and seed
     result = finetune_model(lambda seed: fresh_encoder(seed), task, cfg, device, name="pretrained")
@@ -26,7 +28,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -127,6 +129,7 @@ class RunResult:
     test_predictions: list | None = None
     confusion: list[list[int]] | None = None  # classification: gold x predicted on test
     best_state: dict[str, torch.Tensor] | None = None
+    extra_metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # extra split key -> its metrics
 
     def dev_score(self, primary: str) -> float:
         return self.dev_metrics.get(primary, -math.inf)
@@ -151,6 +154,10 @@ class ModelResult:
 
     def dev_metrics(self) -> dict[str, float]:
         return aggregate([r.dev_metrics for r in self.runs])
+
+    def extra_metrics(self, key: str) -> dict[str, float]:
+        """An extra split's metrics (see finetune_run), mean and std over the runs like `metrics`."""
+        return aggregate([r.extra_metrics[key] for r in self.runs])
 
     def confusion(self) -> list[list[int]] | None:
         matrices = [np.asarray(r.confusion) for r in self.runs if r.confusion is not None]
@@ -197,8 +204,10 @@ def _rows_per_feature(features: Features) -> int:
 
 
 def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, learning_rate: float, seed: int,
-                 device: torch.device, pad_id: int, name: str, keep_state: bool = True) -> RunResult:
-    """One run: fresh head on `encoder` (trained in place), the best dev epoch restored and scored on test."""
+                 device: torch.device, pad_id: int, name: str, keep_state: bool = True,
+                 extra_splits: Mapping[str, Split] | None = None) -> RunResult:
+    """One run: fresh head on `encoder` (trained in place), the best dev epoch restored and scored on test and
+    on each of `extra_splits` (encoded like the task's splits; SQuAD v2 uses the dev-tuned threshold there too)."""
     started = time.perf_counter()
     spec = task.spec
     torch.manual_seed(seed)
@@ -258,6 +267,8 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
     threshold = result.dev_metrics.get("na_threshold") if spec.squad_v2 else None
     predictions, result.test_metrics, _ = predict(model, task, task.test, cfg, device, pad_id, threshold)
     result.test_predictions = predictions
+    for key, split in (extra_splits or {}).items():
+        result.extra_metrics[key] = predict(model, task, split, cfg, device, pad_id, threshold)[1]
     if spec.task_type in CLASSIFICATION_TYPES:
         result.confusion = confusion_matrix(gold(spec, task.test.examples), predictions, task.num_labels)
     result.best_state = best_state if keep_state else None
@@ -268,7 +279,8 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
 
 
 def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask, cfg: FinetuneConfig,
-                   device: torch.device, pad_id: int, name: str) -> ModelResult:
+                   device: torch.device, pad_id: int, name: str,
+                   extra_splits: Mapping[str, Split] | None = None) -> ModelResult:
     """Every (learning rate, seed) of the recipe from a fresh `make_encoder(seed)`; see the module docstring."""
     started = time.perf_counter()
     primary = task.spec.primary_metric
@@ -276,7 +288,8 @@ def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask,
     best_run: RunResult | None = None
     for lr in cfg.grid():
         for seed in cfg.seeds():
-            run = finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id, f"{name} lr={lr:g} seed={seed}")
+            run = finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id, f"{name} lr={lr:g} seed={seed}",
+                               extra_splits=extra_splits)
             if best_run is None or run.dev_score(primary) > best_run.dev_score(primary):
                 if best_run is not None:
                     best_run.best_state = None

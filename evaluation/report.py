@@ -3,8 +3,9 @@
 curves: each task's dev primary metric per fine-tuning epoch, mean over seeds with a min-max band, pretrained vs
 random init, the majority baseline dashed), `task_scores.png` (per task, the test primary metric of every model
 with error bars of one std over seeds) and `confusion_<task>.png` (classification: test gold x predicted of the
-pretrained model, summed over seeds). Everything is made from the validated results dict and the metrics file,
-never from training internals. `render_comparison` makes the side-by-side table of several runs
+pretrained model, summed over seeds). Other checkpoints (`compared`) appear beside ours in every table and plot,
+and zero-shot cross-lingual targets get a table of their own. Everything is made from the validated results dict
+and the metrics file, never from training internals. `render_comparison` makes the side-by-side table of several runs
 (`bertfactory report RUN [RUN ...]`).
 
     from evaluation.report import write_report
@@ -91,6 +92,21 @@ def plot_pretrain_curves(records: list[dict], path: Path) -> None:
 MODELS = ("pretrained", "random_init", "tfidf_logreg", "majority")
 
 
+def models_of(per: dict) -> list[tuple[str, str, dict]]:
+    """(key, row label, scores) of every model a task has: ours, the baselines, then each compared checkpoint
+    (key `compared:<label>`)."""
+    rows = [(m, model_label(m, per[m]), per[m]) for m in MODELS if per.get(m)]
+    rows += [(f"compared:{label}", f"checkpoint `{label}`", scores) for label, scores in (per.get("compared") or {}).items()]
+    return rows
+
+
+def _colour(key: str, compared: list[str]) -> str:
+    """One colour per model across tasks: the four fixed models first, then each compared checkpoint."""
+    if key in MODELS:
+        return f"C{MODELS.index(key)}"
+    return f"C{(len(MODELS) + compared.index(key.split(':', 1)[1])) % 10}"
+
+
 def _mean_curve(runs: list[dict]) -> tuple[list[int], list[float], list[float], list[float]]:
     """Epoch -> mean, min, max dev score over the runs that reached it."""
     by_epoch: dict[int, list[float]] = {}
@@ -109,14 +125,16 @@ def plot_finetune_curves(results: dict, path: Path) -> None:
 
     tasks = results["tasks"]
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
+    compared = list(results.get("compared_checkpoints") or {})
     for ax, (task, per) in zip(axes[0], sorted(tasks.items())):
         primary = per["primary_metric"]
-        for model in ("pretrained", "random_init"):
-            if per.get(model):
-                epochs, mean, low, high = _mean_curve(per[model]["runs"])
+        for key, label, scores in models_of(per):
+            if "runs" in scores:  # the fine-tuned models; baselines have no epochs
+                epochs, mean, low, high = _mean_curve(scores["runs"])
                 if epochs:
-                    line = ax.plot(epochs, mean, marker="o", label=MODEL_LABELS[model])[0]
-                    ax.fill_between(epochs, low, high, alpha=0.2, color=line.get_color())
+                    colour = _colour(key, compared)
+                    ax.plot(epochs, mean, marker="o", label=label.replace("`", ""), color=colour)
+                    ax.fill_between(epochs, low, high, alpha=0.2, color=colour)
         majority = (per.get("majority") or {}).get("dev", {}).get(primary)
         if majority is not None:
             ax.axhline(majority, linestyle="--", color="gray", label=MODEL_LABELS["majority"])
@@ -133,17 +151,17 @@ def plot_finetune_curves(results: dict, path: Path) -> None:
 def plot_task_scores(results: dict, path: Path) -> None:
     plt = _pyplot()
     tasks = sorted(results["tasks"].items())
+    compared = list(results.get("compared_checkpoints") or {})
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), squeeze=False)
     for ax, (task, per) in zip(axes[0], tasks):
         primary = per["primary_metric"]
         names, means, stds, colours = [], [], [], []
-        for k, model in enumerate(MODELS):
-            scores = per.get(model)
-            if scores and scores.get(primary) is not None:
-                names.append(model_label(model, scores))
+        for key, label, scores in models_of(per):
+            if scores.get(primary) is not None:
+                names.append(label.replace("`", ""))
                 means.append(scores[primary])
                 stds.append(scores.get(f"{primary}_std") or 0.0)
-                colours.append(f"C{k}")  # one colour per model across tasks
+                colours.append(_colour(key, compared))
         ax.bar(range(len(names)), means, yerr=stds, capsize=4, color=colours)
         ax.set_xticks(range(len(names)), names, rotation=20, ha="right")
         ax.set_ylabel(f"test {primary} (mean ± std over seeds)")
@@ -195,25 +213,55 @@ def task_metrics(per: dict) -> list[str]:
     """The metrics present for this task, primary first, in the scoring order."""
     from .scoring import METRICS
 
-    present = [m for m in METRICS[per["task_type"]]
-               if any((per.get(model) or {}).get(m) is not None for model in MODELS)]
+    present = [m for m in METRICS[per["task_type"]] if any(s.get(m) is not None for _, _, s in models_of(per))]
     primary = per["primary_metric"]
     return [primary] + [m for m in present if m != primary]
 
 
-def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: str) -> str:
-    ck = results["checkpoint"]
+def _describe_checkpoint(ck: dict) -> str:
     m = ck["model"]
+    return (f"`{ck['path']}` — {m.get('num_layers')} layers, hidden {m.get('hidden_size')}, {m.get('num_heads')} "
+            f"heads, vocabulary {m.get('vocab_size')}, {ck['num_parameters']:,} parameters; model.safetensors sha256 "
+            f"`{ck['model_sha256'][:16]}…`")
+
+
+def truncation_note(per: dict, max_seq_len: int | None, truncated: dict | None = None) -> str:
+    """How many inputs max_seq_len cut, per split, in words (tagging: words left without a prediction)."""
+    truncated = per["data"].get("truncated") if truncated is None else truncated
+    limit = f"{max_seq_len}-token" if max_seq_len else "max_seq_len"
+    if per["task_type"] == "squad":
+        return f"long contexts are read in overlapping {limit} windows, nothing is cut"
+    if not truncated:
+        return "not counted"
+    sizes = per["data"]["sizes"]
+    if not any(truncated.values()):
+        return f"no input longer than the {limit} limit" if per["task_type"] != "tagging" else \
+            f"every word within the {limit} limit"
+    if per["task_type"] == "tagging":
+        counts = ", ".join(f"{split} {truncated.get(split, 0):,}" for split in ("train", "dev", "test"))
+        return f"words beyond the {limit} limit (tagged O, still scored): {counts}"
+    counts = ", ".join(f"{split} {truncated.get(split, 0):,} of {sizes[split]:,}" for split in ("train", "dev", "test"))
+    return f"inputs cut at the {limit} limit: {counts}"
+
+
+def _task_max_seq_len(results: dict, task: str) -> int | None:
+    config = results.get("config", {})
+    override = ((config.get("tasks") or {}).get(task) or {}).get("finetune", {}).get("max_seq_len")
+    return override or config.get("finetune", {}).get("max_seq_len")
+
+
+def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: str) -> str:
     lines = [
         "# Evaluation report",
         "",
-        f"Checkpoint `{ck['path']}` — {m.get('num_layers')} layers, hidden {m.get('hidden_size')}, "
-        f"{m.get('num_heads')} heads, vocabulary {m.get('vocab_size')}, {ck['num_parameters']:,} parameters; "
-        f"model.safetensors sha256 `{ck['model_sha256'][:16]}…`.",
-        "",
-        "## Intrinsic (held-out shards)",
-        "",
+        f"Checkpoint {_describe_checkpoint(results['checkpoint'])}.",
     ]
+    compared = results.get("compared_checkpoints") or {}
+    if compared:
+        lines += ["", "Compared checkpoints, fine-tuned with the same recipe on the same splits (each with its own "
+                  "tokenizer):", ""]
+        lines += [f"- `{label}`: {_describe_checkpoint(ck)}." for label, ck in compared.items()]
+    lines += ["", "## Intrinsic (held-out shards)", ""]
     intr = results.get("intrinsic")
     if intr:
         lines += [
@@ -248,23 +296,25 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
         sizes = data["sizes"]
         dropped = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(data["dropped"].items())) or "none"
         metrics = task_metrics(per)
+        max_seq_len = _task_max_seq_len(results, task)
         lines += [
             "",
             f"### {task} ({per['task_type']}, {per['language']})",
             "",
             f"Split train/dev/test = {sizes['train']:,}/{sizes['dev']:,}/{sizes['test']:,} ({data['split_method']}); "
-            f"dropped: {dropped}; truncated: {data.get('truncated') or 'none'}. Primary metric: "
+            f"dropped: {dropped}; truncation: {truncation_note(per, max_seq_len)}. Primary metric: "
             f"**{per['primary_metric']}**.",
             "",
             "| model | " + " | ".join(f"test {m}" for m in metrics) + f" | dev {metrics[0]} | lr |",
             "|---" * (len(metrics) + 3) + "|",
         ]
-        for model in MODELS:
-            s = per.get(model)
-            if s:
-                lr = _f(s.get("learning_rate"), 6) if "learning_rate" in s else "—"
-                lines.append(f"| {model_label(model, s)} | " + " | ".join(_pm(s, m) for m in metrics) +
-                             f" | {_pm(s.get('dev'), metrics[0], 'runs' in s)} | {lr} |")
+        for _, label, s in models_of(per):
+            lr = _f(s.get("learning_rate"), 6) if "learning_rate" in s else "—"
+            lines.append(f"| {label} | " + " | ".join(_pm(s, m) for m in metrics) +
+                         f" | {_pm(s.get('dev'), metrics[0], 'runs' in s)} | {lr} |")
+        for label, s in (per.get("compared") or {}).items():
+            if s.get("truncated") != data.get("truncated"):  # another tokenizer cuts other inputs
+                lines += ["", f"Truncation with `{label}`'s tokenizer: {truncation_note(per, max_seq_len, s.get('truncated'))}."]
         cmp = per.get("comparison")
         if cmp and cmp.get("difference") is not None:
             text = f"Pretrained minus random init: {cmp['difference']:+.4f} {cmp['primary_metric']}"
@@ -282,6 +332,8 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
         from .features import render_table
 
         lines += ["", "## Feature-based (frozen encoder)", "", render_table(fb)]
+    for task, transfer in sorted((results.get("crosslingual") or {}).items()):
+        lines += ["", *render_transfer(task, transfer, results["tasks"].get(task, {}))]
     lines += ["", "## Curves", ""]
     lines.append(f"![pretraining loss]({plots['pretrain']})" if plots.get("pretrain") else metrics_note)
     if plots.get("finetune"):
@@ -293,6 +345,31 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
         lines += ["", "## Timings", "", "| part | seconds |", "|---|---|"]
         lines += [f"| {k} | {v:.1f} |" for k, v in sorted(timings.items())]
     return "\n".join(lines) + "\n"
+
+
+def render_transfer(task: str, transfer: dict, source: dict) -> list[str]:
+    """The zero-shot table of one source task: each target's primary metric per fine-tuned model, and the source
+    language's own test score for scale."""
+    primary = transfer["primary_metric"]
+    labels = list(dict.fromkeys(label for t in transfer["targets"].values() for label in (t.get("compared") or {})))
+    columns = [("pretrained", "pretrained")] + \
+        ([("random_init", "random init")] if any(t.get("random_init") for t in transfer["targets"].values()) else []) + \
+        [(f"compared:{label}", f"`{label}`") for label in labels]
+
+    def scores(entry: dict, key: str) -> dict | None:
+        return (entry.get("compared") or {}).get(key.split(":", 1)[1]) if key.startswith("compared:") else entry.get(key)
+
+    lines = [f"## Zero-shot cross-lingual transfer from {task} ({transfer['source_language']})", "",
+             f"Fine-tuned on {task}'s train/dev split (learning rate and epoch chosen on its dev), then scored unchanged "
+             f"on every example of each target file; test {primary}, mean ± std over seeds.", "",
+             "| target | language | examples | " + " | ".join(c for _, c in columns) + " |",
+             "|---" * (len(columns) + 3) + "|",
+             f"| {task} (source, test) | {transfer['source_language']} | {source.get('data', {}).get('sizes', {}).get('test', '—')} | " +
+             " | ".join(_pm(scores(source, k), primary) for k, _ in columns) + " |"]
+    for key, entry in transfer["targets"].items():
+        lines.append(f"| {key} | {entry['language']} | {entry['data']['examples']:,} | " +
+                     " | ".join(_pm(scores(entry, k), primary, True) for k, _ in columns) + " |")
+    return lines
 
 
 def render_comparison(runs: list[tuple[str, dict]]) -> str:
@@ -322,6 +399,9 @@ def render_comparison(runs: list[tuple[str, dict]]) -> str:
             if any((p or {}).get(model) for p in pers):
                 lines.append(f"| {MODEL_LABELS[model]} · {primary} | " +
                              " | ".join(_pm((p or {}).get(model), primary) for p in pers) + " |")
+        for label in dict.fromkeys(label for p in pers for label in ((p or {}).get("compared") or {})):
+            lines.append(f"| checkpoint `{label}` · {primary} | " +
+                         " | ".join(_pm(((p or {}).get("compared") or {}).get(label), primary) for p in pers) + " |")
     return "\n".join(lines) + "\n"
 
 

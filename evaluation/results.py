@@ -1,4 +1,4 @@
-"""The results.json contract (schema v2, documented in docs/results.md): pydantic models, the writer (validates,
+"""The results.json contract (schema v3, documented in docs/results.md): pydantic models, the writer (validates,
 then writes atomically) and the reader (checks format and schema version first, then validates every field).
 
     from evaluation.results import read_results
@@ -20,8 +20,10 @@ from .scoring import METRICS as TYPE_METRICS
 from .tasks.base import TASK_TYPES
 
 FORMAT = "bertfactory.results"
-SCHEMA_VERSION = 2
-SUPPORTED_SCHEMA_VERSIONS = (2,)  # v1 (one task, one seed, accuracy only) is not read: re-run `bertfactory evaluate`
+SCHEMA_VERSION = 3
+# v3 only adds optional parts to v2, so a v2 file is read as it is. v1 (one task, one seed, accuracy only) is not:
+# re-run `bertfactory evaluate`.
+SUPPORTED_SCHEMA_VERSIONS = (2, 3)
 RESULTS_FILE = "results.json"
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]  # a rate in [0, 1]
@@ -141,6 +143,22 @@ class BaselineScores(MetricValues):
     details: dict[str, Any] = Field(default_factory=dict, description="what was predicted / fitted")
 
 
+class ComparedScores(FinetuneScores):
+    """Another checkpoint (`evaluate.compare_checkpoints`) fine-tuned with the same recipe on the same splits."""
+
+    truncated: dict[Literal["train", "dev", "test"], int] = Field(
+        default_factory=dict, description="inputs cut by max_seq_len with this checkpoint's tokenizer")
+
+
+def check_metrics(task_type: str, where: str, values: BaseModel) -> None:
+    """Refuse metrics that do not belong to `task_type` (and a classification f1 above 1)."""
+    extra = metric_names(values) - set(TYPE_METRICS[task_type])
+    if extra:
+        raise ValueError(f"{where}: {', '.join(sorted(extra))} not metrics of {task_type}")
+    if task_type != "squad" and getattr(values, "f1", None) is not None and values.f1 > 1.0:
+        raise ValueError(f"{where}.f1: {values.f1} is above 1")
+
+
 class Comparison(_Strict):
     """Pretrained vs random init on the same test examples."""
 
@@ -162,6 +180,8 @@ class TaskResults(_Strict):
     tfidf_logreg: BaselineScores | None = None
     majority: BaselineScores | None = None
     comparison: Comparison | None = Field(None, description="present when random_init is")
+    compared: dict[str, ComparedScores] | None = Field(
+        None, description="label of each `evaluate.compare_checkpoints` entry -> its scores")
 
     @model_validator(mode="after")
     def _metrics_of_the_task_type(self) -> "TaskResults":
@@ -169,18 +189,15 @@ class TaskResults(_Strict):
         if self.primary_metric not in allowed:
             raise ValueError(f"primary_metric {self.primary_metric!r} is not a {self.task_type} metric "
                              f"({', '.join(sorted(allowed))})")
-        for model in ("pretrained", "random_init", "tfidf_logreg", "majority"):
-            scores = getattr(self, model)
+        models = [(m, getattr(self, m)) for m in ("pretrained", "random_init", "tfidf_logreg", "majority")]
+        models += [(f"compared.{label}", s) for label, s in (self.compared or {}).items()]
+        for model, scores in models:
             if scores is None:
                 continue
             parts = [("", scores), (".dev", scores.dev)]
             parts += [(f".runs.{i}.test", r.test) for i, r in enumerate(getattr(scores, "runs", []))]
             for where, values in parts:
-                extra = metric_names(values) - allowed
-                if extra:
-                    raise ValueError(f"{model}{where}: {', '.join(sorted(extra))} not metrics of {self.task_type}")
-                if self.task_type != "squad" and values.f1 is not None and values.f1 > 1.0:
-                    raise ValueError(f"{model}{where}.f1: {values.f1} is above 1")
+                check_metrics(self.task_type, f"{model}{where}", values)
         return self
 
 
@@ -205,16 +222,85 @@ class FeatureBasedResults(_Strict):
     rows: list[FeatureRow]
 
 
+class TargetDataInfo(_Strict):
+    source_path: str
+    source_sha256: str
+    lines: int = Field(ge=0)
+    examples: int = Field(ge=1, description="target examples scored (at most finetune.max_eval_examples)")
+    dropped: dict[str, int] = Field(description="examples the reader did not use, by reason")
+    truncated: int = Field(ge=0, description="inputs cut by max_seq_len with the evaluated checkpoint's tokenizer")
+
+
+class ZeroShotRun(_Strict):
+    seed: int
+    test: MetricValues
+
+
+class ZeroShotScores(MetricValues):
+    """One model's target metrics: mean and `<metric>_std` over the runs of the learning rate chosen on the
+    source's dev split."""
+
+    learning_rate: float = Field(gt=0.0)
+    runs: list[ZeroShotRun]
+
+
+class TransferTarget(_Strict):
+    language: str
+    data: TargetDataInfo
+    pretrained: ZeroShotScores
+    random_init: ZeroShotScores | None = None
+    compared: dict[str, ZeroShotScores] | None = None
+
+
+class CrosslingualResults(_Strict):
+    """Zero-shot transfer from one task: its fine-tuned models scored unchanged on other languages' data."""
+
+    task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
+    primary_metric: str
+    source_language: str
+    targets: dict[str, TransferTarget]
+
+    @model_validator(mode="after")
+    def _metrics_of_the_task_type(self) -> "CrosslingualResults":
+        for key, target in self.targets.items():
+            models = [("pretrained", target.pretrained), ("random_init", target.random_init)]
+            models += [(f"compared.{label}", s) for label, s in (target.compared or {}).items()]
+            for model, scores in models:
+                if scores is None:
+                    continue
+                check_metrics(self.task_type, f"targets.{key}.{model}", scores)
+                for i, run in enumerate(scores.runs):
+                    check_metrics(self.task_type, f"targets.{key}.{model}.runs.{i}.test", run.test)
+        return self
+
+
 class Results(_Strict):
     format: Literal["bertfactory.results"] = FORMAT
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[2, 3] = SCHEMA_VERSION
     created_by: str
     checkpoint: CheckpointInfo
     config: dict[str, Any] = Field(description="the `evaluate` recipe section used")
     intrinsic: IntrinsicResults | None = None
     tasks: dict[str, TaskResults]
     feature_based: FeatureBasedResults | None = Field(None, description="frozen-encoder tagger per layer combination")
+    compared_checkpoints: dict[str, CheckpointInfo] | None = Field(
+        None, description="label -> the other checkpoints fine-tuned beside ours (`tasks.<task>.compared.<label>`)")
+    crosslingual: dict[str, CrosslingualResults] | None = Field(None, description="source task -> zero-shot transfer")
     timings: dict[str, float] = Field(description="wall-clock seconds per part (the only non-deterministic values)")
+
+    @model_validator(mode="after")
+    def _compared_labels_known(self) -> "Results":
+        known = set(self.compared_checkpoints or {})
+        used = [(f"tasks.{t}", set(r.compared or {})) for t, r in self.tasks.items()]
+        used += [(f"crosslingual.{t}.targets.{k}", set(x.compared or {}))
+                 for t, c in (self.crosslingual or {}).items() for k, x in c.targets.items()]
+        for where, labels in used:
+            if labels - known:
+                raise ValueError(f"{where}.compared: {', '.join(sorted(labels - known))} not in compared_checkpoints")
+        for task in self.crosslingual or {}:
+            if task not in self.tasks:
+                raise ValueError(f"crosslingual.{task}: not among the evaluated tasks")
+        return self
 
 
 def validate_results(data: Any, source: str = "results") -> Results:

@@ -9,8 +9,11 @@ Steps: (1) intrinsic MLM/NSP scores on the held-out shards (refused when the sha
 tokenizer); (2) for each task of `evaluate.tasks` (built-in by name or a user file): encode it once (cached in
 RUN/cache/tasks), fine-tune the pretrained encoder and the same architecture from random weights with the same
 recipe (learning-rate grid x seeds), and score the non-neural baselines (tfidf_logreg, majority) on the same
-splits; (3) optionally the feature-based comparison; (4) write the plots and report.md, then results.json last
-(so a results.json on disk always belongs to a finished evaluation). Contract of results.json: docs/results.md.
+splits; every `evaluate.compare_checkpoints` model directory is fine-tuned the same way on the same splits (each
+with its own tokenizer: its encodings are cached apart, by tokenizer sha256), and the task's
+`evaluate.crosslingual` targets (other languages' files) are scored by every fine-tuned model unchanged;
+(3) optionally the feature-based comparison; (4) write the plots and report.md, then results.json last (so a
+results.json on disk always belongs to a finished evaluation). Contract of results.json: docs/results.md.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import copy
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 import bertfactory
 from bertfactory.errors import ConfigError
@@ -32,8 +37,9 @@ from training.checkpoint import MODEL_FILE, load_pretrained
 from .baselines import BaselineResult, majority, tfidf_logreg
 from .cache import cache_key, load_or_build
 from .config import EvaluateConfig, FinetuneConfig, TaskConfig
+from .crosslingual import load_target, target_splits
 from .encode import TextEncoder
-from .finetune import ModelResult, PreparedTask, limit_examples, prepare_task, task_spec
+from .finetune import ModelResult, PreparedTask, Split, limit_examples, prepare_task
 from .inputs import CLASSIFICATION_TYPES, build_features
 from .intrinsic import evaluate_intrinsic
 from .metrics import mcnemar, wilson_interval
@@ -87,19 +93,83 @@ def load_task(name: str, task: TaskConfig) -> TaskData:
         test_path=resolve_input(task.test_input) if task.test_input else None)
 
 
-def task_input_files(cfg: EvaluateConfig) -> list[Path]:
-    """The files the enabled tasks read (for the stage key): the configured inputs, or a built-in task's sample."""
+def task_input_files(cfg: EvaluateConfig, run_dir: Path | None = None) -> list[Path]:
+    """The files the evaluation reads besides the checkpoint (for the stage key): the enabled tasks' inputs (or a
+    built-in task's sample), the cross-lingual target files and, given the run directory (relative paths are
+    inside it), the compared checkpoints' files."""
     from .tasks.registry import BUILTIN_SAMPLES
 
     files: list[Path] = []
+    paths: list[Path] = []
     for name, task in cfg.enabled_tasks().items():
         specs = [s for s in (task.input, task.dev_input, task.test_input) if s]
-        paths = [resolve_input(s) for s in specs]
+        paths += [resolve_input(s) for s in specs]
         if not specs and task.task_type is None and name in BUILTIN_SAMPLES:
-            paths = [sample_path(BUILTIN_SAMPLES[name])]
-        for path in paths:
-            files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            paths.append(sample_path(BUILTIN_SAMPLES[name]))
+    paths += [resolve_input(t.input) for t in cfg.crosslingual]
+    if run_dir is not None:
+        paths += [p / n for p in cfg.compared_paths(run_dir) for n in (MODEL_FILE, "config.json", "tokenizer.json")]
+    for path in paths:
+        files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     return files
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+
+@dataclass
+class Checkpoint:
+    """A model directory whose encoder is fine-tuned on every task, with its own tokenizer."""
+
+    label: str
+    path: Path
+    template: nn.Module  # the backbone every run copies
+    text_encoder: TextEncoder
+    info: dict  # results.json's description of it (CheckpointInfo)
+
+
+def open_checkpoint(path: Path, run_dir: Path, label: str, longest: int, where: str) -> tuple[nn.Module, Checkpoint]:
+    """-> (the whole pretraining model, the Checkpoint of its backbone); refuses max_seq_len beyond its positions."""
+    model, config, tokenizer_path = load_pretrained(path, device="cpu")
+    template = model.backbone()
+    positions = getattr(template.config, "max_position_embeddings", None)  # None: relative positions
+    if positions is not None and longest > positions:
+        raise ConfigError(f"evaluate.finetune.max_seq_len={longest} exceeds {where}'s "
+                          f"max_position_embeddings={positions} ({path})")
+    text_encoder = TextEncoder.from_file(tokenizer_path)
+    info = {"path": _display_path(path, run_dir), "model_sha256": sha256_file(path / MODEL_FILE),
+            "tokenizer_sha256": text_encoder.sha256, "num_parameters": sum(p.numel() for p in model.parameters()),
+            "model": config.to_dict()}
+    return model, Checkpoint(label, path, template, text_encoder, info)
+
+
+def checkpoint_labels(paths: list[Path]) -> list[str]:
+    """A short unique label per path: its last components, as few as keep it apart from the others (and more than
+    a bare `final`, which every run directory's pretrain/final would share)."""
+    parts = [p.resolve().parts for p in paths]
+    labels = []
+    for i, own in enumerate(parts):
+        for n in range(1, len(own) + 1):
+            tail = own[-n:]
+            clash = any(other[-n:] == tail for j, other in enumerate(parts) if j != i)
+            if not clash and not (n == 1 and own[-1] == "final" and len(own) > 1):
+                break
+        labels.append("/".join(tail) if not clash else f"{'/'.join(tail)}#{i + 1}")
+    return labels
+
+
+def open_compared(cfg: EvaluateConfig, run_dir: Path, longest: int) -> list[Checkpoint]:
+    paths = cfg.compared_paths(run_dir)
+    out = []
+    for i, (path, label) in enumerate(zip(paths, checkpoint_labels(paths))):
+        where = f"evaluate.compare_checkpoints[{i}]"
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{where}: {path} is not a model directory (no config.json); give a directory written "
+                              f"by pretraining (RUN/pretrain/final) or by `bertfactory import-hf`")
+        model, checkpoint = open_checkpoint(path, run_dir, label, longest, where)
+        del model  # only the backbone is fine-tuned; the pretraining heads are not needed
+        out.append(checkpoint)
+    return out
 
 
 def data_info(data: TaskData, task: PreparedTask) -> dict:
@@ -120,7 +190,7 @@ def data_info(data: TaskData, task: PreparedTask) -> dict:
     return info
 
 
-def _features(name: str, data: TaskData, text_encoder: TextEncoder, ft: FinetuneConfig, run_dir: Path,
+def _features(name: str, data: TaskData, text_encoder: TextEncoder, ft: FinetuneConfig, cache_dir: Path,
               use_cache: bool) -> dict:
     def build():
         return {s: build_features(data.task_type, getattr(data, s), text_encoder, ft) for s in ("train", "dev", "test")}
@@ -130,7 +200,7 @@ def _features(name: str, data: TaskData, text_encoder: TextEncoder, ft: Finetune
     settings = {k: getattr(ft, k) for k in ("max_seq_len", "doc_stride", "max_query_len")}
     ids = {s: [e.id for e in getattr(data, s)] for s in ("train", "dev", "test")}
     key = cache_key(name, str(data.source.get("sha256", "")), ids, {**settings, "task_type": data.task_type})
-    return load_or_build(run_dir / CACHE_DIR, name, text_encoder.sha256, key, build)
+    return load_or_build(cache_dir, name, text_encoder.sha256, key, build)
 
 
 # --------------------------------------------------------------------------------------------- results parts
@@ -195,18 +265,44 @@ def save_finetuned(result: ModelResult, task: PreparedTask, directory: Path, tok
                 f"by dev {task.spec.primary_metric} (seed {best.seed} if from the reported grid point)"})
 
 
+def zero_shot_scores(result: ModelResult, key: str) -> dict:
+    """A target's metrics for one fine-tuned model (the runs of its chosen learning rate)."""
+    return {**result.extra_metrics(key), "learning_rate": result.learning_rate,
+            "runs": [{"seed": r.seed, "test": r.extra_metrics[key]} for r in result.runs]}
+
+
+def target_info(target: TaskData, split: Split) -> dict:
+    source = target.source
+    return {"source_path": str(source.get("path", "")), "source_sha256": str(source.get("sha256", "")),
+            "lines": int(source.get("lines", 0)), "examples": len(split.examples), "dropped": dict(target.dropped),
+            "truncated": split.features.truncated}
+
+
 # ------------------------------------------------------------------------------------------------ the stage
 
 
-def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, template: torch.nn.Module,
-                  text_encoder: TextEncoder, device: torch.device, run_dir: Path, timings: dict) -> tuple[dict, PreparedTask, TaskData]:
+def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Checkpoint, device: torch.device,
+                  run_dir: Path, timings: dict, compared: list[Checkpoint] = ()
+                  ) -> tuple[dict, PreparedTask, TaskData, dict | None]:
+    """Fine-tune every model on one task -> (tasks.<task> of results.json, the prepared task, its data, the task's
+    crosslingual entry or None)."""
     from .finetune import finetune_model
 
     ft = task_cfg.recipe(cfg.finetune)
     data = limit_examples(load_task(name, task_cfg), ft)
-    features = _features(name, data, text_encoder, ft, run_dir, cfg.cache_encodings)
-    task = prepare_task(data, text_encoder, ft, task_cfg.primary_metric, features)
+    text_encoder, template = main.text_encoder, main.template
+
+    def prepared(checkpoint: Checkpoint) -> PreparedTask:
+        sha = checkpoint.text_encoder.sha256
+        # a compared checkpoint with another tokenizer keeps its encodings apart (the main cache refuses them)
+        cache_dir = run_dir / CACHE_DIR if sha == text_encoder.sha256 else run_dir / "cache" / f"tasks-{sha[:16]}"
+        features = _features(name, data, checkpoint.text_encoder, ft, cache_dir, cfg.cache_encodings)
+        return prepare_task(data, checkpoint.text_encoder, ft, task_cfg.primary_metric, features)
+
+    task = prepared(main)
     spec = task.spec
+    targets = {t.key: load_target(t, data) for t in cfg.crosslingual if t.task == name}
+    splits = target_splits(targets, text_encoder, ft)
     logger.info("%s (%s): %s examples (train/dev/test), dropped %s", name, spec.task_type, data.sizes(), data.dropped)
     for split in ("train", "dev", "test"):
         unaligned = getattr(task, split).features.notes.get("answers_without_tokens", 0)
@@ -224,17 +320,32 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, template
         torch.manual_seed(seed)  # the random encoder depends only on the seed and the architecture
         return type(template)(template.config)
 
-    pretrained = finetune_model(pretrained_encoder, task, ft, device, pad_id, f"{name}/pretrained")
+    pretrained = finetune_model(pretrained_encoder, task, ft, device, pad_id, f"{name}/pretrained", splits)
     out["pretrained"] = model_scores(pretrained, task)
     timings[f"{name}.pretrained"] = pretrained.seconds
     if cfg.save_best:
         config = template.config.to_dict() if hasattr(template.config, "to_dict") else {}
         save_finetuned(pretrained, task, run_dir / "eval" / FINETUNED_DIR / name, text_encoder.sha256, config)
+    pretrained.best_state = None
+    random_init = None
     if cfg.random_init_baseline:
-        random_init = finetune_model(random_encoder, task, ft, device, pad_id, f"{name}/random_init")
+        random_init = finetune_model(random_encoder, task, ft, device, pad_id, f"{name}/random_init", splits)
+        random_init.best_state = None
         out["random_init"] = model_scores(random_init, task)
         timings[f"{name}.random_init"] = random_init.seconds
         out["comparison"] = comparison(task, pretrained, random_init)
+    others: dict[str, ModelResult] = {}
+    for checkpoint in compared:
+        other_task = prepared(checkpoint)
+        other_splits = target_splits(targets, checkpoint.text_encoder, ft)
+        result = finetune_model(lambda seed, c=checkpoint: copy.deepcopy(c.template), other_task, ft, device,
+                                checkpoint.text_encoder.pad_id, f"{name}/{checkpoint.label}", other_splits)
+        result.best_state = None
+        out.setdefault("compared", {})[checkpoint.label] = {
+            **model_scores(result, other_task),
+            "truncated": {s: getattr(other_task, s).features.truncated for s in ("train", "dev", "test")}}
+        timings[f"{name}.compared.{checkpoint.label}"] = result.seconds
+        others[checkpoint.label] = result
     started = time.perf_counter()
     if "tfidf_logreg" in cfg.baselines:
         baseline = tfidf_logreg(data, spec)
@@ -243,7 +354,21 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, template
     if "majority" in cfg.baselines:
         out["majority"] = baseline_scores(majority(data, spec))
     timings[f"{name}.baselines"] = time.perf_counter() - started
-    return out, task, data
+    transfer = None
+    if targets:
+        transfer = {"task_type": spec.task_type, "primary_metric": spec.primary_metric,
+                    "source_language": data.language, "targets": {}}
+        for key, target in targets.items():
+            entry = {"language": target.language, "data": target_info(target, splits[key]),
+                     "pretrained": zero_shot_scores(pretrained, key)}
+            if random_init is not None:
+                entry["random_init"] = zero_shot_scores(random_init, key)
+            if others:
+                entry["compared"] = {label: zero_shot_scores(r, key) for label, r in others.items()}
+            transfer["targets"][key] = entry
+            logger.info("%s -> %s (%s, zero-shot): pretrained test %s %.4f", name, key, target.language,
+                        spec.primary_metric, entry["pretrained"].get(spec.primary_metric, float("nan")))
+    return out, task, data, transfer
 
 
 def run_evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
@@ -261,32 +386,23 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     started = time.perf_counter()
     device = resolve_device(cfg.device)
     checkpoint = cfg.checkpoint_path(run_dir)
-    model, config, tokenizer_path = load_pretrained(checkpoint, device="cpu")
-    template = model.backbone()
-    positions = getattr(template.config, "max_position_embeddings", None)  # None: relative positions
     longest = max([cfg.finetune.max_seq_len] + [t.recipe(cfg.finetune).max_seq_len for t in cfg.enabled_tasks().values()])
-    if positions is not None and longest > positions:
-        raise ConfigError(f"evaluate.finetune.max_seq_len={longest} exceeds the checkpoint's "
-                          f"max_position_embeddings={positions}")
-    text_encoder = TextEncoder.from_file(tokenizer_path)
-    num_parameters = sum(p.numel() for p in model.parameters())
-    logger.info("evaluating %s (%d parameters) on %s", checkpoint, num_parameters, device)
+    model, main = open_checkpoint(checkpoint, run_dir, "pretrained", longest, "the checkpoint")
+    template, text_encoder = main.template, main.text_encoder
+    compared = open_compared(cfg, run_dir, longest)
+    logger.info("evaluating %s (%d parameters) on %s", checkpoint, main.info["num_parameters"], device)
     timings: dict[str, float] = {}
     results: dict = {
         "format": RESULTS_FORMAT,
         "schema_version": RESULTS_SCHEMA_VERSION,
         "created_by": f"bertfactory {bertfactory.__version__} evaluation.run",
-        "checkpoint": {
-            "path": _display_path(checkpoint, run_dir),
-            "model_sha256": sha256_file(checkpoint / MODEL_FILE),
-            "tokenizer_sha256": text_encoder.sha256,
-            "num_parameters": num_parameters,
-            "model": config.to_dict(),
-        },
+        "checkpoint": main.info,
         "config": cfg.model_dump(mode="json"),
         "tasks": {},
         "timings": timings,
     }
+    if compared:
+        results["compared_checkpoints"] = {c.label: c.info for c in compared}
     if cfg.intrinsic.enabled:
         t = time.perf_counter()
         model.to(device)
@@ -295,9 +411,11 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
         timings["intrinsic"] = time.perf_counter() - t
     prepared: dict[str, tuple[PreparedTask, TaskData]] = {}
     for name, task_cfg in cfg.enabled_tasks().items():
-        results["tasks"][name], task, data = evaluate_task(name, task_cfg, cfg, template, text_encoder, device,
-                                                           run_dir, timings)
+        results["tasks"][name], task, data, transfer = evaluate_task(name, task_cfg, cfg, main, device, run_dir,
+                                                                     timings, compared)
         prepared[name] = (task, data)
+        if transfer is not None:
+            results.setdefault("crosslingual", {})[name] = transfer
     if cfg.feature_based.enabled:
         from .features import compare_options
 
@@ -306,7 +424,7 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
         results["feature_based"] = compare_options(template, task, cfg.feature_based, device, text_encoder.pad_id,
                                                    seed=cfg.finetune.seed)
         timings["feature_based"] = time.perf_counter() - t
-    del model, template
+    del model, template, main, compared
     timings["total"] = time.perf_counter() - started
     results["timings"] = {k: round(v, 3) for k, v in timings.items()}
     out_dir = run_dir / "eval"

@@ -43,6 +43,12 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
             if isinstance(metrics, dict) and primary in metrics:
                 rows.append((f"{task} · {model} {primary}", metrics[primary]))
                 rows.append((f"{task} · {model} {primary} std", metrics.get(f"{primary}_std")))
+        for label, metrics in (per.get("compared") or {}).items():
+            rows.append((f"{task} · checkpoint {label} {primary}", metrics.get(primary)))
+    for task, transfer in (results.get("crosslingual") or {}).items():
+        for key, target in transfer["targets"].items():
+            rows.append((f"{task} → {key} zero-shot · pretrained {transfer['primary_metric']}",
+                         target["pretrained"].get(transfer["primary_metric"])))
     return head + _md_table(rows) + f"\n\nReport: `{run_dir / 'eval/report.md'}`"
 
 

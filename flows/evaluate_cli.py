@@ -5,6 +5,8 @@
     bertfactory evaluate runs/local/pretrain/checkpoints/step-400 --run-dir runs/step400-eval \\
         --task trec_coarse --task-file data/reviews.tsv --task-type classification \\
         --text-column sentence --label-column label --set evaluate.finetune.num_seeds=1
+    bertfactory evaluate runs/local --task movie_sentiment --transfer-file data/de.tsv --transfer-language de \
+        --compare-checkpoint models/minilm                 # zero-shot transfer; an imported HF model beside ours
     bertfactory report runs/local runs/other [--out comparison.md]
 
 CHECKPOINT_OR_CONFIG is a recipe YAML (the evaluate stage of that recipe, through Prefect unless --no-prefect), a
@@ -12,7 +14,10 @@ run directory (its pretrain/final) or a model directory (config.json + model.saf
 recipe is the defaults of `evaluate` (paper scale: every example, 5 seeds — use --set to shrink it), the stage
 runs without Prefect, and intrinsic scores are computed when the run directory has shards. `--task NAME`
 (repeatable) and `--task-file PATH` choose the tasks, replacing the recipe's list; the file's layout options are
-those of evaluation.tasks.registry.load_task_file (docs/tasks.md).
+those of evaluation.tasks.registry.load_task_file (docs/tasks.md). `--transfer-file PATH --transfer-language CODE`
+(repeatable, in pairs) are zero-shot cross-lingual targets of `--transfer-task` (default: the only task named with
+--task / --task-file) and replace the recipe's `evaluate.crosslingual`; `--compare-checkpoint DIR` (repeatable)
+replaces `evaluate.compare_checkpoints` (model directories fine-tuned beside the checkpoint).
 """
 
 from __future__ import annotations
@@ -51,6 +56,18 @@ def add_evaluate_parser(sub) -> None:
     p.add_argument("--language", default="en", help="ISO 639 code of the file's text (default en)")
     p.add_argument("--dev-file", metavar="PATH", help="a separate dev split")
     p.add_argument("--test-file", metavar="PATH", help="a separate test split")
+    p.add_argument("--transfer-file", dest="transfer_files", action="append", default=[], metavar="PATH",
+                   help="zero-shot cross-lingual target: another language's labelled file of the source task "
+                   "(same task type and label set; every example is scored, none trained on); repeatable")
+    p.add_argument("--transfer-language", dest="transfer_languages", action="append", default=[], metavar="CODE",
+                   help="ISO 639 code of each --transfer-file, in the same order")
+    p.add_argument("--transfer-task", metavar="NAME", help="the source task of the transfer files (default: the "
+                   "one task given with --task / --task-file)")
+    p.add_argument("--transfer-text-column", help="text column of the transfer files (default: text)")
+    p.add_argument("--transfer-label-column", help="label column of the transfer files (default: label)")
+    p.add_argument("--compare-checkpoint", dest="compare_checkpoints", action="append", default=[], metavar="DIR",
+                   help="another model directory (e.g. from `bertfactory import-hf`) fine-tuned with the same recipe "
+                   "on the same splits and reported beside the checkpoint; repeatable")
 
 
 def add_report_parser(sub) -> None:
@@ -85,6 +102,38 @@ def task_overrides(args: argparse.Namespace) -> list[str]:
     return [f"evaluate.tasks={json.dumps(tasks)}"]
 
 
+def transfer_overrides(args: argparse.Namespace) -> list[str]:
+    """--transfer-* and --compare-checkpoint options -> `evaluate.crosslingual=...` / `evaluate.compare_checkpoints=...`
+    overrides (replacing the recipe's lists, as --task replaces its tasks), or none."""
+    out = []
+    if args.transfer_files or args.transfer_languages:
+        if len(args.transfer_files) != len(args.transfer_languages):
+            raise ConfigError(f"{len(args.transfer_files)} --transfer-file but {len(args.transfer_languages)} "
+                              "--transfer-language: give one language code per transfer file, in the same order")
+        task = args.transfer_task
+        if task is None:
+            named = list(args.tasks) + ([args.task_name or Path(args.task_file).stem] if args.task_file else [])
+            if len(named) != 1:
+                raise ConfigError("--transfer-file needs --transfer-task NAME (the source task) unless exactly one "
+                                  f"task is given with --task / --task-file (got {len(named)})")
+            task = named[0]
+        targets = []
+        for path, language in zip(args.transfer_files, args.transfer_languages):
+            entry = {"task": task, "input": str(Path(path).resolve()), "language": language}
+            if args.transfer_text_column:
+                entry["text_column"] = args.transfer_text_column
+            if args.transfer_label_column:
+                entry["label_column"] = args.transfer_label_column
+            targets.append(entry)
+        out.append(f"evaluate.crosslingual={json.dumps(targets)}")
+    elif args.transfer_task or args.transfer_text_column or args.transfer_label_column:
+        raise ConfigError("--transfer-task/--transfer-text-column/--transfer-label-column describe a --transfer-file; "
+                          "none was given")
+    if args.compare_checkpoints:
+        out.append(f"evaluate.compare_checkpoints={json.dumps([str(Path(p).resolve()) for p in args.compare_checkpoints])}")
+    return out
+
+
 def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
     """(model directory, the run directory it belongs to or None)."""
     if (target / "config.json").is_file():
@@ -99,7 +148,7 @@ def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
 
 def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner). Checkpoint: here."""
-    args.overrides = list(args.overrides) + task_overrides(args)
+    args.overrides = list(args.overrides) + task_overrides(args) + transfer_overrides(args)
     target = Path(args.target)
     if target.is_file():
         args.config = str(target)

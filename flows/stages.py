@@ -56,7 +56,7 @@ def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[
         # the task data decide the scores as much as the model: a changed file reruns the evaluation
         from evaluation.run import task_input_files
 
-        files += task_input_files(recipe.evaluate)
+        files += task_input_files(recipe.evaluate, run_dir)
         return recipe.model_dump(mode="json", include={"evaluate"}), files
     raise BertfactoryError(f"unknown stage '{stage}'; stages: {', '.join(STAGE_ORDER)}")
 

@@ -61,6 +61,11 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
                 std = scores.get(f"{primary}_std")
                 value = f"{scores[primary]:.4f} ± {std:.4f}" if std else scores[primary]
                 rows.append(("evaluate", f"{task} {primary} · {model}", value))
+        for label, scores in (per.get("compared") or {}).items():
+            if primary in scores:
+                std = scores.get(f"{primary}_std")
+                value = f"{scores[primary]:.4f} ± {std:.4f}" if std else scores[primary]
+                rows.append(("evaluate", f"{task} {primary} · checkpoint {label}", value))
         cmp = per.get("comparison")
         if cmp and cmp.get("difference") is not None:
             p_value = f" (McNemar p = {cmp['mcnemar_p_value']:.2g})" if cmp.get("mcnemar_p_value") is not None else ""
