@@ -54,6 +54,9 @@ class IntrinsicConfig(StrictModel):
     mask_variant: int = Field(0, ge=0, description="which of the shards' precomputed mask variants to score")
     batch_size: int = Field(64, ge=1, description="instances per forward pass")
     max_batches: int | None = Field(None, ge=1, description="stop after this many batches (null = the whole split)")
+    pseudo_perplexity_instances: int = Field(0, ge=0, description="score the pseudo-perplexity (every token masked "
+                                             "in turn; one forward pass per token) on the first N instances of the "
+                                             "split (0 = off)")
 
 
 class FinetuneConfig(StrictModel):

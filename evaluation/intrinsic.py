@@ -105,10 +105,51 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
         "unigram_mlm_accuracy": unigram_correct / mlm_count,
         "unigram_mlm_loss": unigram_loss_sum / mlm_count,
     }
+    if cfg.pseudo_perplexity_instances:
+        scores.update(pseudo_perplexity(model, shards, cfg.pseudo_perplexity_instances, cfg.batch_size, device))
     logger.info("intrinsic on %d %s instances: MLM accuracy %.4f (loss %.4f; unigram baseline %.4f, loss %.4f), "
                 "NSP accuracy %.4f", instances, cfg.split, scores["mlm_accuracy"], mlm_loss,
                 scores["unigram_mlm_accuracy"], scores["unigram_mlm_loss"], scores["nsp_accuracy"])
     return scores
+
+
+@torch.no_grad()
+def pseudo_perplexity(model, shards: ShardSet, instances: int, batch_size: int, device: torch.device) -> dict:
+    """Pseudo-perplexity of a masked LM (Salazar et al. 2020, "Masked Language Model Scoring"): every real,
+    non-special token of the first `instances` rows (their original text: the stored masks are undone) is replaced
+    by [MASK] in turn and scored given all the others; PPPL = exp(-mean log p(token | rest)). Unlike the MLM loss
+    above, which scores 15 % of the tokens with the rest visible, it scores every token, so it is comparable to a
+    perplexity over the same text."""
+    special = set(shards.manifest.tokenizer.special_ids.values())
+    mask_id = shards.manifest.tokenizer.special_ids.get("mask")
+    if mask_id is None:
+        raise ContractError(f"{shards.directory}/manifest.json: tokenizer.special_ids has no 'mask'")
+    total_log_prob = 0.0
+    tokens = 0
+    rows = min(instances, len(shards))
+    for index in tqdm(range(rows), desc="pseudo-perplexity", unit="instance", disable=None, leave=False):
+        inst = shards.instance(index, 0)
+        ids = torch.tensor(np.asarray(inst.input_ids, dtype=np.int64))
+        length = ids.numel()
+        token_types = torch.zeros(length, dtype=torch.int64)
+        token_types[inst.len_a:] = 1
+        positions = [p for p in range(length) if int(ids[p]) not in special]
+        for start in range(0, len(positions), batch_size):
+            chunk = torch.tensor(positions[start:start + batch_size])
+            n = chunk.numel()
+            batch_ids = ids.repeat(n, 1)
+            batch_ids[torch.arange(n), chunk] = mask_id  # one masked token per copy
+            out = model(batch_ids.to(device), token_types.repeat(n, 1).to(device),
+                        torch.ones(n, length, dtype=torch.int64, device=device), chunk[:, None].to(device),
+                        ids[chunk][:, None].to(device), None)
+            log_probs = F.log_softmax(out["mlm_logits"].float(), dim=-1)
+            total_log_prob += float(log_probs.gather(1, ids[chunk][:, None].to(device)).sum())
+            tokens += n
+    if tokens == 0:
+        raise ContractError(f"{shards.directory}: no real tokens to score for the pseudo-perplexity")
+    mean_nll = -total_log_prob / tokens
+    return {"pseudo_perplexity": math.exp(min(mean_nll, 700.0)), "pseudo_perplexity_tokens": tokens,
+            "pseudo_perplexity_instances": rows}
 
 
 def _unigram_log_probs(shard_dir: Path, tokenizer_sha256: str, vocab_size: int, special_ids) -> np.ndarray:

@@ -54,6 +54,9 @@ class IntrinsicResults(_Strict):
     chance_mlm_accuracy: Fraction
     unigram_mlm_accuracy: Fraction
     unigram_mlm_loss: float = Field(ge=0.0)
+    pseudo_perplexity: float | None = Field(None, ge=1.0)  # present when intrinsic.pseudo_perplexity_instances > 0
+    pseudo_perplexity_tokens: int | None = Field(None, ge=1)
+    pseudo_perplexity_instances: int | None = Field(None, ge=1)
 
 
 class TaskDataInfo(_Strict):

