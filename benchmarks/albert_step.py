@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-from pretrain_step import BATCH, MAX_PREDICTIONS, SEQ_LEN, _batch, gemm_gflops, time_training_steps
+from pretrain_step import BATCH, MAX_PREDICTIONS, SEQ_LEN, _batch, gemm_gflops, print_comparison, time_training_steps
 
 SHAPES = {
     # name: (embedding, hidden, layers, heads, intermediate, vocab)
@@ -111,16 +111,7 @@ def main() -> None:
           f"sequence, MLM + SOP; torch {torch.__version__}, transformers {transformers.__version__}, HF attention "
           f"{runs['hf'][0]['attention']}, {runs['ours'][0]['threads']} threads; {args.repeats} x {args.steps} steps; "
           f"parameters ours {runs['ours'][0]['parameters']:,}, HF {runs['hf'][0]['parameters']:,}")
-    for impl in ("ours", "hf"):
-        useful = median[impl] * d.train_flops_per_token / 1e9
-        each = ", ".join(f"{r['tokens_per_s']:,.0f}" for r in runs[impl])
-        print(f"  {impl:<5} {median[impl]:>10,.0f} tokens/s  (runs: {each})  peak extra memory "
-              f"{memory[impl]:,.0f} MiB  useful model GFLOP/s {useful:,.1f}")
-    print(f"  ratio ours / HF: {median['ours'] / median['hf']:.2f}x tokens/s, "
-          f"{memory['ours'] / memory['hf']:.2f}x peak extra memory")
-    print(f"  training FLOPs/token: {d.train_flops_per_token / 1e6:,.1f} M with MLM logits at masked positions, "
-          f"{d.dense_head_train_flops_per_token / 1e6:,.1f} M at every position (HF's work); GEMM calibration "
-          f"[4096 x {hidden}] x [{hidden} x {4 * hidden}]: {gemm:,.1f} GFLOP/s")
+    print_comparison(runs, median, memory, d, hidden, gemm)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 
+from pretrain_step import _batch as pretrain_batch
 from pretrain_step import time_training_steps
 
 SHAPES = {
@@ -33,18 +34,9 @@ SEQ_LEN, MAX_PREDICTIONS, GENERATOR_SIZE, DISC_WEIGHT = 128, 19, 0.25, 50.0
 
 
 def _batch(vocab: int, batch: int, seed: int = 0) -> dict:
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (batch, SEQ_LEN), generator=g)
-    positions = torch.stack([torch.randperm(SEQ_LEN - 2, generator=g)[:MAX_PREDICTIONS] + 1 for _ in range(batch)])
-    positions, _ = positions.sort(dim=1)
-    labels = ids.gather(1, positions)
-    masked = ids.scatter(1, positions, 4)  # [MASK]
-    types = torch.zeros_like(ids)
-    types[:, SEQ_LEN // 2:] = 1
-    return {"input_ids": masked, "token_type_ids": types, "attention_mask": torch.ones_like(ids),
-            "masked_positions": positions, "masked_labels": labels}
+    batch_dict = pretrain_batch(vocab, seed, batch, MAX_PREDICTIONS)
+    del batch_dict["nsp_labels"]  # drawn after everything else: the other tensors are those of the BERT benchmark
+    return batch_dict
 
 
 def _ours(shape: str):

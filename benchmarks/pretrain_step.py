@@ -38,12 +38,14 @@ def _rss_kib(field: str) -> int:
     return 0
 
 
-def _batch(vocab: int, seed: int = 0) -> dict:
+def _batch(vocab: int, seed: int = 0, batch: int = BATCH, max_predictions: int = MAX_PREDICTIONS) -> dict:
+    """Identical full-length batches for every benchmark: random ids, `max_predictions` sorted masked positions per
+    sequence ([MASK] = 4), segments split in half, random NSP labels."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (BATCH, SEQ_LEN), generator=g)
-    positions = torch.stack([torch.randperm(SEQ_LEN - 2, generator=g)[:MAX_PREDICTIONS] + 1 for _ in range(BATCH)])
+    ids = torch.randint(5, vocab, (batch, SEQ_LEN), generator=g)
+    positions = torch.stack([torch.randperm(SEQ_LEN - 2, generator=g)[:max_predictions] + 1 for _ in range(batch)])
     positions, _ = positions.sort(dim=1)
     labels = ids.gather(1, positions)
     masked = ids.scatter(1, positions, 4)  # [MASK]
@@ -51,7 +53,7 @@ def _batch(vocab: int, seed: int = 0) -> dict:
     types[:, SEQ_LEN // 2:] = 1
     return {"input_ids": masked, "token_type_ids": types, "attention_mask": torch.ones_like(ids),
             "masked_positions": positions, "masked_labels": labels,
-            "nsp_labels": torch.randint(0, 2, (BATCH,), generator=g)}
+            "nsp_labels": torch.randint(0, 2, (batch,), generator=g)}
 
 
 def _worker(impl: str, shape: str, steps: int, warmup: int) -> dict:
@@ -161,6 +163,11 @@ def main() -> None:
     print(f"shape {args.shape}: {layers} layers, hidden {hidden}, heads {heads}, FFN {inter}, vocab {vocab}; batch "
           f"{BATCH} x {SEQ_LEN}, {MAX_PREDICTIONS} masked per sequence; torch {torch.__version__}, transformers "
           f"{transformers.__version__}, {runs['ours'][0]['threads']} threads; {args.repeats} x {args.steps} steps")
+    print_comparison(runs, median, memory, d, hidden, gemm)
+
+
+def print_comparison(runs: dict, median: dict, memory: dict, d, hidden: int, gemm: float) -> None:
+    """The per-implementation lines, the ratio and the FLOPs/GEMM line shared by the BERT and ALBERT benchmarks."""
     for impl in ("ours", "hf"):
         useful = median[impl] * d.train_flops_per_token / 1e9
         each = ", ".join(f"{r['tokens_per_s']:,.0f}" for r in runs[impl])
