@@ -113,3 +113,16 @@ def shared_tiny_run(tmp_path_factory) -> Path:
 def run_factory(tmp_path: Path):
     """make(name, **kwargs) -> a fresh tiny run directory under tmp_path (see make_run for the kwargs)."""
     return lambda name, **kwargs: make_run(tmp_path / name, **kwargs)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test (restored after): tiny models run fastest on one thread, and far faster than
+    on two oversubscribed threads of a shared 2-core machine. Modules opt in with
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

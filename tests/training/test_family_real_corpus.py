@@ -6,7 +6,6 @@ this checks that the real data path feeds every objective."""
 import json
 
 import pytest
-import torch
 
 from preprocessing.config import CorpusConfig, PreprocessConfig
 from preprocessing.pipeline import run_preprocess
@@ -46,12 +45,7 @@ def real_runs(tmp_path_factory):
     return {key: _shards(root, *key) for key in {(fmt, policy) for fmt, policy, _ in MEMBERS.values()}}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: one thread is faster and the machine is shared
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ checkpoint -> load_pretrained, with their metrics in metrics.jsonl and relative-
 import json
 
 import pytest
-import torch
 
 from bertfactory.errors import ConfigError
 from training.checkpoint import load_pretrained
@@ -14,12 +13,7 @@ from training.pretrain import pretrain
 TINY = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, hidden_dropout=0.0, attention_dropout=0.0)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("objective, settings, metric", [

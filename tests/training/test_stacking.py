@@ -25,13 +25,7 @@ from training.stacking import StackingSchedule, stack_layers, stack_trainer, sta
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: the 2-core machine is shared, and oversubscribed threads make tiny models crawl."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _config(**overrides) -> BertConfig:

@@ -19,13 +19,7 @@ CONFIG = TransformerXLConfig(vocab_size=50, hidden_size=32, num_layers=2, num_he
                              mem_len=4, dropout=0.0, attention_dropout=0.0)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and far faster than two threads on a shared, busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _model(seed: int = 0, **changes) -> TransformerXLLM:

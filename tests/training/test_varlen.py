@@ -15,13 +15,7 @@ TOL = 1e-5
 LENGTHS = [1, 48, 5, 23, 2]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: the 2-core machine is shared, and oversubscribed threads make tiny models crawl."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _config(**overrides) -> BertConfig:

@@ -36,13 +36,7 @@ def _inputs(seed: int = 0, batch: int = 3, length: int = 12):
     return ids, types, mask
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and far faster than two threads on a shared, busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _batches(run_dir: Path, batch_size: int = 16, seed: int = 0) -> PretrainBatches:
