@@ -83,6 +83,14 @@ class SourceInfo(_Strict):
     bytes: int
 
 
+class ParentInfo(_Strict):
+    """The corpus version an incremental version was built on (docs/shards.md, "Corpus versions")."""
+
+    path: str = Field(description="the parent's shards directory, as given (corpus.parent)")
+    manifest_sha256: str = Field(description="sha256 of the parent's manifest.json when this version was built")
+    corpus_version: int
+
+
 class Manifest(_Strict):
     format: Literal["bertfactory.shards"] = "bertfactory.shards"
     schema_version: int
@@ -96,6 +104,11 @@ class Manifest(_Strict):
     splits: dict[str, SplitInfo]
     sources: list[SourceInfo]
     runner: dict[str, Any]
+    corpus_version: int = Field(1, ge=1, description="1 for a corpus built from scratch, N+1 for an increment of N")
+    parent: ParentInfo | None = Field(None, description="the version this one increments (None for version 1)")
+    inputs_seen: list[str] = Field(
+        default_factory=list, description="sha256 of every input file read by this version and its ancestors "
+        "(what an incremental run skips)")
 
     @property
     def mask_variants(self) -> int:
