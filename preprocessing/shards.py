@@ -106,6 +106,9 @@ class Manifest(_Strict):
     runner: dict[str, Any]
     corpus_version: int = Field(1, ge=1, description="1 for a corpus built from scratch, N+1 for an increment of N")
     parent: ParentInfo | None = Field(None, description="the version this one increments (None for version 1)")
+    dedup_index: ShardInfo | None = Field(
+        None, description="the near-duplicate index of every document of this version and its ancestors "
+        "(preprocessing.dedup; what the next incremental version deduplicates against)")
     inputs_seen: list[str] = Field(
         default_factory=list, description="sha256 of every input file read by this version and its ancestors "
         "(what an incremental run skips)")
