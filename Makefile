@@ -3,7 +3,7 @@ VENV ?= .venv
 BF := $(VENV)/bin/bertfactory
 RUN_DIR ?= runs/local
 
-.PHONY: demo test setup samples clean-runs
+.PHONY: demo test test-xla setup setup-xla samples clean-runs
 
 setup:
 	bash scripts/bootstrap.sh
@@ -18,6 +18,14 @@ demo: samples
 ## test: the test suite (uses the real samples)
 test: samples
 	$(VENV)/bin/python -m pytest -q tests
+
+setup-xla:
+	bash scripts/xla_env.sh
+
+## test-xla: the XLA backend's tests (tests/training/xla/) in their own environment (.venv-xla: torch 2.9.0 +
+## torch-xla 2.9.0) on XLA's CPU backend; a missing torch-xla fails instead of skipping
+test-xla: setup-xla
+	PYTHONPATH=. PJRT_DEVICE=CPU BERTFACTORY_REQUIRE_XLA=1 .venv-xla/bin/python -m pytest -q tests/training/xla
 
 clean-runs:
 	rm -rf runs

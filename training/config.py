@@ -84,7 +84,15 @@ class ModelConfig(StrictModel):
 class PretrainConfig(StrictModel):
     """How to pretrain: device, batch, steps, optimiser, schedule, logging and checkpoints."""
 
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available, else cpu")
+    device: Literal["auto", "cpu", "cuda", "xla"] = Field(
+        "auto", description="the backend: auto = cuda when available, else cpu; xla = TPU (or XLA on the CPU with "
+                            "PJRT_DEVICE=CPU) through torch-xla, in the .venv-xla environment of scripts/xla_env.sh; "
+                            "needs static_shapes (training/xla.py)")
+    xla_cache_dir: str | None = Field(None, description="xla: torch-xla's persistent compilation cache directory "
+                                      "(compiled graphs reused by later runs); null = no cache")
+    loader_workers: int = Field(0, ge=0, description="threads building the batches of the next steps while the "
+                                "model trains (training/prefetch.py); 0 = built in the training loop. The batches "
+                                "are the same whatever the number")
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU, which trains in fp32 for exact reproducibility)")
     num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (null = torch's default)")
     seed: int = Field(12345, ge=0, description="seed of weight init, dropout and data order")
@@ -167,6 +175,15 @@ class PretrainConfig(StrictModel):
                                                   self.keep_best_by.endswith(("_loss", "_acc"))):
             raise ValueError(f"keep_best_by must name a loss (loss, mlm_loss, ...: lower is better) or an accuracy "
                              f"(mlm_acc, ...: higher is better) of metrics.jsonl, got {self.keep_best_by!r}")
+        if self.device == "xla" and not self.static_shapes:
+            raise ValueError("pretrain.device xla needs pretrain.static_shapes: true (one graph shape per step; "
+                             "otherwise XLA compiles again for every new number of masked tokens)")
+        if self.device == "xla" and self.grad_accumulation > 1:
+            raise ValueError("pretrain.device xla: grad_accumulation > 1 is not implemented (the micro-batch weights "
+                             "are counted on the host); use grad_accumulation 1")
+        if self.device == "xla" and (self.unpad or self.compile):
+            raise ValueError("pretrain.device xla runs without pretrain.unpad and pretrain.compile (both produce "
+                             "data-dependent shapes or a second compiler); set them to false")
         if self.stacking is not None and self.stacking.stages[-1] >= self.max_steps:
             raise ValueError(f"stacking.stages must lie before max_steps ({self.max_steps}), got {self.stacking.stages}")
         return self
@@ -174,7 +191,8 @@ class PretrainConfig(StrictModel):
     # Fields that change how training is observed or stored, not the trajectory: a checkpoint written under
     # other values of these may still be resumed.
     RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"log_every", "save_every", "keep_last", "num_threads", "verify_shards",
-                                                          "keep_best_by", "allow_shard_change", "peak_flops"})
+                                                          "keep_best_by", "allow_shard_change", "peak_flops",
+                                                          "loader_workers", "xla_cache_dir"})
 
     def trajectory_fields(self) -> dict:
         return self.model_dump(mode="json", exclude=set(PretrainConfig.RESUME_NEUTRAL))

@@ -173,11 +173,22 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
 
     if cfg.num_threads is not None:
         torch.set_num_threads(cfg.num_threads)
-    dist, device = from_environment(resolve_device(cfg.device))
+    dist, device = from_environment(resolve_device(cfg.device, cfg.xla_cache_dir))
+    if dist.enabled and device.type == "xla":
+        raise ConfigError("pretrain.device xla trains in one process (one XLA device); several processes (the XLA "
+                          "launcher / SPMD over TPU cores) are not implemented: launch without torchrun")
     if dist.enabled and cfg.stacking is not None:
         raise ConfigError("pretrain.stacking is not supported with several processes (torchrun); train it in one")
     batches = PretrainBatches.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards,
                                    rank=dist.rank, world_size=dist.world_size)
+    if batches.local_batch_size % cfg.grad_accumulation:
+        per_rank = batches.local_batch_size
+        raise ConfigError(
+            f"each of the {dist.world_size} processes trains {per_rank} sequences per step (pretrain.batch_size="
+            f"{cfg.batch_size} / world size {dist.world_size}), which pretrain.grad_accumulation={cfg.grad_accumulation} "
+            f"does not divide into equal micro-batches. Make batch_size a multiple of world size x grad_accumulation "
+            f"({dist.world_size * cfg.grad_accumulation}), or change grad_accumulation to a divisor of {per_rank}"
+        )
     manifest = batches.shards.manifest
     objective = get_objective_spec(cfg.objective)
     objective.check_shards(manifest, str(shard_dir / "manifest.json"))
@@ -234,7 +245,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
                       cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16, dist=dist,
                       train_flops_per_token=train_flops, peak_flops=cfg.peak_flops,
                       grad_accumulation=cfg.grad_accumulation,
-                      guard=StepGuard(cfg.spike_factor, cfg.max_skipped_steps, cfg.max_consecutive_skipped_steps))
+                      guard=StepGuard(cfg.spike_factor, cfg.max_skipped_steps, cfg.max_consecutive_skipped_steps),
+                      loader_workers=cfg.loader_workers, static_width=needed if device.type == "xla" else None)
     stacking = StackingSchedule(cfg.stacking, arch_config, lambda opt: scheduler_from_config(opt, cfg), cfg.compile)
 
     resumed_from = None

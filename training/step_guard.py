@@ -51,9 +51,11 @@ class StepGuard:
                 return f"loss spike {loss:.4g} > {self.spike_factor} x running median {median:.4g}"
         return None
 
-    def check(self, loss: float, grad_norm: float, step: int) -> str | None:
+    def check(self, loss: float, grad_norm: float, step: int, detect_only: bool = False) -> str | None:
         """`step`: the 1-based number of the step being decided (for messages). Returns None to apply the
-        update, else the reason it is skipped; raises TrainingDiverged past the configured limits."""
+        update, else the reason it is skipped; raises TrainingDiverged past the configured limits.
+        `detect_only`: the update was already applied (XLA reads the values after the step, training/xla.py);
+        the step is counted and logged as a bad step all the same, so the limits still stop the run."""
         reason = self._reason(loss, grad_norm)
         if reason is None:
             self.consecutive = 0
@@ -61,8 +63,9 @@ class StepGuard:
             return None
         self.skipped += 1
         self.consecutive += 1
-        logger.warning("step %d: update skipped (%s); %d skipped in total, %d in a row", step, reason,
-                       self.skipped, self.consecutive)
+        logger.warning("step %d: %s (%s); %d bad steps in total, %d in a row", step,
+                       "bad step detected after its update was applied" if detect_only else "update skipped",
+                       reason, self.skipped, self.consecutive)
         if self.consecutive > self.max_consecutive or self.skipped > self.max_skipped:
             raise TrainingDiverged(
                 f"training stopped at step {step}: {self.skipped} updates skipped in total and {self.consecutive} in "

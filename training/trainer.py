@@ -29,6 +29,7 @@ from .distributed import DistContext
 from .objectives import Objective
 from .accumulation import combine_scalars, split_batch, weighted_loss
 from .optim import clip_gradients
+from .prefetch import per_thread, prefetch_batches
 from .step_guard import StepGuard
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ class Trainer:
                  objective: Objective, device: torch.device, max_steps: int, max_grad_norm: float,
                  log_every: int, metrics_path: Path, bf16: bool = False, dist: DistContext | None = None,
                  train_flops_per_token: float | None = None, peak_flops: float | None = None,
-                 grad_accumulation: int = 1, guard: StepGuard | None = None):
+                 grad_accumulation: int = 1, guard: StepGuard | None = None, loader_workers: int = 0,
+                 static_width: int | None = None):
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -115,6 +117,12 @@ class Trainer:
         self.grad_accumulation = grad_accumulation  # micro-batches per optimiser step (training/accumulation.py)
         self.guard = guard if guard is not None else StepGuard()  # skips non-finite / spiking steps
         self.last_step_skipped = False
+        self.loader_workers = loader_workers  # threads building the next steps' batches (training/prefetch.py)
+        # XLA (training/xla.py): batches padded to `static_width`, no host read inside the step; the steps' scalars
+        # wait on the device in `_pending` until the metrics window is written
+        self.xla = device.type == "xla"
+        self.static_width = static_width
+        self._pending: list[tuple[int, dict, int, float]] = []
         self.step = 0  # optimiser steps completed
         self.tokens_seen = 0
         self.train_seconds = 0.0
@@ -124,6 +132,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- state
 
     def state_dict(self) -> dict[str, Any]:
+        self._flush_pending()
         pos = self.batches.position(self.step)
         return {
             "version": FORMAT_VERSION,
@@ -134,7 +143,7 @@ class Trainer:
             "train_seconds": self.train_seconds,
             "window": self.window.to_state(),
             "last_metrics": dict(self.last_metrics),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self._host(self.optimizer.state_dict()),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng_state(),
             "step_guard": self.guard.state_dict(),
@@ -178,6 +187,8 @@ class Trainer:
         else:  # whole-batch metrics from the micro-batches' (still on-device) scalars
             scalars = combine_scalars([({k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in part.items()},
                                         w) for part, w in step_scalars], total_loss)
+        if self.xla:
+            return self._xla_finish_step(scalars, grad_norm)
         tensors = [k for k, v in scalars.items() if isinstance(v, torch.Tensor) and v.dim() == 0]
         # one device->host copy for the scalars and the gradient norm (float64 holds float32 losses and int64
         # counts exactly); the step guard needs them before deciding on the update
@@ -193,7 +204,65 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return scalars
 
+    def _xla_finish_step(self, scalars: dict, grad_norm: torch.Tensor) -> dict:
+        """The XLA end of a step: update, schedule, and cut the graph - without reading anything back, so the
+        step guard cannot veto this update (it checks the values when they are read, `_flush_pending`)."""
+        from . import xla
+
+        xla.optimizer_step(self.optimizer)
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        xla.sync()
+        self.last_step_skipped = False
+        out = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in scalars.items()}
+        out["grad_norm"] = grad_norm.detach()
+        return out
+
+    def _flush_pending(self) -> None:
+        """Read the waiting XLA steps' scalars in one transfer, then check them with the step guard (detection
+        only: their updates are applied) and add them to the metrics window, in step order."""
+        if not self._pending:
+            return
+        from . import xla
+
+        started = time.perf_counter()
+        keys = [[k for k, v in out.items() if isinstance(v, torch.Tensor)] for _, out, _, _ in self._pending]
+        values = iter(xla.to_host([out[k] for (_, out, _, _), ks in zip(self._pending, keys) for k in ks]))
+        waited = time.perf_counter() - started  # the device finishing the steps: part of their time
+        for (step, out, tokens, seconds), ks in zip(self._pending, keys):
+            host = {**out, **{k: next(values) for k in ks}}
+            self.guard.check(host["loss"], host.pop("grad_norm"), step, detect_only=True)
+            seconds += waited / len(self._pending)
+            self.train_seconds += waited / len(self._pending)
+            self.window.add(host, tokens, seconds)
+        self._pending = []
+
+    def _host(self, state: Any) -> Any:
+        """Optimizer state with XLA tensors copied to the CPU (checkpoints load anywhere); unchanged elsewhere."""
+        if not self.xla:
+            return state
+        if isinstance(state, torch.Tensor):
+            return state.detach().cpu()
+        if isinstance(state, dict):
+            return {k: self._host(v) for k, v in state.items()}
+        if isinstance(state, list):
+            return [self._host(v) for v in state]
+        return state
+
+    def _batch_source(self, start: int, end: int):
+        """(batch, real tokens) of steps start..end-1: built `loader_workers` steps ahead by threads (each with its
+        own copy of the loader's per-epoch cache), and on XLA padded to the static width and copied to the device
+        by torch-xla's MpDeviceLoader."""
+        batch_of_step = per_thread(self.batches, "batch") if self.loader_workers else self.batches.batch
+        host = prefetch_batches(batch_of_step, start, self.loader_workers, end_step=end)
+        if self.xla:
+            from . import xla
+
+            return xla.device_batches(host, self.device, self.static_width, self.batches.pad_id)
+        return ((batch, int(batch["attention_mask"].sum())) for batch in host)
+
     def _log(self) -> None:
+        self._flush_pending()
         record = {"step": self.step, "lr": self.scheduler.get_last_lr()[0], "tokens": self.tokens_seen,
                   "epoch": round(self.step / self.batches.steps_per_epoch, 4), **self.window.means(),
                   "skipped_steps": self.guard.skipped}
@@ -214,12 +283,24 @@ class Trainer:
         end = self.max_steps if stop_after is None else min(self.max_steps, stop_after)
         bar = tqdm(total=self.max_steps, initial=self.step, desc="pretrain", unit="step", disable=None,
                    dynamic_ncols=True) if self.dist.is_main else tqdm(disable=True)
+        source = self._batch_source(self.step, end)
         try:
             while self.step < end:
                 started = time.perf_counter()
-                batch = self.batches.batch(self.step)
-                tokens = int(batch["attention_mask"].sum())
+                batch, tokens = next(source)
                 out = self.train_step(batch)
+                if self.xla:  # the scalars stay on the device until the next metrics line (_flush_pending)
+                    self.step += 1
+                    self.tokens_seen += tokens
+                    seconds = time.perf_counter() - started
+                    self.train_seconds += seconds
+                    self._pending.append((self.step, out, tokens, seconds))
+                    bar.update(1)
+                    if self.step % self.log_every == 0 or self.step == self.max_steps:
+                        self._log()
+                    if on_step_end is not None:
+                        on_step_end(self)
+                    continue
                 out, tokens = self.dist.reduce_step(out, tokens)  # all ranks' losses / counts / tokens
                 seconds = time.perf_counter() - started
                 self.step += 1
@@ -233,5 +314,7 @@ class Trainer:
                     self._log()
                 if on_step_end is not None:
                     on_step_end(self)
+            self._flush_pending()
         finally:
+            source.close()  # stops the prefetching threads
             bar.close()
