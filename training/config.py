@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError
 
+from .batch_ramp import BatchRampConfig
 from .electra_config import ElectraSettings
 from .spanbert_config import SpanBertSettings
 from .xlm_config import XlmSettings
@@ -99,6 +100,9 @@ class PretrainConfig(StrictModel):
     objective: str = Field("mlm_nsp", description="training objective (training/objectives): mlm_nsp (BERT), mlm "
                            "(RoBERTa), and the other members' objectives; `bertfactory describe --objectives` lists them")
     batch_size: int = Field(256, ge=1, description="sequences per optimiser step")
+    batch_size_ramp: BatchRampConfig | None = Field(None, description="grow the global batch linearly from "
+                                                    "start_batch_size to batch_size over the first `steps` steps "
+                                                    "(training/batch_ramp.py); null = batch_size from the start")
     max_steps: int = Field(1_000_000, ge=1, description="optimiser steps in total")
     learning_rate: float = Field(1e-4, gt=0.0, description="peak learning rate (after warmup)")
     warmup_steps: int = Field(10_000, ge=0, description="linear warmup steps from 0 to learning_rate, then linear decay to 0 at max_steps")
@@ -175,6 +179,15 @@ class PretrainConfig(StrictModel):
                                                   self.keep_best_by.endswith(("_loss", "_acc"))):
             raise ValueError(f"keep_best_by must name a loss (loss, mlm_loss, ...: lower is better) or an accuracy "
                              f"(mlm_acc, ...: higher is better) of metrics.jsonl, got {self.keep_best_by!r}")
+        if self.batch_size_ramp is not None:
+            if self.batch_size_ramp.start_batch_size > self.batch_size:
+                raise ValueError(f"batch_size_ramp.start_batch_size ({self.batch_size_ramp.start_batch_size}) must be "
+                                 f"<= batch_size ({self.batch_size})")
+            if self.batch_size_ramp.steps > self.max_steps:
+                raise ValueError(f"batch_size_ramp.steps ({self.batch_size_ramp.steps}) must be <= max_steps "
+                                 f"({self.max_steps})")
+            if self.device == "xla":
+                raise ValueError("pretrain.batch_size_ramp changes the batch shape every step: not with device xla")
         if self.device == "xla" and not self.static_shapes:
             raise ValueError("pretrain.device xla needs pretrain.static_shapes: true (one graph shape per step; "
                              "otherwise XLA compiles again for every new number of masked tokens)")

@@ -29,6 +29,7 @@ from bertfactory.errors import ConfigError, ContractError
 from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, read_json_file, sha256_file
 
 from .backends import describe, resolve_device
+from .batch_ramp import RampedBatches
 from .checkpoint import (best_checkpoint, CONFIG_FILE, fingerprint_diff, list_checkpoints, load_training_state,
                          load_weights, MODEL_FILE, read_checkpoint_config, save_checkpoint, save_pretrained,
                          verify_checkpoint)
@@ -189,6 +190,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
             f"does not divide into equal micro-batches. Make batch_size a multiple of world size x grad_accumulation "
             f"({dist.world_size * cfg.grad_accumulation}), or change grad_accumulation to a divisor of {per_rank}"
         )
+    if cfg.batch_size_ramp is not None:
+        batches = RampedBatches.from_config(batches, cfg.batch_size_ramp, cfg.grad_accumulation)
     manifest = batches.shards.manifest
     objective = get_objective_spec(cfg.objective)
     objective.check_shards(manifest, str(shard_dir / "manifest.json"))
