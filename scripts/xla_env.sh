@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-VENV=${BERTFACTORY_XLA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/bertfactory/venv-xla}
+VENV=${BERTFACTORY_XLA_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/bertfactory/venv-xla}
 stamp="$VENV/.bertfactory-xla-installed-$(cat constraints.txt scripts/xla_env.sh | sha256sum | cut -c1-16)"
 if [ "$VENV" != "$PWD/.venv-xla" ] && { [ -L .venv-xla ] || [ ! -e .venv-xla ]; }; then
   ln -sfn "$VENV" .venv-xla

@@ -9,9 +9,8 @@
 - `pretrain.xla_cache_dir`: torch-xla's persistent compilation cache, so a rerun does not compile again.
 
 Needs torch-xla, which pins its own torch: run it from the separate environment `bash scripts/xla_env.sh` makes
-(.venv-xla: torch 2.9.0 + torch-xla 2.9.0), e.g.
-    PJRT_DEVICE=CPU .venv-xla/bin/bertfactory pretrain CONFIG --run-dir DIR --set pretrain.device=xla \
-        --set pretrain.static_shapes=true
+(.venv-xla: torch 2.9.0 + torch-xla 2.9.0, the project from PYTHONPATH=.), e.g. with
+    PYTHONPATH=. PJRT_DEVICE=TPU .venv-xla/bin/python -c "..."  # run_pretrain on a recipe: docs/xla.md
 Tested in tests/training/xla/ (only run in that environment: `make test-xla`).
 """
 
