@@ -44,19 +44,99 @@ class CorpusConfig(StrictModel):
     min_doc_sentences: int = Field(2, ge=1, description="drop documents with fewer sentences (reason too_short)")
 
 
+class SdkEnvironmentConfig(StrictModel):
+    """Where a portable runner starts the Python SDK workers (Beam's --environment_type/--environment_config)."""
+
+    type: Literal["EXTERNAL", "PROCESS", "DOCKER", "LOOPBACK"] = Field(
+        "DOCKER", description="EXTERNAL = ask running worker pools (apache_beam.runners.worker.worker_pool_main) "
+        "at `config` for workers; PROCESS = run the command in `config`; DOCKER = run the SDK container image "
+        "`config` (default: Beam's image for this SDK version); LOOPBACK = workers in the submitting process")
+    config: str | None = Field(
+        None, description="EXTERNAL: host:port of the worker pool; PROCESS: JSON like {\"command\": \"/path/boot\"}; "
+        "DOCKER: container image; null = Beam's default")
+    setup_file: str | None = Field(
+        None, description="setup.py staged to the workers and installed there (--setup_file); worker pools "
+        "(EXTERNAL) do not install it: their Python must already import the project")
+
+    @model_validator(mode="after")
+    def _external_needs_address(self) -> "SdkEnvironmentConfig":
+        if self.type == "EXTERNAL" and not self.config:
+            raise ValueError("environment type EXTERNAL needs `config`: the worker pool's host:port")
+        return self
+
+
+class PortableRunnerConfig(StrictModel):
+    """Beam's PortableRunner against a running job service (Beam's Python local job service, a Flink/Spark job
+    server started by hand, ...)."""
+
+    job_endpoint: str = Field("localhost:8099", description="host:port of the job service (--job_endpoint)")
+    environment: SdkEnvironmentConfig = Field(
+        default_factory=lambda: SdkEnvironmentConfig(type="EXTERNAL", config="localhost:50000"),
+        description="where the job service starts the SDK workers")
+
+
+class DataflowRunnerConfig(StrictModel):
+    """Google Cloud Dataflow (needs `pip install apache-beam[gcp]` and credentials where the job is submitted)."""
+
+    project: str = Field("", description="GCP project id (required for the dataflow preset)")
+    region: str = Field("", description="Dataflow region, e.g. europe-west1 (required for the dataflow preset)")
+    temp_location: str = Field("", description="gs:// path for temporary files (required for the dataflow preset)")
+    staging_location: str | None = Field(None, description="gs:// path for staged code; null = under temp_location")
+    setup_file: str | None = Field(
+        "./setup.py", description="setup.py that installs the project on the workers; null = use sdk_container_image")
+    machine_type: str | None = Field(None, description="worker machine type, e.g. n2-standard-8; null = Dataflow's")
+    max_num_workers: int | None = Field(None, ge=1, description="autoscaling ceiling; null = Dataflow's")
+    sdk_container_image: str | None = Field(
+        None, description="custom SDK container with the project preinstalled (instead of setup_file)")
+
+
+class FlinkRunnerConfig(StrictModel):
+    """Apache Flink through Beam's FlinkRunner (it starts Beam's Flink job server, a Java jar, on the driver)."""
+
+    flink_master: str = Field("[auto]", description="host:port of the Flink REST endpoint; [local] = embedded Flink")
+    parallelism: int | None = Field(None, ge=1, description="default parallelism of the Flink job; null = Flink's")
+    environment: SdkEnvironmentConfig = Field(
+        default_factory=SdkEnvironmentConfig, description="where Flink's task managers start the SDK workers")
+
+
+class SparkRunnerConfig(StrictModel):
+    """Apache Spark through Beam's SparkRunner (it starts Beam's Spark job server, a Java jar, on the driver)."""
+
+    spark_master_url: str = Field("local[4]", description="Spark master URL, e.g. spark://host:7077")
+    environment: SdkEnvironmentConfig = Field(
+        default_factory=SdkEnvironmentConfig, description="where Spark's executors start the SDK workers")
+
+
 class RunnerConfig(StrictModel):
     """Which Beam runner executes the pipeline. Chosen explicitly: never Beam's default DirectRunner path, which
-    may try to download a Prism binary."""
+    may try to download a Prism binary. Only the section of the chosen preset is used (docs/runners.md)."""
 
-    preset: Literal["local", "in_process"] = Field(
+    preset: Literal["local", "in_process", "portable", "dataflow", "flink", "spark"] = Field(
         "local",
         description="local = FnApiRunner with worker subprocesses (multi_processing); "
-        "in_process = FnApiRunner in the calling process (one worker; for debugging)",
+        "in_process = FnApiRunner in the calling process (one worker; for debugging); "
+        "portable = PortableRunner against `portable.job_endpoint`; dataflow / flink / spark = those services",
     )
-    num_workers: int = Field(2, ge=1, description="worker processes of the local preset (direct_num_workers)")
+    num_workers: int = Field(
+        2, ge=1, description="worker processes of the local preset (direct_num_workers); for portable, the SDK "
+        "workers Beam's Python local job service asks for (other job services ignore it)")
+    portable: PortableRunnerConfig = Field(default_factory=PortableRunnerConfig, description="portable preset")
+    dataflow: DataflowRunnerConfig = Field(default_factory=DataflowRunnerConfig, description="dataflow preset")
+    flink: FlinkRunnerConfig = Field(default_factory=FlinkRunnerConfig, description="flink preset")
+    spark: SparkRunnerConfig = Field(default_factory=SparkRunnerConfig, description="spark preset")
     extra_options: list[str] = Field(
         default_factory=list, description="additional Beam pipeline flags, e.g. ['--direct_runner_bundle_repeat=0']"
     )
+
+    @model_validator(mode="after")
+    def _dataflow_required(self) -> "RunnerConfig":
+        if self.preset == "dataflow":
+            missing = [name for name in ("project", "region", "temp_location") if not getattr(self.dataflow, name)]
+            if missing:
+                raise ValueError(f"the dataflow preset needs runner.dataflow.{', '.join(missing)}")
+            if not self.dataflow.temp_location.startswith("gs://"):
+                raise ValueError("runner.dataflow.temp_location must be a gs:// path")
+        return self
 
 
 class TokenizerConfig(StrictModel):
