@@ -83,7 +83,8 @@ class DataflowRunnerConfig(StrictModel):
     temp_location: str = Field("", description="gs:// path for temporary files (required for the dataflow preset)")
     staging_location: str | None = Field(None, description="gs:// path for staged code; null = under temp_location")
     setup_file: str | None = Field(
-        "./setup.py", description="setup.py that installs the project on the workers; null = use sdk_container_image")
+        "./pyproject.toml", description="the project's pyproject.toml (or a setup.py): Beam builds the project "
+        "and installs it on the workers; null = the sdk_container_image already has it")
     machine_type: str | None = Field(None, description="worker machine type, e.g. n2-standard-8; null = Dataflow's")
     max_num_workers: int | None = Field(None, ge=1, description="autoscaling ceiling; null = Dataflow's")
     sdk_container_image: str | None = Field(
