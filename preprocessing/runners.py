@@ -1,9 +1,15 @@
 """Runner presets -> a Beam runner and PipelineOptions, and running a pipeline with clean errors.
 
-The runner is always chosen explicitly. `local` is Beam's FnApiRunner with `direct_num_workers` worker
-subprocesses (`direct_running_mode='multi_processing'`): real parallelism on one machine, no Java, no network.
-Beam's default DirectRunner path is never used because it may try to download and start a Prism binary.
-`in_process` runs the same runner in the calling process (one worker; handy under a debugger).
+The runner is always chosen explicitly; Beam's default DirectRunner path is never used because it may try to
+download and start a Prism binary. The pipeline code is the same on every preset: only the options differ.
+
+- `local`: Beam's FnApiRunner with `direct_num_workers` worker subprocesses (`direct_running_mode=
+  multi_processing`): real parallelism on one machine, no Java, no network.
+- `in_process`: the same runner in the calling process (one worker; handy under a debugger).
+- `portable`: PortableRunner submitting to a running job service (`portable.job_endpoint`), SDK workers where
+  `portable.environment` says (EXTERNAL worker pools, PROCESS, DOCKER). `python -m preprocessing.portable_local`
+  starts Beam's Python local job service and worker pools on this machine (docs/runners.md).
+- `dataflow`, `flink`, `spark`: those services' Beam runners with the preset's options.
 
     python -c "from preprocessing.runners import describe; from preprocessing.config import RunnerConfig; print(describe(RunnerConfig()))"
 """
@@ -15,33 +21,77 @@ import logging
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.runners.runner import PipelineRunner, PipelineState, create_runner
 
 from bertfactory.errors import BertfactoryError
 
-from .config import RunnerConfig
+from .config import RunnerConfig, SdkEnvironmentConfig
 from .worker_errors import recover_input_error
 
 logger = logging.getLogger(__name__)
 
+RUNNER_NAMES = {"local": "FnApiRunner", "in_process": "FnApiRunner", "portable": "PortableRunner",
+                "dataflow": "DataflowRunner", "flink": "FlinkRunner", "spark": "SparkRunner"}
+
+
+def _environment_flags(env: SdkEnvironmentConfig) -> list[str]:
+    flags = [f"--environment_type={env.type}"]
+    if env.config:
+        flags.append(f"--environment_config={env.config}")
+    if env.setup_file:
+        flags.append(f"--setup_file={env.setup_file}")
+    return flags
+
+
+def preset_flags(cfg: RunnerConfig) -> list[str]:
+    """The Beam pipeline flags of the chosen preset (without extra_options)."""
+    if cfg.preset == "local":
+        return [f"--direct_num_workers={cfg.num_workers}", "--direct_running_mode=multi_processing"]
+    if cfg.preset == "in_process":
+        return ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+    if cfg.preset == "portable":
+        # direct_num_workers is read by Beam's Python local job service (it runs the FnApiRunner); Flink/Spark
+        # job servers ignore it.
+        return [f"--job_endpoint={cfg.portable.job_endpoint}", f"--direct_num_workers={cfg.num_workers}",
+                *_environment_flags(cfg.portable.environment)]
+    if cfg.preset == "dataflow":
+        d = cfg.dataflow
+        flags = [f"--project={d.project}", f"--region={d.region}", f"--temp_location={d.temp_location}"]
+        optional = {"staging_location": d.staging_location, "setup_file": d.setup_file,
+                    "machine_type": d.machine_type, "max_num_workers": d.max_num_workers,
+                    "sdk_container_image": d.sdk_container_image}
+        return flags + [f"--{name}={value}" for name, value in optional.items() if value is not None]
+    if cfg.preset == "flink":
+        flags = [f"--flink_master={cfg.flink.flink_master}"]
+        if cfg.flink.parallelism is not None:
+            flags.append(f"--parallelism={cfg.flink.parallelism}")
+        return flags + _environment_flags(cfg.flink.environment)
+    if cfg.preset == "spark":
+        return [f"--spark_master_url={cfg.spark.spark_master_url}", *_environment_flags(cfg.spark.environment)]
+    raise ValueError(f"unknown runner preset {cfg.preset!r}")
+
 
 def pipeline_options(cfg: RunnerConfig) -> PipelineOptions:
-    if cfg.preset == "local":
-        flags = [f"--direct_num_workers={cfg.num_workers}", "--direct_running_mode=multi_processing"]
-    else:
-        flags = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
-    return PipelineOptions(flags + list(cfg.extra_options))
+    return PipelineOptions(preset_flags(cfg) + list(cfg.extra_options))
 
 
-def make_runner(cfg: RunnerConfig) -> FnApiRunner:
-    return FnApiRunner()
+def make_runner(cfg: RunnerConfig) -> PipelineRunner:
+    if cfg.preset in ("local", "in_process"):
+        return FnApiRunner()
+    return create_runner(RUNNER_NAMES[cfg.preset])
 
 
 def describe(cfg: RunnerConfig) -> dict:
     """The runner settings recorded in the manifest."""
-    workers = cfg.num_workers if cfg.preset == "local" else 1
-    mode = "multi_processing" if cfg.preset == "local" else "in_memory"
-    return {"preset": cfg.preset, "runner": "FnApiRunner", "direct_num_workers": workers,
-            "direct_running_mode": mode, "extra_options": list(cfg.extra_options), "beam": beam.__version__}
+    out = {"preset": cfg.preset, "runner": RUNNER_NAMES[cfg.preset]}
+    if cfg.preset in ("local", "in_process"):
+        local = cfg.preset == "local"
+        out.update(direct_num_workers=cfg.num_workers if local else 1,
+                   direct_running_mode="multi_processing" if local else "in_memory")
+    else:
+        out["options"] = preset_flags(cfg)
+    out.update(extra_options=list(cfg.extra_options), beam=beam.__version__)
+    return out
 
 
 def run_pipeline(build, cfg: RunnerConfig, name: str) -> None:
@@ -49,9 +99,10 @@ def run_pipeline(build, cfg: RunnerConfig, name: str) -> None:
     raised inside a worker comes out as that InputError, not as Beam's wrapper around it."""
     pipeline = beam.Pipeline(runner=make_runner(cfg), options=pipeline_options(cfg))
     build(pipeline)
-    logger.info("%s: running on FnApiRunner (%s)", name, describe(cfg))
+    logger.info("%s: running on %s (%s)", name, RUNNER_NAMES[cfg.preset], describe(cfg))
     try:
-        pipeline.run().wait_until_finish()
+        result = pipeline.run()
+        state = result.wait_until_finish()
     except BertfactoryError as err:
         clean = recover_input_error(err)
         raise (clean or err) from None
@@ -60,3 +111,6 @@ def run_pipeline(build, cfg: RunnerConfig, name: str) -> None:
         if clean is not None:
             raise clean from None
         raise
+    # Portable runners report a failed job as a terminal state rather than always raising.
+    if state is not None and state != PipelineState.DONE:
+        raise RuntimeError(f"{name}: the Beam job ended in state {state} on {RUNNER_NAMES[cfg.preset]}")
