@@ -30,9 +30,19 @@ class CorpusConfig(StrictModel):
     inputs: list[str] = Field(
         default_factory=lambda: ["sample:enwiki"],
         min_length=1,
-        description="input files (MediaWiki XML dumps, .bz2 or plain); `sample:<name>` names a fetched sample",
+        description="input files, directories (every file under them), globs, or fsspec URLs (text/jsonl); "
+        "`sample:<name>[/<file>]` names a fetched sample",
     )
-    format: Literal["wikipedia"] = Field("wikipedia", description="input format: MediaWiki XML export (pages-articles)")
+    format: Literal["wikipedia", "warc", "text", "jsonl", "parallel"] = Field(
+        "wikipedia", description="input format (docs/sources.md): wikipedia = MediaWiki XML export (plain or bz2); "
+        "warc = WARC/WARC.gz crawls (CC-News); text = blank-line separated documents; jsonl = one JSON object with "
+        "`text` per line; parallel = aligned pairs (TSV, gettext .po, UDHR HTML) for tlm-pairs")
+    lang: str | None = Field(
+        "auto", description="language of documents whose source does not give one: auto = detect (corpus.langid), "
+        "a code = assume it, null = leave unknown ('und')")
+    parent: str | None = Field(
+        None, description="incremental mode: the shards directory of an existing corpus version; inputs it has "
+        "already read are skipped, new documents are deduplicated against it and written as version N+1")
     namespaces: list[int] = Field(default_factory=lambda: [0], min_length=1, description="page namespaces to keep (0 = articles)")
     drop_sections: list[str] = Field(
         default_factory=lambda: list(DEFAULT_DROP_SECTIONS),
