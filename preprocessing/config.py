@@ -16,6 +16,8 @@ from pydantic import Field, model_validator
 
 from bertfactory.config import StrictModel
 
+from .sources.warc import WarcOptions
+
 # Sections whose text is boilerplate rather than prose; everything from such a heading to the next heading of
 # the same or a higher level is dropped.
 DEFAULT_DROP_SECTIONS = [
@@ -52,6 +54,10 @@ class CorpusConfig(StrictModel):
     min_paragraph_chars: int = Field(20, ge=0, description="drop paragraphs shorter than this after cleaning")
     min_doc_chars: int = Field(200, ge=0, description="drop documents with fewer characters of clean text (reason too_short)")
     min_doc_sentences: int = Field(2, ge=1, description="drop documents with fewer sentences (reason too_short)")
+    multistream_chunk_streams: int = Field(
+        50, ge=0, description="wikipedia: a multistream dump with its index beside it is read in chunks of this many "
+        "bz2 streams (100 pages each) spread over the workers; 0 = read every file whole")
+    warc: WarcOptions = Field(default_factory=WarcOptions, description="warc: main-text extraction and limits")
 
 
 class SdkEnvironmentConfig(StrictModel):
@@ -205,6 +211,35 @@ class ShardsConfig(StrictModel):
     train_shards: int = Field(256, ge=1, le=99999, description="number of train shard files")
     heldout_shards: int = Field(4, ge=1, le=99999, description="number of held-out shard files")
     batch_rows: int = Field(4096, ge=1, description="rows per Arrow record batch inside a shard")
+    world_size: int = Field(
+        1, ge=1, description="data-parallel ranks the shards are laid out for: both shard counts must be multiples "
+        "of it, so every rank reads the same number of shards (rows are dealt round-robin: every shard holds the "
+        "same number of rows +-1)")
+
+    @model_validator(mode="after")
+    def _multiple_of_world_size(self) -> "ShardsConfig":
+        for name in ("train_shards", "heldout_shards"):
+            n = getattr(self, name)
+            if n % self.world_size:
+                fix = (n // self.world_size + 1) * self.world_size
+                raise ValueError(f"shards.{name}={n} is not a multiple of shards.world_size={self.world_size}; "
+                                 f"use {fix} (or another multiple)")
+        return self
+
+
+class LanguageSamplingConfig(StrictModel):
+    """XLM/mBERT exponential smoothing of the language mix (Lample & Conneau 2019, section 3.1; Devlin et al.'s
+    multilingual BERT): language i, holding a share p_i of the training text, is given the share
+    q_i = p_i^alpha / sum_j p_j^alpha in the shards by repeating (or leaving out) whole training documents."""
+
+    enabled: bool = Field(False, description="resample the training documents by language (held-out ones never)")
+    alpha: float = Field(0.7, ge=0.0, le=1.0, description="smoothing exponent: 1 = keep the natural mix, 0 = every "
+                         "language equally; XLM uses 0.7 for its CLM/MLM streams (0.5 for its BPE sample)")
+    languages: list[str] | None = Field(
+        None, description="languages taking part (others keep their documents as they are); null = every "
+        "language with at least min_docs training documents")
+    min_docs: int = Field(10, ge=1, description="with languages null: a language needs this many training documents "
+                          "to take part (a handful of misdetected documents must not be repeated hundreds of times)")
 
 
 class PreprocessConfig(StrictModel):
@@ -216,4 +251,6 @@ class PreprocessConfig(StrictModel):
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="WordPiece tokenizer")
     instances: InstancesConfig = Field(default_factory=InstancesConfig, description="sentence-pair instances")
     masking: MaskingConfig = Field(default_factory=MaskingConfig, description="precomputed masks")
+    language_sampling: LanguageSamplingConfig = Field(
+        default_factory=LanguageSamplingConfig, description="exponential smoothing of the language mix")
     shards: ShardsConfig = Field(default_factory=ShardsConfig, description="shard layout")

@@ -70,3 +70,17 @@ def test_truncated_xml_is_an_input_error(tmp_path, wiki):
     with pytest.raises(InputError) as err:
         list(iter_pages(path))
     assert str(path) in str(err.value) and "after 3 pages" in str(err.value)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_a_utf16_dump_reads_the_same_pages_as_utf8(tmp_path, wiki, encoding):
+    """XML names its own encoding (BOM or the byte pattern of `<`): expat reads UTF-16 dumps, with or without a
+    BOM, into exactly the pages of the UTF-8 file."""
+    xml = wiki.header + "".join(wiki.standard_pages()) + "</mediawiki>\n"
+    utf8 = tmp_path / "utf8.xml"
+    utf8.write_bytes(xml.encode("utf-8"))
+    utf16 = tmp_path / f"{encoding}.xml.bz2"
+    utf16.write_bytes(bz2.compress(xml.encode(encoding)))
+    validate_dump(utf16)
+    assert [(type(r), r.ordinal, getattr(r, "text", None)) for r in iter_pages(utf16)] == \
+        [(type(r), r.ordinal, getattr(r, "text", None)) for r in iter_pages(utf8)]

@@ -1,0 +1,176 @@
+"""Split a multistream Wikipedia dump into independently readable chunks, so many workers read one file at once.
+
+A `*-pages-articles-multistream.xml.bz2` dump is a concatenation of bz2 streams: the first holds the XML header
+and <siteinfo>, then every stream holds up to 100 <page> elements, and the last closes </mediawiki>. The index
+beside it (`*-pages-articles-multistream-index.txt.bz2`, one line `offset:page_id:title` per page, in page order)
+gives the byte offset of the stream each page is in. A chunk is a byte range of whole streams plus the ordinal of
+its first page (its line number in the index), so the pages a chunk yields carry the same ordinals as a sequential
+read of the file: the output does not depend on how the file was split.
+
+    python -m preprocessing.sources.wikipedia_multistream DUMP-multistream.xml.bz2   # prints the chunks
+"""
+
+from __future__ import annotations
+
+import bz2
+import io
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from bertfactory.errors import InputError
+
+from .wikipedia import Page, Quarantined, _local, _to_record
+
+# Pages per stream in Wikimedia's dumps is 100; a chunk of 50 streams (~5,000 pages, tens of MB of wikitext)
+# is enough work to amortise a worker's start and small enough to spread a 20 GB dump over hundreds of workers.
+DEFAULT_STREAMS_PER_CHUNK = 50
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Bytes [start, end) of the dump (whole bz2 streams) whose first page has `first_ordinal` in the file."""
+
+    start: int
+    end: int
+    first_ordinal: int
+    pages: int
+
+    def to_json(self) -> list[int]:
+        return [self.start, self.end, self.first_ordinal, self.pages]
+
+    @classmethod
+    def from_json(cls, values: list[int]) -> "Chunk":
+        return cls(*values)
+
+
+def index_path_for(dump: Path) -> Path | None:
+    """The multistream index beside `dump` (Wikimedia's naming), or None when there is none."""
+    name = dump.name
+    if "multistream" not in name or not name.endswith(".xml.bz2"):
+        return None
+    candidate = dump.with_name(name[: -len(".xml.bz2")].replace("multistream", "multistream-index", 1) + ".txt.bz2")
+    return candidate if candidate.is_file() else None
+
+
+def stream_offsets(index: Path) -> list[tuple[int, int]]:
+    """(byte offset, pages in it) of every page-holding stream, in file order. InputError for a broken index."""
+    streams: list[list[int]] = []
+    opener = bz2.open if index.name.endswith(".bz2") else open
+    try:
+        with opener(index, "rt", encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                head, sep, _rest = line.partition(":")
+                if not sep or not head.isdigit():
+                    raise InputError(f"{index}: line {number} is not `offset:page_id:title` ({line[:80]!r})")
+                offset = int(head)
+                if streams and offset < streams[-1][0]:
+                    raise InputError(f"{index}: line {number}: offset {offset} goes backwards (after {streams[-1][0]})")
+                if streams and streams[-1][0] == offset:
+                    streams[-1][1] += 1
+                else:
+                    streams.append([offset, 1])
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise InputError(f"{index}: unreadable multistream index ({err})") from None
+    if not streams:
+        raise InputError(f"{index}: the multistream index is empty")
+    return [(o, n) for o, n in streams]
+
+
+def plan_chunks(dump: Path, index: Path, streams_per_chunk: int = DEFAULT_STREAMS_PER_CHUNK) -> list[Chunk]:
+    """Chunks covering every page of `dump`, `streams_per_chunk` streams each. The last chunk ends at the start of
+    the closing stream when the file has one (it holds only </mediawiki>), else at the end of the file."""
+    if streams_per_chunk < 1:
+        raise ValueError("streams_per_chunk must be >= 1")
+    streams = stream_offsets(index)
+    size = dump.stat().st_size
+    if streams[-1][0] >= size:
+        raise InputError(f"{index}: offset {streams[-1][0]} lies beyond the end of {dump} ({size} bytes); "
+                         "the index belongs to another dump")
+    with open(dump, "rb") as f:  # every offset must be the start of a bz2 stream
+        for offset, _n in streams[:: max(1, len(streams) // 64)] + [streams[-1]]:
+            f.seek(offset)
+            if f.read(3) != b"BZh":
+                raise InputError(f"{dump}: no bz2 stream starts at offset {offset} given by {index}; "
+                                 "the index belongs to another dump")
+    end_of_pages = _end_of_last_page_stream(dump, streams[-1][0])
+    chunks: list[Chunk] = []
+    ordinal = 0
+    for i in range(0, len(streams), streams_per_chunk):
+        group = streams[i : i + streams_per_chunk]
+        end = streams[i + streams_per_chunk][0] if i + streams_per_chunk < len(streams) else end_of_pages
+        pages = sum(n for _o, n in group)
+        chunks.append(Chunk(group[0][0], end, ordinal, pages))
+        ordinal += pages
+    return chunks
+
+
+def _end_of_last_page_stream(dump: Path, last_offset: int) -> int:
+    """Where the last page-holding stream ends (the closing </mediawiki> stream, if any, follows it)."""
+    with open(dump, "rb") as f:
+        f.seek(last_offset)
+        decompressor = bz2.BZ2Decompressor()
+        consumed = 0
+        while not decompressor.eof:
+            block = f.read(1 << 20)
+            if not block:
+                raise InputError(f"{dump}: the last bz2 stream (offset {last_offset}) is truncated")
+            try:
+                decompressor.decompress(block)
+            except OSError as err:
+                raise InputError(f"{dump}: corrupt bz2 stream at offset {last_offset}: {err}") from None
+            consumed += len(block)
+        return last_offset + consumed - len(decompressor.unused_data)
+
+
+def _decompress_streams(data: bytes, name: str, start: int) -> Iterator[bytes]:
+    """The decompressed bytes of consecutive bz2 streams, as they come."""
+    position = 0
+    while position < len(data):
+        decompressor = bz2.BZ2Decompressor()
+        try:
+            yield decompressor.decompress(data[position:])
+        except OSError as err:
+            raise InputError(f"{name}: corrupt bz2 stream at byte {start + position:,}: {err}") from None
+        if not decompressor.eof:
+            raise InputError(f"{name}: the bz2 stream at byte {start + position:,} is truncated")
+        position = len(data) - len(decompressor.unused_data)
+
+
+def iter_chunk_pages(dump: Path, chunk: Chunk, source: int = 0, display_name: str | None = None) -> Iterator[Page | Quarantined]:
+    """The pages of one chunk as Page / Quarantined records, with their ordinals in the whole file."""
+    name = display_name or str(dump)
+    with open(dump, "rb") as f:
+        f.seek(chunk.start)
+        data = f.read(chunk.end - chunk.start)
+    xml = io.BytesIO(b"<mediawiki>" + b"".join(_decompress_streams(data, name, chunk.start)) + b"</mediawiki>")
+    ordinal = chunk.first_ordinal
+    try:
+        context = ET.iterparse(xml, events=("start", "end"))
+        root = None
+        for event, element in context:
+            if root is None:
+                root = element
+                continue
+            if event == "end" and _local(element.tag) == "page":
+                yield _to_record(element, source, name, ordinal)
+                ordinal += 1
+                element.clear()
+                root.clear()
+    except ET.ParseError as err:
+        raise InputError(f"{name}: broken XML in the streams at bytes {chunk.start:,}..{chunk.end:,} after "
+                         f"{ordinal - chunk.first_ordinal} pages of that chunk: {err}") from None
+    if ordinal - chunk.first_ordinal != chunk.pages:
+        raise InputError(f"{name}: the streams at bytes {chunk.start:,}..{chunk.end:,} hold "
+                         f"{ordinal - chunk.first_ordinal} pages, the multistream index says {chunk.pages}")
+
+
+if __name__ == "__main__":
+    dump_path = Path(sys.argv[1])
+    index_file = index_path_for(dump_path)
+    if index_file is None:
+        sys.exit(f"{dump_path}: no multistream index beside it")
+    for c in plan_chunks(dump_path, index_file):
+        print(c)
