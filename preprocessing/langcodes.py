@@ -5,8 +5,8 @@
 
 Rule: take the primary subtag (`en-GB`, `de_1996`, `cmn_hans` -> `en`, `de`, `cmn`), lower-case it, map an ISO 639-2/3
 code to its ISO 639-1 code where one exists (`eng` -> `en`; individual members of macrolanguages too: `cmn` ->
-`zh`, `arb` -> `ar`, `pes` -> `fa`, `swh` -> `sw`), and fold the few codes that name the same language twice onto the one
-py3langid uses (`nb`/`nob` -> `no`, `fil`/`tgl` -> `tl`, deprecated `iw`/`in`/`ji`/`jw`/`mo`). Codes without an
+`zh`, `arb` -> `ar`, `pes` -> `fa`, `swh` -> `sw`), and fold the few codes that name the same language twice onto
+the one py3langid uses (`nb`/`nob` -> `no`, `fil`/`tgl` -> `tl`, deprecated `iw`/`in`/`ji`/`jw`/`mo`). Codes without an
 ISO 639-1 equivalent stay 3 letters (`yue`, `ace`, `kwi`). Anything that is not a language tag (2-3 letters, then
 `-`/`_`-separated subtags) -> None.
 

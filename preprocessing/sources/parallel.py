@@ -38,7 +38,7 @@ from bertfactory.errors import InputError
 
 from ..langcodes import normalise_lang_code
 from ..records import Dropped, Quarantined, SentencePair
-from .lines import Line, LineReader, compression_of, open_input, strip_compression_suffix
+from .lines import Line, LineReader, open_input, strip_compression_suffix
 
 ParallelFormat = Literal["auto", "tsv", "moses", "po", "udhr"]
 _MAX_BYTES_PER_CHAR = 4

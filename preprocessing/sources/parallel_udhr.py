@@ -98,7 +98,8 @@ def read_declaration(path: str | Path, name: str) -> Declaration:
         raise InputError(f"{name}: segment(s) {', '.join(parser.duplicates)} occur more than once")
     file_code = str(name).rsplit("/", 1)[-1].split(".")[0]
     code = parser.html_attrs.get("data-code") or file_code
-    lang = (normalise_lang_code(parser.html_attrs.get("lang")) or normalise_lang_code(parser.html_attrs.get("data-iso6393"))
+    attrs = parser.html_attrs
+    lang = (normalise_lang_code(attrs.get("lang")) or normalise_lang_code(attrs.get("data-iso6393"))
             or normalise_lang_code(code))
     return Declaration(code, lang, {k: "\n".join(v) for k, v in parser.segments.items()})
 

@@ -120,7 +120,8 @@ class _Decoder:
                           f"{self.encoding} ({e.reason})")
 
 
-def _text_documents(lines: LineReader, source: int, name: str, options: TextOptions) -> Iterator[Document | Quarantined]:
+def _text_documents(lines: LineReader, source: int, name: str,
+                    options: TextOptions) -> Iterator[Document | Quarantined]:
     decode = _Decoder(options.encoding)
     ordinal = 0
     first: int | None = None  # line number of the current document's first line

@@ -10,7 +10,6 @@ import json
 import lzma
 import tracemalloc
 from collections import Counter
-from pathlib import Path
 
 import fsspec
 import pytest
@@ -18,7 +17,7 @@ import zstandard
 
 from bertfactory.errors import InputError
 from bertfactory.samples import sample_dir, sample_path
-from preprocessing.records import Document, Dropped, Quarantined
+from preprocessing.records import Document
 from preprocessing.sources.text import TextOptions, iter_records, validate_file
 
 SENTENCES_PER_DOC = 3
@@ -92,7 +91,8 @@ def test_jsonl_documents_keep_id_lang_and_scalar_metadata(tmp_path, news_jsonl):
     assert cnn.meta["url"].startswith("https://www.cnn.com/") and "authors" not in cnn.meta  # a list: left out
     assert isinstance(cnn.meta["words"], int) and "text" not in cnn.meta and "lang" not in cnn.meta
     langs = Counter(r.lang for r in records)
-    assert set(langs) - {None} == {"en", "zh", "ja", "ar", "es", "th"}  # yna_co_kr (Korean) is labelled "en" by newspaper4k
+    # yna_co_kr is Yonhap's English service: "en" like the rest
+    assert set(langs) - {None} == {"en", "zh", "ja", "ar", "es", "th"}
     restricted = list(iter_records(path, 0, "jsonl", TextOptions(keep_fields=["title"])))
     assert set(restricted[0].meta) == {"id", "title"}
 
