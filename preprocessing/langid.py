@@ -23,8 +23,10 @@ source's `cmn_hans`/`zh-Hant` and the detector's `zh` agree (likewise nb/no, fil
 candidates (e.g. to the languages a corpus is known to contain), which removes most confusions between close
 languages (bs/hr/sr, ms/id, no/da).
 
-Batches: each text's byte n-grams are counted by py3langid's automaton (a Python loop over bytes: the cost), then
-the naive-Bayes products of the whole batch are one sparse matrix product over only the n-gram rows the batch uses.
+Batches: each text's byte n-grams are counted by py3langid's automaton (a Python loop over bytes), then the
+naive-Bayes products of the whole batch are one sparse matrix product over only the n-gram rows the batch uses. The
+byte loop dominates: a batch runs at the speed of py3langid's own classify per text (measured 1.00x, ~2.8 MB/s of
+UTF-8 on one core, 1,023 UDHR segments), so the ceiling is ~1,400 documents/s per core at max_chars 2000.
 Accuracy on real text (tests/preprocessing/test_langid.py): the 372 UDHR segments (preamble + 30 articles) of 12
 languages and the 23 newspaper4k gold articles in 8 languages, all languages as candidates.
 """
