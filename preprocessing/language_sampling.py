@@ -17,6 +17,7 @@ q_i of it. A large language gets rate < 1 (some documents left out), a small one
 `copies` realises the rate for one document: floor(rate) + 1 with probability frac(rate), the coin being a stable
 hash of (seed, language, document key) — no random state, so the answer does not depend on document order,
 workers or reruns, and the same seed keeps the same documents. Languages with count 0 get q = 0 and rate 0.
+Configured by `preprocess.language_sampling` (preprocessing/config.py: enabled, alpha, languages, min_docs).
 """
 
 from __future__ import annotations
@@ -24,20 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from pydantic import Field
-
-from bertfactory.config import StrictModel
-
 from .hashing import hash64
 
 _TWO_64 = float(1 << 64)
-
-
-class LanguageSamplingConfig(StrictModel):
-    """Rebalancing of a multilingual corpus by exponential smoothing of the language shares."""
-
-    alpha: float = Field(0.7, ge=0.0, description="smoothing exponent: 1 = keep the natural shares, 0 = every "
-                         "language equal; XLM/mBERT 0.7 (mBERT's paper), XLM-R 0.3")
 
 
 def _shares(counts: Mapping[str, int]) -> dict[str, float]:
@@ -81,4 +71,4 @@ def copies(doc_key: str, lang: str, rates: Mapping[str, float], seed: int) -> in
     return whole + (1 if coin < rate - whole else 0)
 
 
-__all__ = ["LanguageSamplingConfig", "sampling_probabilities", "copy_rates", "copies"]
+__all__ = ["sampling_probabilities", "copy_rates", "copies"]

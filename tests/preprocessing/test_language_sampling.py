@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from preprocessing.language_sampling import LanguageSamplingConfig, copies, copy_rates, sampling_probabilities
+from preprocessing.language_sampling import copies, copy_rates, sampling_probabilities
 
 COUNTS = {"en": 9_000_000, "fr": 900_000, "sw": 100_000}  # shares 0.9, 0.09, 0.01
 
@@ -40,8 +40,6 @@ def test_zero_counts_and_bad_input():
         sampling_probabilities(COUNTS, alpha=-0.5)
     with pytest.raises(ValueError, match="no copy rate for language 'de'"):
         copies("doc", "de", copy_rates(COUNTS), seed=1)
-    with pytest.raises(ValueError):
-        LanguageSamplingConfig(alpha=-1)
 
 
 def test_realised_shares_approach_q_and_the_corpus_keeps_its_size():
