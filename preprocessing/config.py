@@ -157,17 +157,31 @@ class RunnerConfig(StrictModel):
 
 
 class TokenizerConfig(StrictModel):
-    """The WordPiece tokenizer, trained on the training documents (never the held-out ones)."""
+    """The tokenizer, trained on the training documents (never the held-out ones); docs/tokenizers.md."""
 
     path: str | None = Field(None, description="use this existing tokenizer.json instead of training one")
     vocab_size: int = Field(30522, ge=16, description="vocabulary size including special tokens and the alphabet")
-    lowercase: bool = Field(True, description="lowercase and strip accents (BERT uncased)")
-    min_frequency: int = Field(2, ge=0, description="a merge must occur at least this often to enter the vocabulary")
-    limit_alphabet: int | None = Field(1000, ge=1, description="keep only the most frequent characters (null = all)")
+    lowercase: bool = Field(True, description="lowercase the text (BERT uncased); RoBERTa and XLM-R are cased: "
+                            "set false for them and for multilingual corpora")
+    strip_accents: bool | None = Field(None, description="remove combining marks after NFD (null = as lowercase, "
+                                       "like BERT); also removes Indic/Thai/Burmese vowel signs")
+    min_frequency: int = Field(2, ge=0, description="a merge must occur at least this often to enter the vocabulary "
+                               "(wordpiece, bpe)")
+    limit_alphabet: int | None = Field(1000, ge=1, description="wordpiece: keep only the most frequent characters "
+                                       "(null = all; use null or several thousand for Chinese/Japanese). bpe has "
+                                       "the 256 bytes, unigram keeps every character of the sample")
+    sample_alpha: float = Field(0.5, ge=0.0, le=1.0, description="language balance of the tokenizer's training "
+                                "sample: q_i ~ p_i^alpha of the characters per language (XLM 0.5; 1 = natural)")
+    sample_max_chars: int | None = Field(None, ge=1, description="characters in the tokenizer's training sample "
+                                         "(null = as many as the training documents have, rebalanced by "
+                                         "sample_alpha)")
 
 
 class InstancesConfig(StrictModel):
     """BERT sentence-pair instances, built as google-research/bert create_pretraining_data does."""
+    kind: Literal["wordpiece", "bpe", "unigram"] = Field(
+        "wordpiece", description="wordpiece = BERT (BertNormalizer, ## continuations, [CLS] A [SEP] B [SEP]); bpe = "
+        "byte-level BPE (RoBERTa: <s> A </s></s> B </s>); unigram = SentencePiece Unigram (ALBERT/XLM-R: NFKC, ▁)")
 
     format: Literal["nsp-pairs", "sop-pairs"] = Field(
         "nsp-pairs", description="nsp-pairs = BERT next-sentence pairs (B follows A or comes from another document); "

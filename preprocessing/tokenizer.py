@@ -1,24 +1,44 @@
-"""Train (or adopt) the WordPiece tokenizer, deterministically, and save it as RUN/tokenizer/tokenizer.json.
+"""Train (or adopt) the tokenizer, deterministically, and save it as RUN/tokenizer/tokenizer.json.
 
-The tokenizer is BERT's: BertNormalizer (lowercase + strip accents when uncased), BertPreTokenizer, WordPiece
-with `##` continuation prefix, WordPiece decoder, and the BERT TemplateProcessing post-processor
-([CLS] $A [SEP] / [CLS] $A [SEP] $B:1 [SEP]:1), so `Tokenizer.encode(text)` is directly usable by evaluation.
-Special tokens are [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+Three kinds (TokenizerConfig.kind; docs/tokenizers.md), each with its family's special tokens and post-processor,
+so `Tokenizer.encode(text)` / `encode(a, b)` is directly usable by evaluation:
 
-Why the training is wrapped (measured with tokenizers 0.23: two runs on the same text gave different ids to 544
-of 8,000 tokens; at 30,522 the vocabularies themselves differed in a few entries): the Rust trainer walks its
-word-count HashMap, whose order is randomised per process, in two places. (1) With `limit_alphabet`, characters
-of equal frequency at the cut are kept or dropped in that order (an unstable sort). (2) The `##c` continuation
-tokens get their ids in that order, and merges of equal count are tie-broken by token ids, so which merges make it
-into the vocabulary at the end, and every id, depend on it. Thread count (RAYON_NUM_THREADS) does not matter: the
-parallel parts only sum counts. The fix: count words and characters here (Python, order-independent), choose the
-alphabet ourselves with a stable tie-break (frequency, then code point), hand it to the trainer as
-`initial_alphabet` with `limit_alphabet` equal to its size (so nothing else survives the cut), and pre-register
-every `##c` token as a trainer special token in sorted order so their ids are fixed before training. Afterwards the
-`##c` tokens are turned back into ordinary vocabulary entries. The result is a pure function of the multiset of
-words: independent of document order, thread count and process.
+- wordpiece (BERT): BertNormalizer (lowercase; strip accents = `strip_accents`, None = as lowercase; Chinese
+  characters isolated, as BERT does), BertPreTokenizer, WordPiece with `##` continuations, WordPiece decoder,
+  [CLS] $A [SEP] / [CLS] $A [SEP] $B:1 [SEP]:1. [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
+- bpe (RoBERTa): optional lowercase / accent stripping, ByteLevel pre-tokenizer (GPT-2 regex, no prefix space)
+  and decoder, byte-level BPE over the 256 byte symbols (no <unk> is ever produced), RobertaProcessing
+  <s> $A </s> / <s> $A </s> </s> $B </s> (type ids all 0). <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4.
+- unigram (ALBERT / XLM-R): SentencePiece Unigram, NFKC, Metaspace ▁ (preprocessing.tokenizer_unigram), the BERT
+  template like ALBERT. <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4 (ALBERT's layout).
 
-    python -m preprocessing.tokenizer OUT.json FILE.txt [vocab_size]     # train on a text file
+Roles: everything downstream (shards, masking, training, evaluation) looks the special tokens up by role
+(pad/unk/cls/sep/mask) through `special_ids`, which recognises each family's set (SPECIAL_TOKENS_BY_KIND).
+
+Determinism (two trainings on the same words give byte-identical tokenizer.json, whatever the document order,
+thread count or process; tested per kind):
+
+WordPiece (measured with tokenizers 0.23: two runs on the same text gave different ids to 544 of 8,000 tokens; at
+30,522 the vocabularies themselves differed in a few entries): the Rust trainer walks its word-count HashMap,
+whose order is randomised per process, in two places. (1) With `limit_alphabet`, characters of equal frequency at
+the cut are kept or dropped in that order (an unstable sort). (2) The `##c` continuation tokens get their ids in
+that order, and merges of equal count are tie-broken by token ids, so which merges make it into the vocabulary at
+the end, and every id, depend on it. Thread count (RAYON_NUM_THREADS) does not matter: the parallel parts only sum
+counts. The fix: count words and characters here (Python, order-independent), choose the alphabet ourselves with a
+stable tie-break (frequency, then code point), hand it to the trainer as `initial_alphabet` with `limit_alphabet`
+equal to its size (so nothing else survives the cut), and pre-register every `##c` token as a trainer special
+token in sorted order so their ids are fixed before training. Afterwards the `##c` tokens are turned back into
+ordinary vocabulary entries. The result is a pure function of the multiset of words.
+
+Byte-level BPE needs no workaround, for the same reasons turned around: there is no continuation prefix, and the
+alphabet is the 256 byte symbols handed over as `initial_alphabet` (the trainer sorts its alphabet by code point
+before giving ids), so every id before the first merge is fixed; merges are chosen by (count, then pair ids) and
+counts are integer sums, so the HashMap order never decides anything. Tested across processes, orders and threads.
+
+Unigram: the Rust UnigramTrainer is order-dependent (float sums and tie cuts in HashMap order); we train with
+SentencePiece on sorted word counts instead (preprocessing.tokenizer_unigram says why that is deterministic).
+
+    python -m preprocessing.tokenizer OUT.json FILE.txt [vocab_size] [kind]    # train on a text file
 """
 
 from __future__ import annotations
@@ -36,17 +56,42 @@ from bertfactory.errors import InputError
 from bertfactory.io import atomic_write_bytes, atomic_write_text
 
 from .config import TokenizerConfig
+from .tokenizer_unigram import blank_unigram, train_unigram_pieces, unigram_from_pieces
 
 logger = logging.getLogger(__name__)
 
-SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+ROLES = ("pad", "unk", "cls", "sep", "mask")
+# role -> token, in id order (ids 0..4) for each kind: BERT's, RoBERTa's (<s> <pad> </s> <unk> <mask>, as its
+# fairseq dictionary starts), ALBERT's SentencePiece layout.
+SPECIAL_TOKENS_BY_KIND: dict[str, dict[str, str]] = {
+    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
+    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+}
+SPECIAL_TOKENS = SPECIAL_TOKENS_BY_KIND["wordpiece"]  # BERT's; kept for existing callers
 CONTINUATION = "##"
 
 
-def _blank_tokenizer(lowercase: bool) -> Tokenizer:
+def _strip_accents(cfg: TokenizerConfig) -> bool:
+    return cfg.lowercase if cfg.strip_accents is None else cfg.strip_accents
+
+
+def _blank_tokenizer(cfg: TokenizerConfig) -> Tokenizer:
+    """An untrained tokenizer of the configured kind: normaliser, pre-tokenizer, decoder."""
+    if cfg.kind == "unigram":
+        return blank_unigram(cfg.lowercase, _strip_accents(cfg))
+    if cfg.kind == "bpe":
+        tokenizer = Tokenizer(models.BPE(unk_token=None))
+        steps = ([normalizers.Lowercase()] if cfg.lowercase else []) + (
+            [normalizers.NFD(), normalizers.StripAccents(), normalizers.NFC()] if _strip_accents(cfg) else [])
+        if steps:
+            tokenizer.normalizer = normalizers.Sequence(steps)
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tokenizer.decoder = decoders.ByteLevel()
+        return tokenizer
     tokenizer = Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS["unk"], continuing_subword_prefix=CONTINUATION))
     tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+        clean_text=True, handle_chinese_chars=True, strip_accents=_strip_accents(cfg), lowercase=cfg.lowercase
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION)
@@ -57,7 +102,8 @@ def _word_counts(tokenizer: Tokenizer, texts: Iterable[str]) -> Counter:
     counts: Counter = Counter()
     normalizer, pre_tokenizer = tokenizer.normalizer, tokenizer.pre_tokenizer
     for text in texts:
-        counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+        normal = normalizer.normalize_str(text) if normalizer is not None else text
+        counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normal))
     return counts
 
 
@@ -74,13 +120,25 @@ def _alphabet(words: Counter, limit: int | None) -> tuple[list[str], list[str]]:
 
 
 def train_tokenizer(texts_factory, cfg: TokenizerConfig) -> Tokenizer:
-    """Train on the texts that `texts_factory()` yields (called twice: once to count, once to train)."""
-    tokenizer = _blank_tokenizer(cfg.lowercase)
+    """Train a tokenizer of kind `cfg.kind` on the texts that `texts_factory()` yields (called once to count the
+    words and, for wordpiece and bpe, once more to train). The result depends only on the multiset of words."""
+    tokenizer = _blank_tokenizer(cfg)
     words = _word_counts(tokenizer, texts_factory())
     if not words:
         raise InputError("no words to train the tokenizer on: the training documents are empty")
+    specials = list(SPECIAL_TOKENS_BY_KIND[cfg.kind].values())
+    if cfg.kind == "unigram":
+        pieces = train_unigram_pieces(words, cfg.vocab_size - len(specials))
+        return _finish(unigram_from_pieces(tokenizer, specials, SPECIAL_TOKENS_BY_KIND["unigram"]["unk"], pieces),
+                       "unigram", set())
+    if cfg.kind == "bpe":
+        trainer = trainers.BpeTrainer(
+            vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts_factory(), trainer=trainer)
+        return _finish(tokenizer, "bpe", set())
     kept, continuation = _alphabet(words, cfg.limit_alphabet)
-    specials = list(SPECIAL_TOKENS.values())
     needed = len(specials) + len(kept) + len(continuation)
     if cfg.vocab_size < needed:
         logger.warning("vocab_size %d is smaller than specials + alphabet (%d); the vocabulary will be %d tokens",
@@ -95,30 +153,49 @@ def train_tokenizer(texts_factory, cfg: TokenizerConfig) -> Tokenizer:
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts_factory(), trainer=trainer)
-    return _finish(tokenizer, set(continuation))
+    return _finish(tokenizer, "wordpiece", set(continuation))
 
 
-def _finish(trained: Tokenizer, demote: set[str]) -> Tokenizer:
-    """Demote the pre-registered ## tokens to ordinary vocabulary and add the BERT post-processor."""
+def _finish(trained: Tokenizer, kind: str, demote: set[str]) -> Tokenizer:
+    """Demote the pre-registered ## tokens to ordinary vocabulary and add the family's post-processor."""
     spec = json.loads(trained.to_str())
     spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in demote]
     tokenizer = Tokenizer.from_str(json.dumps(spec))
-    ids = {name: tokenizer.token_to_id(tok) for name, tok in SPECIAL_TOKENS.items()}
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", ids["cls"]), ("[SEP]", ids["sep"])],
-    )
+    tokens = SPECIAL_TOKENS_BY_KIND[kind]
+    cls, sep = tokens["cls"], tokens["sep"]
+    if kind == "bpe":
+        tokenizer.post_processor = processors.RobertaProcessing(
+            (sep, tokenizer.token_to_id(sep)), (cls, tokenizer.token_to_id(cls)), trim_offsets=True,
+            add_prefix_space=False)
+    else:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{cls} $A {sep}",
+            pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))],
+        )
     return tokenizer
 
 
+def tokenizer_kind(tokenizer: Tokenizer) -> str | None:
+    """The kind whose five special tokens the tokenizer has all of (wordpiece, unigram, bpe tried in that order:
+    an ALBERT vocabulary has <pad> <unk> but [CLS] [SEP] [MASK]); None if none is complete."""
+    for kind in ("wordpiece", "unigram", "bpe"):
+        if all(tokenizer.token_to_id(t) is not None for t in SPECIAL_TOKENS_BY_KIND[kind].values()):
+            return kind
+    return None
+
+
 def special_ids(tokenizer: Tokenizer, source: str) -> dict[str, int]:
-    """The ids of the five BERT special tokens; InputError naming `source` if any is missing."""
-    ids = {name: tokenizer.token_to_id(tok) for name, tok in SPECIAL_TOKENS.items()}
-    missing = [SPECIAL_TOKENS[n] for n, i in ids.items() if i is None]
-    if missing:
-        raise InputError(f"{source}: tokenizer has no {', '.join(missing)}; a BERT WordPiece tokenizer is required")
-    return ids  # type: ignore[return-value]
+    """{role: id} for pad, unk, cls, sep, mask, whichever family's tokens the tokenizer carries (BERT [CLS]...,
+    RoBERTa <s>..., ALBERT <pad> <unk> [CLS]...); InputError naming `source` if it has no complete set."""
+    kind = tokenizer_kind(tokenizer)
+    if kind is None:
+        missing = "; ".join(
+            f"{k}: {', '.join(t for t in toks.values() if tokenizer.token_to_id(t) is None)}"
+            for k, toks in SPECIAL_TOKENS_BY_KIND.items())
+        raise InputError(f"{source}: tokenizer has no complete set of special tokens (missing for {missing}); a "
+                         "BERT, RoBERTa or ALBERT-style tokenizer is required")
+    return {role: tokenizer.token_to_id(SPECIAL_TOKENS_BY_KIND[kind][role]) for role in ROLES}  # type: ignore
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: Path) -> None:
@@ -143,5 +220,6 @@ def adopt_tokenizer(source: Path, path: Path) -> Tokenizer:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
     lines = Path(sys.argv[2]).read_text(encoding="utf-8").splitlines()
-    cfg = TokenizerConfig(vocab_size=int(sys.argv[3]) if len(sys.argv) > 3 else 30522)
+    cfg = TokenizerConfig(vocab_size=int(sys.argv[3]) if len(sys.argv) > 3 else 30522,
+                          kind=sys.argv[4] if len(sys.argv) > 4 else "wordpiece")
     save_tokenizer(train_tokenizer(lambda: iter(lines), cfg), Path(sys.argv[1]))

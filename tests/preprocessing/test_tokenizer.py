@@ -1,4 +1,5 @@
-"""preprocessing.tokenizer: BERT WordPiece, stable special ids, and byte-identical training across processes."""
+"""preprocessing.tokenizer: WordPiece / byte-level BPE / Unigram, special ids by role, and byte-identical training
+across processes, document orders and thread counts for every kind."""
 
 import json
 import random
@@ -6,8 +7,13 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from preprocessing.config import TokenizerConfig
-from preprocessing.tokenizer import SPECIAL_TOKENS, adopt_tokenizer, save_tokenizer, special_ids, train_tokenizer
+from preprocessing.tokenizer import (SPECIAL_TOKENS, SPECIAL_TOKENS_BY_KIND, adopt_tokenizer, save_tokenizer, special_ids,
+                                     tokenizer_kind, train_tokenizer)
+
+from .news_texts import news_texts_by_lang
 
 _TRAIN_SCRIPT = textwrap.dedent("""
     import json, random, sys
@@ -17,7 +23,9 @@ _TRAIN_SCRIPT = textwrap.dedent("""
     lines = Path(sys.argv[1]).read_text(encoding="utf-8").splitlines()
     if sys.argv[3] == "shuffled":
         random.Random(1).shuffle(lines)
-    cfg = TokenizerConfig(vocab_size=600, min_frequency=2, limit_alphabet=30)
+    kind = sys.argv[4]
+    cfg = TokenizerConfig(kind=kind, vocab_size=600 if kind == "wordpiece" else 1500, min_frequency=2,
+                          limit_alphabet=30, lowercase=kind != "bpe")
     save_tokenizer(train_tokenizer(lambda: iter(lines), cfg), Path(sys.argv[2]))
 """)
 
@@ -38,19 +46,28 @@ def _corpus(wiki) -> list[str]:
     return lines
 
 
-def test_training_is_byte_identical_across_processes_orders_and_threads(tmp_path, wiki):
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe", "unigram"])
+def test_training_is_byte_identical_across_processes_orders_and_threads(tmp_path, wiki, kind):
+    lines = _corpus(wiki)
+    if kind != "wordpiece":  # real multilingual news too: long CJK / Thai words, many scripts
+        lines += [p for texts in news_texts_by_lang().values() for t in texts for p in t.splitlines() if p.strip()]
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(_corpus(wiki)), encoding="utf-8")
+    corpus.write_text("\n".join(lines), encoding="utf-8")
     outputs = []
     for i, (order, threads) in enumerate([("file", "2"), ("file", "2"), ("shuffled", "1")]):
         out = tmp_path / f"tok{i}.json"
         env = {"RAYON_NUM_THREADS": threads, "PATH": "/usr/bin:/bin"}
-        subprocess.run([sys.executable, "-c", _TRAIN_SCRIPT, str(corpus), str(out), order], check=True, env=env)
+        subprocess.run([sys.executable, "-c", _TRAIN_SCRIPT, str(corpus), str(out), order, kind], check=True, env=env)
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]
-    vocab = json.loads(outputs[0])["model"]["vocab"]
-    assert len(vocab) == 600
-    assert sum(1 for t in vocab if len(t) == 1) == 30  # limit_alphabet honoured
+    model = json.loads(outputs[0])["model"]
+    if kind == "wordpiece":
+        assert len(model["vocab"]) == 600
+        assert sum(1 for t in model["vocab"] if len(t) == 1) == 30  # limit_alphabet honoured
+    elif kind == "bpe":
+        assert len(model["vocab"]) == 1500 and len(model["merges"]) == 1500 - 5 - 256
+    else:
+        assert len(model["vocab"]) == 1500 and model["unk_id"] == 1
 
 
 def test_bert_layout_special_ids_and_post_processor(wiki):
@@ -88,3 +105,59 @@ def test_adopting_a_broken_tokenizer_names_it_and_writes_nothing(tmp_path):
         adopt_tokenizer(source, target)
     assert str(source) in str(err.value)
     assert not target.parent.exists() or not any(target.parent.iterdir())
+
+
+def test_roberta_layout_for_bpe(wiki):
+    lines = _corpus(wiki)
+    tok = train_tokenizer(lambda: iter(lines), TokenizerConfig(kind="bpe", vocab_size=400, lowercase=False))
+    assert [tok.id_to_token(i) for i in range(5)] == ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    assert special_ids(tok, "t") == {"pad": 1, "unk": 3, "cls": 0, "sep": 2, "mask": 4}
+    assert tokenizer_kind(tok) == "bpe"
+    enc = tok.encode("The River", "a Mountain")
+    assert enc.tokens[0] == "<s>" and enc.tokens.count("</s>") == 3 and enc.type_ids == [0] * len(enc.tokens)
+    assert "</s></s>" in "".join(enc.tokens)  # RoBERTa's pair template: <s> A </s></s> B </s>
+    text = "Ünïcödé 東京 ok"  # byte-level: nothing unknown, exact round trip, cased
+    assert tok.decode(tok.encode(text).ids) == text and 3 not in tok.encode(text).ids
+
+
+def test_albert_layout_for_unigram(wiki):
+    lines = _corpus(wiki)
+    tok = train_tokenizer(lambda: iter(lines), TokenizerConfig(kind="unigram", vocab_size=400))
+    assert [tok.id_to_token(i) for i in range(5)] == list(SPECIAL_TOKENS_BY_KIND["unigram"].values())
+    assert special_ids(tok, "t") == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    enc = tok.encode("The River", "a Mountain")
+    assert enc.tokens[0] == "[CLS]" and enc.tokens.count("[SEP]") == 2 and enc.tokens[1].startswith("▁")
+    assert enc.type_ids[-1] == 1 and enc.type_ids[0] == 0
+    assert tok.decode(tok.encode("the rivers").ids) == "the rivers"  # lowercase (default) and ▁ decoding
+    assert tok.encode("ＡＢＣ").tokens == tok.encode("abc").tokens  # NFKC before lowercasing
+
+
+def test_casing_and_accents(wiki):
+    lines = _corpus(wiki)
+    cased = train_tokenizer(lambda: iter(lines), TokenizerConfig(vocab_size=300, lowercase=False))
+    assert "R" in cased.encode("River").tokens[1] and "Ö" in "".join(cased.encode("Ön").tokens)
+    keep = train_tokenizer(lambda: iter(lines), TokenizerConfig(vocab_size=300, lowercase=True, strip_accents=False))
+    assert "ö" in "".join(keep.encode("Ön").tokens)
+    bert = train_tokenizer(lambda: iter(lines), TokenizerConfig(vocab_size=300, lowercase=True))
+    assert "o" in "".join(bert.encode("Ön").tokens) and "ö" not in "".join(bert.encode("Ön").tokens)
+
+
+def test_wordpiece_isolates_cjk_ideographs_like_bert():
+    texts = [t for ts in news_texts_by_lang().values() for t in ts]
+    tok = train_tokenizer(lambda: iter(texts), TokenizerConfig(vocab_size=3000, lowercase=False, limit_alphabet=None))
+    tokens = tok.encode("在美国旧金山举行的中美元首会晤").tokens[1:-1]
+    assert tokens == list("在美国旧金山举行的中美元首会晤")  # one ideograph per token, never ## pieces
+
+
+def test_special_ids_names_a_tokenizer_without_a_complete_set(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    from bertfactory.errors import InputError
+
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "<s>": 2}, unk_token="[UNK]"))
+    with pytest.raises(InputError, match=r"mine\.json.*\[CLS\]"):
+        special_ids(tok, "mine.json")
+    source = tmp_path / "half.json"
+    source.write_text(tok.to_str(), encoding="utf-8")
+    with pytest.raises(InputError, match="half.json"):
+        adopt_tokenizer(source, tmp_path / "run" / "tokenizer.json")
