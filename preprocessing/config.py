@@ -172,9 +172,9 @@ class TokenizerConfig(StrictModel):
                                        "the 256 bytes, unigram keeps every character of the sample")
     sample_alpha: float = Field(0.5, ge=0.0, le=1.0, description="language balance of the tokenizer's training "
                                 "sample: q_i ~ p_i^alpha of the characters per language (XLM 0.5; 1 = natural)")
-    sample_max_chars: int | None = Field(None, ge=1, description="characters in the tokenizer's training sample "
-                                         "(null = as many as the training documents have, rebalanced by "
-                                         "sample_alpha)")
+    sample_max_chars: int | None = Field(100_000_000, ge=1, description="characters in the tokenizer's training "
+                                         "sample; languages balanced by sample_alpha, none repeated (null or more "
+                                         "than the training documents have = all of them, alpha has no effect)")
 
 
 class InstancesConfig(StrictModel):

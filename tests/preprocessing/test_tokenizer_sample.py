@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from preprocessing.language_sampling import sampling_probabilities
+from preprocessing.hashing import hash64
 from preprocessing.tokenizer_sample import plan_sample, training_sample
 
 from .news_texts import NEWS_ARTICLE_LANGS, news_paragraphs
@@ -24,28 +24,34 @@ def _chars_by_lang(sample: list[str], docs: dict[str, list[str]]) -> Counter:
     return out
 
 
-def test_alpha_one_at_corpus_size_is_the_corpus_once():
+def test_the_whole_corpus_budget_takes_every_document_once():
     docs = _docs()
-    sample = training_sample(docs, max_chars=None, alpha=1.0, seed=3)
-    assert Counter(sample) == Counter(t for texts in docs.values() for t in texts)
+    for alpha in (1.0, 0.5, 0.0):
+        sample = training_sample(docs, max_chars=None, alpha=alpha, seed=3)
+        assert Counter(sample) == Counter(t for texts in docs.values() for t in texts)
 
 
-def test_budgets_follow_smoothed_shares_and_small_languages_repeat():
+def test_budgets_follow_smoothed_shares_capped_at_each_language_size():
     docs = _docs()
     available = {lang: sum(map(len, texts)) for lang, texts in docs.items()}
     budget = 20_000
+    keyed = [(lang, f"{hash64('text', t):016x}", len(t)) for lang, texts in docs.items() for t in texts]
+    plan = plan_sample(keyed, budget, 0.5, 0)
     sample = training_sample(docs, max_chars=budget, alpha=0.5, seed=0)
     got = _chars_by_lang(sample, docs)
-    q = sampling_probabilities(available, 0.5)
-    longest = {lang: max(map(len, texts)) for lang, texts in docs.items()}
-    for lang in docs:
-        # the document that crosses the budget is included: at most one document over, never under
-        assert q[lang] * budget - 1e-6 <= got[lang] <= q[lang] * budget + longest[lang], lang
-    # English is 82% of the characters and gets 46% of the sample; Latvian (2%) gets 6%
-    assert got["en"] / budget < 0.6 * available["en"] / sum(available.values())
-    assert got["lv"] > available["lv"]  # repeated: alpha lifted it above its own size
-    plan = plan_sample(((lang, t, len(t)) for lang, texts in docs.items() for t in texts), budget, 0.5, 0)
-    assert plan.full_copies["lv"] >= 1 and plan.full_copies["en"] == 0
+    assert dict(got) == plan.chars
+    assert sum(plan.budgets.values()) == pytest.approx(budget)
+    # measured: ja, lv, my, th want more than they have at alpha 0.5 and are taken whole (never repeated)
+    capped = sorted(lang for lang in docs if plan.budgets[lang] == available[lang])
+    uncapped = sorted(set(docs) - set(capped))
+    assert capped == ["ja", "lv", "my", "th"] and uncapped == ["ar", "en", "es", "zh"]
+    assert all(got[lang] == available[lang] for lang in capped)
+    for lang in uncapped:  # the document that crosses the budget is included: at most one over, never under
+        assert plan.budgets[lang] <= got[lang] <= plan.budgets[lang] + max(map(len, docs[lang]))
+    # among the uncapped languages b_i is proportional to n_i^alpha (the capped ones' leftovers shared by q)
+    ratios = [plan.budgets[lang] / available[lang] ** 0.5 for lang in uncapped]
+    assert max(ratios) == pytest.approx(min(ratios))
+    assert got["en"] / budget < 0.6 * available["en"] / sum(available.values())  # 47% of the sample vs 82%
 
 
 def test_independent_of_input_order_and_dependent_on_seed():
