@@ -160,6 +160,9 @@ class TokenizerConfig(StrictModel):
     """The tokenizer, trained on the training documents (never the held-out ones); docs/tokenizers.md."""
 
     path: str | None = Field(None, description="use this existing tokenizer.json instead of training one")
+    kind: Literal["wordpiece", "bpe", "unigram"] = Field(
+        "wordpiece", description="wordpiece = BERT (BertNormalizer, ## continuations, [CLS] A [SEP] B [SEP]); bpe = "
+        "byte-level BPE (RoBERTa: <s> A </s></s> B </s>); unigram = SentencePiece Unigram (ALBERT/XLM-R: NFKC, ▁)")
     vocab_size: int = Field(30522, ge=16, description="vocabulary size including special tokens and the alphabet")
     lowercase: bool = Field(True, description="lowercase the text (BERT uncased); RoBERTa and XLM-R are cased: "
                             "set false for them and for multilingual corpora")
@@ -179,9 +182,6 @@ class TokenizerConfig(StrictModel):
 
 class InstancesConfig(StrictModel):
     """BERT sentence-pair instances, built as google-research/bert create_pretraining_data does."""
-    kind: Literal["wordpiece", "bpe", "unigram"] = Field(
-        "wordpiece", description="wordpiece = BERT (BertNormalizer, ## continuations, [CLS] A [SEP] B [SEP]); bpe = "
-        "byte-level BPE (RoBERTa: <s> A </s></s> B </s>); unigram = SentencePiece Unigram (ALBERT/XLM-R: NFKC, ▁)")
 
     format: Literal["nsp-pairs", "sop-pairs"] = Field(
         "nsp-pairs", description="nsp-pairs = BERT next-sentence pairs (B follows A or comes from another document); "
