@@ -21,7 +21,6 @@ import torch
 from bertfactory.errors import ContractError
 from bertfactory.io import sha256_file
 
-SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
 @dataclass
@@ -43,11 +42,14 @@ class TextEncoder:
         # Padding/truncation settings saved in the file would leak pad ids into encode_batch; we do both ourselves.
         tok.no_padding()
         tok.no_truncation()
-        ids = {name: tok.token_to_id(token) for name, token in SPECIAL_TOKENS.items()}
-        missing = [SPECIAL_TOKENS[n] for n in ("pad", "cls", "sep") if ids[n] is None]
+        from bertfactory.tokens import special_token_ids
+
+        ids = special_token_ids(tok)  # BERT [CLS]/[SEP]/[PAD], RoBERTa <s>/</s>/<pad> or ALBERT's set
+        missing = [role for role in ("pad", "cls", "sep") if role not in ids]
         if missing:
-            raise ContractError(f"tokenizer {path} has no {', '.join(missing)} token; it is not a BERT tokenizer")
-        return cls(tok, path, sha256_file(path), {k: v for k, v in ids.items() if v is not None})
+            raise ContractError(f"tokenizer {path} has no {', '.join(missing)} token (none of the BERT, RoBERTa or "
+                                f"ALBERT special-token sets); it cannot encode task inputs")
+        return cls(tok, path, sha256_file(path), ids)
 
     @property
     def cls_id(self) -> int:

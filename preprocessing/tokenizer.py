@@ -53,6 +53,7 @@ from typing import Iterable
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertfactory.errors import InputError
+from bertfactory.tokens import ROLES, SPECIAL_TOKENS_BY_KIND, tokenizer_kind  # noqa: F401 (re-exported)
 from bertfactory.io import atomic_write_bytes, atomic_write_text
 
 from .config import TokenizerConfig
@@ -60,14 +61,6 @@ from .tokenizer_unigram import blank_unigram, train_unigram_pieces, unigram_from
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("pad", "unk", "cls", "sep", "mask")
-# role -> token, in id order (ids 0..4) for each kind: BERT's, RoBERTa's (<s> <pad> </s> <unk> <mask>, as its
-# fairseq dictionary starts), ALBERT's SentencePiece layout.
-SPECIAL_TOKENS_BY_KIND: dict[str, dict[str, str]] = {
-    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
-    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-}
 SPECIAL_TOKENS = SPECIAL_TOKENS_BY_KIND["wordpiece"]  # BERT's; kept for existing callers
 CONTINUATION = "##"
 MAX_WORDPIECE_WORD_CHARS = 1000
@@ -179,15 +172,6 @@ def _finish(trained: Tokenizer, kind: str, demote: set[str]) -> Tokenizer:
             special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))],
         )
     return tokenizer
-
-
-def tokenizer_kind(tokenizer: Tokenizer) -> str | None:
-    """The kind whose five special tokens the tokenizer has all of (wordpiece, unigram, bpe tried in that order:
-    an ALBERT vocabulary has <pad> <unk> but [CLS] [SEP] [MASK]); None if none is complete."""
-    for kind in ("wordpiece", "unigram", "bpe"):
-        if all(tokenizer.token_to_id(t) is not None for t in SPECIAL_TOKENS_BY_KIND[kind].values()):
-            return kind
-    return None
 
 
 def special_ids(tokenizer: Tokenizer, source: str) -> dict[str, int]:

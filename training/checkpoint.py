@@ -44,7 +44,6 @@ MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "training_state.pt"
-SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -59,12 +58,14 @@ def tokenizer_info(tokenizer_path: Path) -> dict[str, Any]:
         tok = Tokenizer.from_file(str(tokenizer_path))
     except Exception as err:  # tokenizers raises a bare Exception for unreadable files
         raise ContractError(f"{tokenizer_path} is not a readable tokenizers JSON file: {err}") from None
-    special = {name: tok.token_to_id(token) for name, token in SPECIAL_TOKENS.items()}
+    from bertfactory.tokens import special_token_ids
+
+    special = special_token_ids(tok)  # whichever family's tokens it carries (BERT, RoBERTa, ALBERT)
     return {
         "file": TOKENIZER_FILE,
         "sha256": sha256_file(tokenizer_path),
         "vocab_size": tok.get_vocab_size(with_added_tokens=True),
-        "special_ids": {k: v for k, v in special.items() if v is not None},
+        "special_ids": special,
     }
 
 

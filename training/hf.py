@@ -34,8 +34,9 @@ from safetensors.torch import load_file, save_file
 
 from bertfactory.errors import ContractError, InputError
 from bertfactory.io import atomic_write_json, publish_dir, read_json_file
+from bertfactory.tokens import role_tokens_of_file
 
-from .checkpoint import (CONFIG_FILE, MODEL_FILE, SPECIAL_TOKENS, TOKENIZER_FILE, _fsync_file, _staging_dir,
+from .checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir,
                          load_pretrained, load_weights, read_checkpoint_config, save_pretrained)
 from .hf_layouts import HF_CLASSES, choose_layout, export_layout
 from .models.bert import BertConfig, BertForPreTraining, BertModel
@@ -201,7 +202,7 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
         hf_config = hf_config_from_bert(config)
     else:
         state, hf_config = export_layout(layout, model, config, special_ids, hf_config_from_bert(config))
-    special = {name: token for name, token in SPECIAL_TOKENS.items() if name in special_ids}
+    special = {name: token for name, token in role_tokens_of_file(tokenizer_path).items() if name in special_ids}
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast",
                         "model_max_length": config.max_position_embeddings,
                         **{f"{name}_token": token for name, token in special.items()}}

@@ -29,8 +29,9 @@ from safetensors.torch import save_file
 
 from bertfactory.errors import ContractError
 from bertfactory.io import atomic_write_json, publish_dir
+from bertfactory.tokens import role_tokens_of_file
 
-from .checkpoint import (CONFIG_FILE, MODEL_FILE, SPECIAL_TOKENS, TOKENIZER_FILE, _fsync_file, _staging_dir,
+from .checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir,
                          load_pretrained, read_checkpoint_config)
 from .hf import HF_TOKENIZER_CONFIG, _check_out
 from .models.bert import BertConfig
@@ -141,7 +142,8 @@ def export_electra_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool
     special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast",
                         "model_max_length": config.max_position_embeddings,
-                        **{f"{name}_token": token for name, token in SPECIAL_TOKENS.items() if name in special_ids}}
+                        **{f"{name}_token": token for name, token in role_tokens_of_file(tokenizer_path).items()
+                           if name in special_ids}}
     staging = _staging_dir(out)
     try:
         _write_side(staging, discriminator, hf_electra_config(config.discriminator_config(), "ElectraForPreTraining"),
