@@ -121,7 +121,8 @@ class FiltersConfig(StrictModel):
         0.8, ge=0, le=1, description="drop documents in which fewer words contain a letter (alphabetic_words); "
         "Gopher: 80%")
     max_bullet_line_fraction: float | None = Field(
-        0.9, ge=0, le=1, description="drop documents with more lines starting with a bullet (bullet_lines); Gopher: 90%")
+        0.9, ge=0, le=1, description="drop documents with more lines starting with a bullet (bullet_lines); "
+        "Gopher: 90%")
     max_ellipsis_line_fraction: float | None = Field(
         0.3, ge=0, le=1, description="drop documents with more lines ending in an ellipsis (ellipsis_lines); "
         "Gopher: 30%")
@@ -129,7 +130,8 @@ class FiltersConfig(StrictModel):
         default_factory=lambda: list(GOPHER_STOP_WORDS),
         description="English documents (lang 'en') must contain `min_stop_words` occurrences of these (stop_words); "
         "Gopher: the, be, to, of, and, that, have, with; null = off")
-    min_stop_words: int = Field(2, ge=0, description="how many stop-word occurrences an English document needs; Gopher: 2")
+    min_stop_words: int = Field(
+        2, ge=0, description="how many stop-word occurrences an English document needs; Gopher: 2")
     # --- Gopher repetition rules (Rae et al. 2021, table A1)
     max_duplicate_line_fraction: float | None = Field(
         0.3, ge=0, le=1, description="drop documents in which more lines repeat an earlier line (duplicate_lines); "
