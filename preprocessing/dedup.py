@@ -17,7 +17,12 @@ survivors, when an earlier or prior document sharing one of its LSH buckets has 
 `threshold` of the positions (kind "near"). This is not a transitive closure: C is removed for being similar to B
 even when B itself is removed for being similar to A.
 
-MinHash is own numpy rather than datasketch (2.0.0): a signature is one vectorised pass — stable 64-bit shingle
+MinHash is own numpy rather than datasketch (2.0.0). Measured on the same 127 real documents (418k shingles,
+benchmarks/cleaning.py): the same speed within noise (ours/datasketch 0.87x-0.98x over two runs, ~210 docs/s on
+one core), the same Jaccard estimates (mean |error| vs the true shingle Jaccard 0.029 vs 0.028 over 200 pairs);
+ours wins on what matters for an index kept across corpus versions: exact arithmetic, coefficients that do not
+depend on a library version, plain uint32 arrays straight into Arrow, and no extra dependency. A signature is one
+vectorised pass — stable 64-bit shingle
 hashes (blake2b of each distinct token, combined by a rolling hash), then (a*x + b) mod 2^61-1 for all permutations
 and shingles at once with exact 61-bit modular arithmetic (datasketch lets a*x overflow 64 bits), min over
 shingles, top 32 bits kept. The permutation coefficients come from blake2b of (seed, i), not from a numpy RNG whose
@@ -137,7 +142,7 @@ def shingle_hashes(tokens: list[str], size: int) -> np.ndarray:
 class MinHasher:
     """MinHash signatures under `num_perm` universal hash functions h_i(x) = (a_i x + b_i) mod (2^61 - 1)."""
 
-    def __init__(self, num_perm: int, seed: int, chunk: int = 2048):
+    def __init__(self, num_perm: int, seed: int, chunk: int = 512):
         a = [hash64("minhash-a", seed, i) % (MERSENNE_61 - 1) + 1 for i in range(num_perm)]
         b = [hash64("minhash-b", seed, i) % MERSENNE_61 for i in range(num_perm)]
         self.a = np.array(a, dtype=np.uint64)
@@ -172,8 +177,8 @@ class MinHasher:
         np.right_shift(total, _U61, out=tmp)
         total &= _P
         total += tmp  # <= 2^61 + 3
-        np.subtract(total, _P, out=tmp)
-        return np.where(total >= _P, tmp, total)
+        np.subtract(total, _P, out=tmp)  # wraps around to a huge value where total < p
+        return np.minimum(total, tmp, out=total)
 
     def signature(self, shingles: np.ndarray) -> np.ndarray | None:
         """uint32[num_perm]: the top 32 bits of the minimum of each permutation over the shingles; None without
@@ -181,7 +186,9 @@ class MinHasher:
         if len(shingles) == 0:
             return None
         low = np.full(self.num_perm, _P, dtype=np.uint64)
-        for start in range(0, len(shingles), self.chunk):  # bounded memory for very long documents
+        # chunks of shingles: bounded memory, and [num_perm, 512] uint64 temporaries stay in the CPU cache (3x faster
+        # than chunks of 2048)
+        for start in range(0, len(shingles), self.chunk):
             np.minimum(low, self.permute(shingles[start: start + self.chunk]).min(axis=1), out=low)
         return (low >> np.uint64(29)).astype(np.uint32)
 
