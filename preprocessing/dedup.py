@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
@@ -371,7 +372,9 @@ class Deduplicate(beam.PTransform):
         cfg = self.cfg
         members = docs | "Features" >> beam.ParDo(_Features(cfg))
         candidates = members | "Members" >> beam.Values()
-        prior = (self.prior | "PriorMembers" >> beam.Map(prior_member)) if self.prior is not None else None
+        # Any: the `-> Member` annotation would otherwise make Beam pick a schema (Row) coder for a NamedTuple
+        prior = (self.prior | "PriorMembers" >> beam.Map(prior_member).with_output_types(typing.Any)
+                 if self.prior is not None else None)
         removed = []
         if cfg.exact:
             exact_inputs = [candidates] + ([prior] if prior is not None else [])
