@@ -43,8 +43,11 @@ def _default_run_dir(config: str) -> str:
     return str(Path("runs") / Path(config).stem)
 
 
-def _add_recipe_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="recipe YAML, e.g. configs/local.yaml")
+def _add_recipe_args(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
+    if config_optional:
+        p.add_argument("config", nargs="?", help="recipe YAML (default configs/local.yaml)")
+    else:
+        p.add_argument("config", help="recipe YAML, e.g. configs/local.yaml")
     p.add_argument("--run-dir", help="run directory (default: runs/<recipe file name>)")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -73,12 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "up to date, and print a summary table.")
     _add_recipe_args(p)
 
-    for stage, text in [
-        ("preprocess", "Beam job: corpus -> tokenizer -> instances with masks -> RUN/shards"),
-        ("pretrain", "pretrain the model on RUN/shards -> RUN/pretrain (resumes from the last checkpoint)"),
-    ]:
-        p = sub.add_parser(stage, help=text, description=text)
-        _add_recipe_args(p)
+    from .preprocess_cli import add_adhoc_arguments
+
+    text = ("Beam job: corpus -> tokenizer -> instances with masks -> RUN/shards (a recipe, or ad-hoc flags "
+            "over configs/local.yaml)")
+    p = sub.add_parser("preprocess", help=text, description=text + ". Formats, instance formats and masking "
+                       "schemes: docs/sources.md, docs/shards.md.")
+    _add_recipe_args(p, config_optional=True)
+    add_adhoc_arguments(p)
+    text = "pretrain the model on RUN/shards -> RUN/pretrain (resumes from the last checkpoint)"
+    p = sub.add_parser("pretrain", help=text, description=text)
+    _add_recipe_args(p)
     from .evaluate_cli import add_evaluate_parser, add_report_parser
 
     add_evaluate_parser(sub)
@@ -232,6 +240,11 @@ def _cmd_import_hf(args) -> int:
 
 def _cmd_stages(args) -> int:
     from .recipe import load_recipe
+
+    if args.command == "preprocess":
+        from .preprocess_cli import apply_adhoc
+
+        apply_adhoc(args)
 
     run_dir = Path(args.run_dir or _default_run_dir(args.config))
     recipe = load_recipe(args.config, args.overrides)  # validate before starting anything

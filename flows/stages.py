@@ -20,7 +20,6 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from bertfactory.errors import BertfactoryError, InputError
-from bertfactory.samples import resolve_input
 
 from . import stamps
 from .artifacts import publish_stage_artifacts
@@ -37,7 +36,11 @@ STAGE_ORDER = ("preprocess", "pretrain", "evaluate")
 def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[Path]]:
     """The config sections and input files whose content decides whether `stage` must run again."""
     if stage == "preprocess":
-        files = [resolve_input(p) for p in recipe.corpus.inputs]
+        from preprocessing.pipeline import input_files
+
+        files = input_files(recipe.corpus)  # directories and globs expanded: a new file under them reruns the stage
+        if recipe.corpus.parent:
+            files.append(Path(recipe.corpus.parent) / "manifest.json")
         if recipe.preprocess.tokenizer.path:
             files.append(Path(recipe.preprocess.tokenizer.path))
         return recipe.model_dump(mode="json", include={"corpus", "preprocess"}), files

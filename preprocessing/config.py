@@ -16,6 +16,11 @@ from pydantic import Field, model_validator
 
 from bertfactory.config import StrictModel
 
+from .dedup import DedupConfig
+from .filters import FiltersConfig
+from .langid import LangIdConfig
+from .sources.parallel import ParallelOptions
+from .sources.text import TextOptions
 from .sources.warc import WarcOptions
 
 # Sections whose text is boilerplate rather than prose; everything from such a heading to the next heading of
@@ -58,6 +63,15 @@ class CorpusConfig(StrictModel):
         50, ge=0, description="wikipedia: a multistream dump with its index beside it is read in chunks of this many "
         "bz2 streams (100 pages each) spread over the workers; 0 = read every file whole")
     warc: WarcOptions = Field(default_factory=WarcOptions, description="warc: main-text extraction and limits")
+    text: TextOptions = Field(default_factory=TextOptions, description="text / jsonl: fields, encoding and limits")
+    parallel: ParallelOptions = Field(default_factory=ParallelOptions,
+                                      description="parallel: file layout, languages, UDHR pivot")
+    langid: LangIdConfig = Field(default_factory=LangIdConfig,
+                                 description="language identification of documents whose source gives no language")
+    filters: FiltersConfig = Field(default_factory=FiltersConfig,
+                                   description="normalisation, boilerplate and quality filters (docs/cleaning.md)")
+    dedup: DedupConfig = Field(default_factory=DedupConfig,
+                               description="exact and MinHash-LSH near-duplicate removal (docs/cleaning.md)")
 
 
 class SdkEnvironmentConfig(StrictModel):

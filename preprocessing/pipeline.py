@@ -42,17 +42,17 @@ from tqdm import tqdm
 from bertfactory import __version__
 from bertfactory.errors import InputError
 from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, publish_dir, sha256_file
-from bertfactory.samples import resolve_input
 
 from . import hashing
-from .clean import wikitext_to_paragraphs
 from .config import CorpusConfig, PreprocessConfig
+from .documents import build_documents_pipeline
 from .instances import build_bucket_instances
 from .masking import Masker, continuation_ids
 from .runners import describe, run_pipeline
-from .sentences import split_sentences
 from .shards import SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, write_manifest, write_shard
-from .sources.wikipedia import Page, Quarantined, iter_pages, validate_dump
+from .inputs import expand_inputs
+from .lineage import plan_increment
+from .sources import validate_file
 from .tokenizer import adopt_tokenizer, save_tokenizer, special_ids, train_tokenizer
 from .worker_errors import worker_input_error
 
@@ -60,140 +60,58 @@ logger = logging.getLogger(__name__)
 
 STAGING = ".preprocess-staging"
 QUARANTINE_FILE = "quarantine.jsonl"
+DUPLICATES_FILE = "duplicates.jsonl"
 STATS_FILE = "stats.json"
 
 
 def input_files(corpus: CorpusConfig) -> list[Path]:
-    """The corpus files, resolved (`sample:<name>` -> the cached sample). InputError if one is missing."""
-    paths = []
-    for spec in corpus.inputs:
-        path = resolve_input(spec)
-        if not path.is_file():
-            raise InputError(f"{path}: input file not found (corpus.inputs entry {spec!r})")
-        paths.append(path)
-    return paths
-
-
-# --------------------------------------------------------------------------------------- documents pipeline
-
-
-class ReadPages(beam.DoFn):
-    """(source index, path) -> every page of the file; malformed pages go to the `quarantine` output."""
-
-    def process(self, item: tuple[int, str]) -> Iterator:
-        source, path = item
-        try:
-            for record in iter_pages(Path(path), source):
-                yield TaggedOutput("outcome", "read")
-                if isinstance(record, Quarantined):
-                    yield TaggedOutput("outcome", f"quarantined:{record.reason}")
-                    yield TaggedOutput("quarantine", json.dumps(record.to_json(), sort_keys=True))
-                else:
-                    yield record
-        except InputError as err:
-            raise worker_input_error(str(err)) from None
-
-
-class CleanPage(beam.DoFn):
-    """Page -> a clean document (split into paragraphs of sentences), or a counted drop / quarantine."""
-
-    def __init__(self, corpus: CorpusConfig, heldout_fraction: float, files: list[str]):
-        self.corpus = corpus
-        self.heldout_fraction = heldout_fraction
-        self.files = files
-
-    def process(self, page: Page) -> Iterator:
-        c = self.corpus
-        if page.namespace not in c.namespaces:
-            yield TaggedOutput("outcome", "dropped:namespace")
-            return
-        if page.redirect:
-            yield TaggedOutput("outcome", "dropped:redirect")
-            return
-        try:
-            paragraphs = wikitext_to_paragraphs(page.text, c.drop_sections, c.keep_lists, c.min_paragraph_chars)
-        except Exception as err:  # mwparserfromhell failing on one page must not stop the corpus
-            record = Quarantined(page.source, self.files[page.source], page.ordinal, f"id={page.page_id}",
-                                 "wikitext_error", f"{type(err).__name__}: {err}")
-            yield TaggedOutput("outcome", "quarantined:wikitext_error")
-            yield TaggedOutput("quarantine", json.dumps(record.to_json(), sort_keys=True))
-            return
-        sentences = [s for s in (split_sentences(p) for p in paragraphs) if s]
-        if not sentences:
-            yield TaggedOutput("outcome", "dropped:empty")
-            return
-        n_chars = sum(len(p) for p in paragraphs)
-        n_sentences = sum(len(p) for p in sentences)
-        if n_chars < c.min_doc_chars or n_sentences < c.min_doc_sentences:
-            yield TaggedOutput("outcome", "dropped:too_short")
-            return
-        doc = hashing.doc_id(page.namespace, page.title)
-        split = "heldout" if hashing.is_heldout(page.title, self.heldout_fraction) else "train"
-        yield (doc, {"doc_id": doc, "title": page.title, "page_id": page.page_id, "source": page.source,
-                     "ordinal": page.ordinal, "split": split, "paragraphs": sentences})
-
-
-class KeepFirstOfTitle(beam.DoFn):
-    """One document per doc_id (namespace + title): the first in input order; the others are quarantined."""
-
-    def __init__(self, files: list[str]):
-        self.files = files
-
-    def process(self, item: tuple[int, list[dict]]) -> Iterator:
-        _doc, docs = item
-        docs = sorted(docs, key=lambda d: (d["source"], d["ordinal"]))
-        keep = docs[0]
-        for dup in docs[1:]:
-            record = Quarantined(dup["source"], self.files[dup["source"]], dup["ordinal"], f"id={dup['page_id']}",
-                                 "duplicate_title", f"title {dup['title']!r} already read as page id={keep['page_id']}")
-            yield TaggedOutput("outcome", "quarantined:duplicate_title")
-            yield TaggedOutput("quarantine", json.dumps(record.to_json(), sort_keys=True))
-        yield TaggedOutput("outcome", "kept")
-        yield json.dumps(keep, sort_keys=True, ensure_ascii=False)
-
-
-def build_documents_pipeline(pipeline, corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], work: Path) -> None:
-    pages = (
-        pipeline
-        | "Files" >> beam.Create(list(enumerate(files)))
-        | "ReadPages" >> beam.ParDo(ReadPages()).with_outputs("outcome", "quarantine", main="pages")
-    )
-    cleaned = (
-        pages.pages
-        | "SpreadPages" >> beam.Reshuffle()
-        | "Clean" >> beam.ParDo(CleanPage(corpus, cfg.heldout_fraction, files)).with_outputs("outcome", "quarantine", main="docs")
-    )
-    unique = (
-        cleaned.docs
-        | "ByDocId" >> beam.GroupByKey()
-        | "Dedupe" >> beam.ParDo(KeepFirstOfTitle(files)).with_outputs("outcome", "quarantine", main="docs")
-    )
-    unique.docs | "WriteDocs" >> WriteToText(str(work / "docs" / "part"), file_name_suffix=".jsonl")
-    (
-        (pages.outcome, cleaned.outcome, unique.outcome)
-        | "Outcomes" >> beam.Flatten()
-        | "CountOutcomes" >> beam.combiners.Count.PerElement()
-        | "FormatCounts" >> beam.MapTuple(lambda reason, n: json.dumps([reason, n]))
-        | "WriteCounts" >> WriteToText(str(work / "outcomes" / "part"), file_name_suffix=".jsonl")
-    )
-    (
-        (pages.quarantine, cleaned.quarantine, unique.quarantine)
-        | "Quarantine" >> beam.Flatten()
-        | "WriteQuarantine" >> WriteToText(str(work / "quarantine" / "part"), file_name_suffix=".jsonl")
-    )
+    """The corpus's local files, resolved and expanded (preprocessing.inputs); URLs are left out (the stage's
+    cache key holds them through the config)."""
+    return [f.local_path for f in expand_inputs(corpus) if f.local_path is not None]
 
 
 # --------------------------------------------------------------------------------------- instances pipeline
 
 
+def language_copy_rates(cfg: PreprocessConfig, counts: dict) -> dict[str, float]:
+    """Expected copies of a training document per language under exponential smoothing (empty: no resampling).
+    Shares are measured in characters of the training documents, the unit known before tokenising."""
+    sampling = cfg.language_sampling
+    if not sampling.enabled:
+        return {}
+    from .language_sampling import copy_rates
+
+    languages = counts["languages"]
+    taking_part = {lang: info.get("train_chars", 0) for lang, info in languages.items()
+                   if (lang in sampling.languages if sampling.languages is not None
+                       else info.get("train_docs", 0) >= sampling.min_docs) and info.get("train_chars", 0) > 0}
+    if len(taking_part) < 2:
+        return {}
+    return copy_rates(taking_part, sampling.alpha)
+
+
 class TokenizeDoc(beam.DoFn):
     """Document JSON -> ((split, bucket), (doc_id, sentences as token ids)). A document whose every sentence
     tokenises to nothing (text made only of what the normalizer strips) goes to the `no_tokens` output, to be
-    counted as dropped."""
+    counted as dropped. With language sampling, a training document is emitted as many times as
+    preprocessing.language_sampling.copies says (0 = left out), each copy with its own id so its instances and
+    masks differ; the `copies` output counts them per language."""
 
-    def __init__(self, tokenizer_path: str, buckets: dict[str, int]):
+    def __init__(self, tokenizer_path: str, buckets: dict[str, int], copy_rates: dict[str, float] | None = None,
+                 seed: int = 0):
         self.tokenizer_path = tokenizer_path
         self.buckets = buckets
+        self.copy_rates = copy_rates or {}
+        self.seed = seed
+
+    def _copies(self, doc: dict) -> list[int]:
+        lang = doc.get("lang") or "und"
+        if doc["split"] != "train" or lang not in self.copy_rates:
+            return [doc["doc_id"]]
+        from .language_sampling import copies
+
+        n = copies(str(doc["doc_id"]), lang, self.copy_rates, self.seed)
+        return [doc["doc_id"] if c == 0 else hashing.hash64("copy", doc["doc_id"], c) for c in range(n)]
 
     def setup(self) -> None:
         self.tokenizer = Tokenizer.from_file(self.tokenizer_path)
@@ -205,7 +123,11 @@ class TokenizeDoc(beam.DoFn):
         ids = [e.ids for e in encoded if e.ids]
         split = doc["split"]
         if ids:
-            yield (split, hashing.bucket_of(doc["doc_id"], self.buckets[split])), (doc["doc_id"], ids)
+            copy_ids = self._copies(doc)
+            if self.copy_rates:
+                yield TaggedOutput("copies", json.dumps([doc.get("lang") or "und", len(copy_ids)]))
+            for doc_id in copy_ids:
+                yield (split, hashing.bucket_of(doc_id, self.buckets[split])), (doc_id, ids)
         else:
             yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
 
@@ -230,8 +152,29 @@ class BuildInstances(beam.DoFn):
             yield split, instance
 
 
+def preshard(split: str, key: int, num_shards: dict[str, int]) -> tuple[str, int]:
+    """Where an instance waits to be numbered: its row key modulo the shard count."""
+    return split, key % num_shards[split]
+
+
+class DealToShards(beam.DoFn):
+    """One pre-shard's instances -> each with its shard. The rows of a split are numbered in (pre-shard, row
+    key) order and dealt round-robin, so every shard holds N/S rows +-1 (ranks of a data-parallel job get equal
+    work) and the layout depends only on the keys, never on bundles."""
+
+    def __init__(self, num_shards: dict[str, int]):
+        self.num_shards = num_shards
+
+    def process(self, item, sizes: dict) -> Iterator:
+        (split, pre), keyed = item
+        offset = sum(n for (s, p), n in sizes.items() if s == split and p < pre)
+        shards = self.num_shards[split]
+        for i, (key, inst) in enumerate(sorted(keyed, key=lambda kv: kv[0])):
+            yield split, (offset + i) % shards, key, inst
+
+
 class MaskInstance(beam.DoFn):
-    """(split, instance) -> ((split, shard), (sort key, row)) with K mask variants."""
+    """(split, shard, key, instance) -> ((split, shard), (sort key, row)) with K mask variants."""
 
     def __init__(self, cfg: PreprocessConfig, vocab_size: int, specials: dict[str, int],
                  continuation: frozenset[int] = frozenset()):
@@ -243,15 +186,13 @@ class MaskInstance(beam.DoFn):
     def setup(self) -> None:
         self.masker = Masker(self.cfg.masking, self.cfg.seed, self.vocab_size, self.specials["mask"],
                              frozenset(self.specials.values()), self.continuation)
-        self.num_shards = {"train": self.cfg.shards.train_shards, "heldout": self.cfg.shards.heldout_shards}
 
     def process(self, item) -> Iterator:
-        split, inst = item
+        split, shard, key, inst = item
         positions, tokens = self.masker.variants(inst.input_ids, inst.doc_id, inst.index)
-        key = hashing.row_key(inst.doc_id, inst.index)
         row = {"input_ids": inst.input_ids, "len_a": inst.len_a, "nsp_label": inst.nsp_label,
                "mask_positions": positions, "mask_tokens": tokens, "doc_id": inst.doc_id}
-        yield (split, key % self.num_shards[split]), ((key, inst.doc_id, inst.index), row)
+        yield (split, shard), ((key, inst.doc_id, inst.index), row)
 
 
 def shard_name(index: int) -> str:
@@ -278,19 +219,49 @@ class WriteShardFn(beam.DoFn):
         })
 
 
+def _sum_pairs(pairs) -> tuple[int, int]:
+    docs = copies = 0
+    for d, c in pairs:
+        docs += d
+        copies += c
+    return docs, copies
+
+
 def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokenizer_path: Path, shard_dir: Path,
-                             buckets: dict[str, int], vocab_size: int, specials: dict[str, int]) -> None:
+                             buckets: dict[str, int], vocab_size: int, specials: dict[str, int],
+                             copy_rates: dict[str, float] | None = None) -> None:
     tokenized = (
         pipeline
         | "ReadDocs" >> ReadFromText(str(work / "docs" / "part*.jsonl"))
-        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), buckets)).with_outputs("no_tokens", main="docs")
+        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), buckets, copy_rates, cfg.seed))
+        .with_outputs("no_tokens", "copies", main="docs")
     )
     tokenized.no_tokens | "WriteNoTokens" >> WriteToText(str(work / "no_tokens" / "part"), file_name_suffix=".jsonl")
     (
+        tokenized.copies
+        | "ParseCopies" >> beam.Map(lambda line: (json.loads(line)[0], (1, json.loads(line)[1])))
+        | "SumCopies" >> beam.CombinePerKey(_sum_pairs)
+        | "CopiesJson" >> beam.MapTuple(lambda lang, dc: json.dumps([lang, dc[0], dc[1]]))
+        | "WriteCopies" >> WriteToText(str(work / "copies" / "part"), file_name_suffix=".jsonl")
+    )
+    num_shards = {"train": cfg.shards.train_shards, "heldout": cfg.shards.heldout_shards}
+    instances = (
         tokenized.docs
         | "ByBucket" >> beam.GroupByKey()
         | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"]))
-        | "SpreadInstances" >> beam.Reshuffle()
+        | "KeyRows" >> beam.Map(lambda item: (
+            preshard(item[0], hashing.row_key(item[1].doc_id, item[1].index), num_shards),
+            (hashing.row_key(item[1].doc_id, item[1].index), item[1])))
+    )
+    sizes = (
+        instances
+        | "PreshardOnes" >> beam.Map(lambda item: (item[0], 1))
+        | "PreshardSizes" >> beam.CombinePerKey(sum)
+    )
+    (
+        instances
+        | "ByPreshard" >> beam.GroupByKey()
+        | "DealToShards" >> beam.ParDo(DealToShards(num_shards), sizes=beam.pvalue.AsDict(sizes))
         | "Mask" >> beam.ParDo(MaskInstance(cfg, vocab_size, specials,
                                             continuation_ids(Tokenizer.from_file(str(tokenizer_path)).get_vocab())))
         | "ByShard" >> beam.GroupByKey()
@@ -347,48 +318,150 @@ def _empty_corpus_error(files: list[str], corpus: CorpusConfig, counts: dict) ->
         "empty": "no text left after removing markup",
         "too_short": f"shorter than min_doc_chars={corpus.min_doc_chars} or min_doc_sentences={corpus.min_doc_sentences}",
     }
-    lines = [f"no training documents left after filtering {', '.join(files)}: {counts['docs_read']} pages read, "
+    lines = [f"no training documents left after filtering {', '.join(files)}: {counts['docs_read']} records read, "
              f"{counts['docs_kept']} kept ({counts['docs'].get('heldout', 0)} of them held out)"]
     lines += [f"  dropped {reason} ({why.get(reason, reason)}): {n}" for reason, n in counts["docs_dropped"].items()]
     lines += [f"  quarantined {reason}: {n}" for reason, n in counts["quarantined"].items()]
+    lines += [f"  duplicates removed ({kind}): {n}" for kind, n in counts["duplicates_removed"].items() if n]
     return InputError("\n".join(lines))
 
 
-def _documents_stage(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: _Staging) -> dict:
-    """Run the documents pipeline; write quarantine.jsonl; return the document counts."""
-    run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg, files, staging.work), cfg.runner, "documents")
-    raw = dict(json.loads(line) for line in _read_lines(str(staging.work / "outcomes" / "part*.jsonl")))
+def _outcome_counts(outcomes: Counter) -> dict:
+    """{"read": n, "kept": n, "docs_dropped": {reason: n}, "quarantined": {reason: n}, "duplicates": {kind: n}}"""
+    def by(prefix: str) -> dict:
+        return {k.split(":", 1)[1]: v for k, v in sorted(outcomes.items()) if k.startswith(prefix + ":")}
+
+    return {"docs_read": outcomes.get("read", 0), "docs_dropped": by("dropped"), "quarantined": by("quarantined"),
+            "duplicates_removed": by("duplicate")}
+
+
+def _documents_stage(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: _Staging,
+                     prior_index: str | None = None) -> dict:
+    """Run the documents pipeline; write quarantine.jsonl and duplicates.jsonl; return the document counts."""
+    run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index),
+                 cfg.runner, "documents")
+    total: Counter = Counter()
+    per_source: dict[int, Counter] = {}
+    for line in _read_lines(str(staging.work / "outcomes" / "part*.jsonl")):
+        (source, what), n = json.loads(line)
+        total[what] += n
+        per_source.setdefault(source, Counter())[what] += n
     split_docs: Counter = Counter()
-    sentences = 0
+    lang_docs: dict[str, Counter] = {}
+    lang_chars: Counter = Counter()
+    kept_by_source: Counter = Counter()
+    sentences = pairs = 0
     for doc in _docs(staging.work):
         split_docs[doc["split"]] += 1
-        sentences += sum(len(p) for p in doc["paragraphs"])
+        kept_by_source[doc["source"]] += 1
+        if doc.get("kind") == "pair":
+            pairs += 1
+            lang = f"{doc['src_lang']}-{doc['tgt_lang']}"
+        else:
+            sentences += sum(len(p) for p in doc["paragraphs"])
+            lang = doc.get("lang") or "und"
+            if doc["split"] == "train":
+                lang_chars[lang] += sum(len(s) for p in doc["paragraphs"] for s in p)
+        lang_docs.setdefault(lang, Counter())[doc["split"]] += 1
     quarantine = sorted(_read_lines(str(staging.work / "quarantine" / "part*.jsonl")))
     atomic_write_text(staging.shards / QUARANTINE_FILE, "".join(quarantine))
-    return {
-        "docs_read": raw.get("read", 0),
-        "docs_kept": raw.get("kept", 0),
-        "docs_dropped": {k.split(":", 1)[1]: v for k, v in sorted(raw.items()) if k.startswith("dropped:")},
-        "quarantined": {k.split(":", 1)[1]: v for k, v in sorted(raw.items()) if k.startswith("quarantined:")},
+    duplicates = sorted(_read_lines(str(staging.work / "duplicates" / "part*.jsonl")))
+    atomic_write_text(staging.shards / DUPLICATES_FILE, "".join(duplicates))
+    counts = _outcome_counts(total)
+    kept = sum(split_docs.values())
+    removed = sum(counts["duplicates_removed"].values())
+    counts.update({
+        "docs_kept": kept,
         "docs": {s: split_docs[s] for s in SPLITS},
         "sentences": sentences,
-    }
+        "dedup_rate": round(removed / max(1, kept + removed), 6),
+        "languages": {lang: {"docs": sum(c.values()), "train_docs": c["train"],
+                             **({"train_chars": lang_chars[lang]} if lang in lang_chars else {})}
+                      for lang, c in sorted(lang_docs.items())},
+        "sources": [{"file": Path(f).name, **_outcome_counts(per_source.get(i, Counter())),
+                     "docs_kept": kept_by_source[i]} for i, f in enumerate(files)],
+    })
+    if pairs:
+        counts["pairs"] = pairs
+    return counts
 
 
-def _train_texts(work: Path, total: int, desc: str) -> Iterator[str]:
-    """Every paragraph of every training document (file order: the trained vocabulary does not depend on it)."""
+DEDUP_INDEX_FILE = "dedup_index.arrow"
+
+
+def _dedup_index(staging: "_Staging", parent_index: Path | None, cfg) -> ShardInfo:
+    """Merge the kept documents' dedup entries (and the parent version's) into RUN/shards/dedup_index.arrow: the
+    index the next corpus version deduplicates against."""
+    from .dedup import merge_dedup_index
+
+    parts = sorted(Path(p) for p in glob.glob(str(staging.work / "dedup_index" / "part-*.arrow")))
+    info = merge_dedup_index(parts, parent_index, staging.shards / DEDUP_INDEX_FILE, cfg)
+    return ShardInfo(path=DEDUP_INDEX_FILE, rows=info["rows"], sha256=info["sha256"])
+
+
+def _doc_texts(doc: dict) -> list[str]:
+    """The text of a document record as paragraphs (a sentence pair: its two sides)."""
+    if doc.get("kind") == "pair":
+        return [doc["src"], doc["tgt"]]
+    return [" ".join(paragraph) for paragraph in doc["paragraphs"]]
+
+
+def _doc_lang(doc: dict) -> str:
+    return (f"{doc['src_lang']}-{doc['tgt_lang']}" if doc.get("kind") == "pair" else doc.get("lang")) or "und"
+
+
+def _tokenizer_sample(cfg: PreprocessConfig, work: Path):
+    """The language-balanced, deterministic sample of training documents the tokenizer learns from
+    (preprocessing.tokenizer_sample: q_i ~ p_i^alpha of sample_max_chars, documents chosen by a stable hash)."""
+    from .tokenizer_sample import plan_sample
+
+    t = cfg.tokenizer
+    return plan_sample(((_doc_lang(d), str(d["doc_id"]), sum(map(len, _doc_texts(d))))
+                        for d in _docs(work) if d["split"] == "train"), t.sample_max_chars, t.sample_alpha, cfg.seed)
+
+
+def _train_texts(work: Path, plan, total: int, desc: str) -> Iterator[str]:
+    """The paragraphs of the sampled training documents (file order: the trained vocabulary does not depend on
+    it)."""
     for doc in tqdm(_docs(work), total=total, desc=desc, unit="doc", disable=None, leave=False):
-        if doc["split"] == "train":
-            for paragraph in doc["paragraphs"]:
-                yield " ".join(paragraph)
+        if doc["split"] == "train" and plan.copies(_doc_lang(doc), str(doc["doc_id"])):
+            yield from _doc_texts(doc)
 
 
-def _tokenizer_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging) -> Tokenizer:
+# held-out documents per language the manifest's fertility table is measured on
+FERTILITY_DOCS = 200
+
+
+def _fertility(tokenizer: Tokenizer, work: Path, seed: int) -> dict:
+    """Tokens per character / word and unknown rate per language, on up to FERTILITY_DOCS documents of each
+    (held-out first, then training; chosen by a stable hash), with the tokenizer just made."""
+    from .fertility import fertility
+
+    import heapq
+
+    kept: dict[str, list] = {}  # per language a heap of the FERTILITY_DOCS smallest ranks (negated: a max-heap)
+    for doc in _docs(work):
+        rank = (int(doc["split"] != "heldout"), hashing.hash64("fertility", seed, doc["doc_id"]))
+        heap = kept.setdefault(_doc_lang(doc), [])
+        item = (-rank[0], -rank[1], _doc_texts(doc))
+        if len(heap) < FERTILITY_DOCS:
+            heapq.heappush(heap, item)
+        elif item[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, item)
+    texts = {lang: [t for *_r, ts in sorted(heap, key=lambda d: (-d[0], -d[1])) for t in ts] for lang, heap in kept.items()}
+    return fertility(tokenizer, texts)
+
+
+def _tokenizer_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, adopt: Path | None = None) -> Tokenizer:
+    if adopt is not None:  # an incremental version keeps its parent's token ids
+        return adopt_tokenizer(adopt, staging.tokenizer)
     if cfg.tokenizer.path:
         return adopt_tokenizer(Path(cfg.tokenizer.path).expanduser(), staging.tokenizer)
     total = sum(counts["docs"].values())
-    passes = iter(["tokenizer: counting words", "tokenizer: training"])
-    tokenizer = train_tokenizer(lambda: _train_texts(staging.work, total, next(passes)), cfg.tokenizer)
+    plan = _tokenizer_sample(cfg, staging.work)
+    counts["tokenizer_sample_chars"] = dict(sorted(plan.chars.items()))
+    passes = iter(["tokenizer: counting words", "tokenizer: training", "tokenizer: training"])
+    tokenizer = train_tokenizer(lambda: _train_texts(staging.work, plan, total, next(passes)), cfg.tokenizer)
     save_tokenizer(tokenizer, staging.tokenizer)
     return tokenizer
 
@@ -398,11 +471,16 @@ def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, voc
     """Run the instances pipeline; fill in empty shards; return the splits and the instance counts (and move
     documents without tokens from kept to dropped in `counts`)."""
     buckets = {s: max(1, math.ceil(counts["docs"][s] / cfg.instances.docs_per_bucket)) for s in SPLITS}
+    rates = language_copy_rates(cfg, counts)
     run_pipeline(
         lambda p: build_instances_pipeline(p, cfg, staging.work, staging.tokenizer, staging.shards, buckets,
-                                           vocab_size, specials),
+                                           vocab_size, specials, rates),
         cfg.runner, "instances",
     )
+    if rates:
+        copies = {lang: {"docs": d, "copies": c, "rate": round(rates.get(lang, 1.0), 6)}
+                  for lang, d, c in sorted(map(json.loads, _read_lines(str(staging.work / "copies" / "part*.jsonl"))))}
+        counts["language_sampling"] = {"alpha": cfg.language_sampling.alpha, "languages": copies}
     for doc in map(json.loads, _read_lines(str(staging.work / "no_tokens" / "part*.jsonl"))):
         counts["docs_kept"] -= 1
         counts["docs"][doc["split"]] -= 1
@@ -478,17 +556,22 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
     """Run the whole stage into RUN/tokenizer and RUN/shards; return the manifest as a dict."""
     t_start = time.perf_counter()
     run_dir = Path(run_dir)
-    paths = input_files(corpus)
-    files = [str(p) for p in paths]
-    for path in paths:
-        validate_dump(path)
-    sources = [SourceInfo(path=spec, sha256=sha256_file(p), bytes=p.stat().st_size) for spec, p in zip(corpus.inputs, paths)]
+    inputs = expand_inputs(corpus)
+    increment = plan_increment(corpus.parent, inputs) if corpus.parent else None
+    if increment is not None:
+        inputs = increment.new_files
+    files = [f.location for f in inputs]
+    for f in inputs:
+        validate_file(corpus, f.location)
+    shas = increment.input_sha256 if increment is not None else {f: f.sha256() for f in inputs}
+    sources = [SourceInfo(path=f.name, sha256=shas[f], bytes=f.size()) for f in inputs]
     staging = _Staging(run_dir / STAGING)
     staging.create()
     timings = {"validate": time.perf_counter() - t_start}
     try:
         t0 = time.perf_counter()
-        counts = _documents_stage(corpus, cfg, files, staging)
+        prior = increment.dedup_index_path if increment is not None else None
+        counts = _documents_stage(corpus, cfg, files, staging, str(prior) if prior else None)
         timings["documents"] = time.perf_counter() - t0
         logger.info("documents: %d pages read, %d kept %s, %d sentences; dropped %s; quarantined %s (%.1f s)",
                     counts["docs_read"], counts["docs_kept"], counts["docs"], counts["sentences"],
@@ -497,8 +580,9 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             raise _empty_corpus_error(files, corpus, counts)
 
         t0 = time.perf_counter()
-        tokenizer = _tokenizer_stage(cfg, counts, staging)
+        tokenizer = _tokenizer_stage(cfg, counts, staging, increment.tokenizer_path if increment else None)
         specials = special_ids(tokenizer, str(cfg.tokenizer.path or staging.tokenizer))
+        counts["fertility"] = _fertility(tokenizer, staging.work, cfg.seed)
         timings["tokenizer"] = time.perf_counter() - t0
         logger.info("tokenizer: %d tokens (%.1f s)", tokenizer.get_vocab_size(), timings["tokenizer"])
 
@@ -513,6 +597,14 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
 
         manifest = _manifest(corpus, cfg, tokenizer, sha256_file(staging.tokenizer), specials, counts, buckets,
                              splits, sources)
+        manifest.dedup_index = _dedup_index(staging, increment.dedup_index_path if increment is not None else None,
+                                            corpus.dedup)
+        if increment is not None:
+            manifest.corpus_version = increment.version
+            manifest.parent = increment.parent_info(corpus.parent)
+            manifest.inputs_seen = increment.inputs_seen()
+        else:
+            manifest.inputs_seen = sorted({s.sha256 for s in sources})
         write_manifest(staging.shards, manifest)
         timings["total"] = time.perf_counter() - t_start
         atomic_write_json(staging.shards / STATS_FILE, {

@@ -83,4 +83,4 @@ def validate_file(corpus, path: str) -> None:
     elif fmt == "parallel":
         from .parallel import validate_file as validate_parallel
 
-        validate_parallel(path)
+        validate_parallel(path, corpus.parallel)

@@ -1,0 +1,60 @@
+"""`bertfactory preprocess` without writing a recipe: flags that override the recipe's corpus/preprocess values.
+
+    bertfactory preprocess --input news/*.warc.gz --format warc --instances full-sentences --masking whole-word \
+        --vocab-size 30522 --tokenizer-kind bpe --lang auto --out runs/news
+    bertfactory preprocess --input old.jsonl new.jsonl --format jsonl --out runs/v1
+    bertfactory preprocess configs/local.yaml --set preprocess.masking.variants=8      # a recipe, as before
+
+The recipe defaults to configs/local.yaml; every flag given becomes a `--set` override of it (the flags are applied
+after `--set`, so a flag wins), and `--out DIR` is the run directory (DIR/shards, DIR/tokenizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+DEFAULT_RECIPE = "configs/local.yaml"
+FORMATS = ("wikipedia", "warc", "text", "jsonl", "parallel")
+INSTANCES = ("nsp-pairs", "sop-pairs", "full-sentences", "doc-sentences", "single-segment", "tlm-pairs", "clm")
+MASKING = ("token", "whole-word", "ngram", "span", "entity", "dynamic")
+TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
+
+
+def add_adhoc_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("ad-hoc use (each flag overrides the recipe; the recipe defaults to configs/local.yaml)")
+    g.add_argument("--input", nargs="+", metavar="PATH",
+                   help="input files, directories, globs or fsspec URLs (gs://, s3://, https://) -> corpus.inputs")
+    g.add_argument("--format", choices=FORMATS, help="input format -> corpus.format")
+    g.add_argument("--instances", choices=INSTANCES, help="instance format -> preprocess.instances.format")
+    g.add_argument("--masking", choices=MASKING, help="masking scheme -> preprocess.masking.policy")
+    tok = g.add_mutually_exclusive_group()
+    tok.add_argument("--tokenizer", metavar="FILE", help="use this tokenizer.json -> preprocess.tokenizer.path")
+    tok.add_argument("--vocab-size", type=int, metavar="N", help="train a tokenizer of N tokens")
+    g.add_argument("--tokenizer-kind", choices=TOKENIZER_KINDS, help="tokenizer to train -> preprocess.tokenizer.kind")
+    g.add_argument("--lang", metavar="auto|CODE",
+                   help="language of documents whose source does not say: auto = detect, CODE = assume -> corpus.lang")
+    g.add_argument("--parent", metavar="SHARD_DIR",
+                   help="incremental mode: an existing corpus version (its shards dir); only inputs it has not "
+                   "read are processed, deduplicated against it, into version N+1 -> corpus.parent")
+    g.add_argument("--out", metavar="DIR", help="output (run) directory: DIR/shards and DIR/tokenizer")
+
+
+def adhoc_overrides(args: argparse.Namespace) -> list[str]:
+    """The `--set` overrides the ad-hoc flags stand for (values as JSON, which the override parser reads as YAML)."""
+    pairs = [
+        ("corpus.inputs", args.input), ("corpus.format", args.format), ("corpus.lang", args.lang),
+        ("corpus.parent", args.parent), ("preprocess.instances.format", args.instances),
+        ("preprocess.masking.policy", args.masking), ("preprocess.tokenizer.path", args.tokenizer),
+        ("preprocess.tokenizer.vocab_size", args.vocab_size), ("preprocess.tokenizer.kind", args.tokenizer_kind),
+    ]
+    return [f"{key}={json.dumps(value)}" for key, value in pairs if value is not None]
+
+
+def apply_adhoc(args: argparse.Namespace) -> None:
+    """Turn the ad-hoc flags into the recipe, run directory and overrides the stage runner reads."""
+    if args.config is None:
+        args.config = DEFAULT_RECIPE
+    args.overrides = list(args.overrides) + adhoc_overrides(args)
+    if args.out:
+        args.run_dir = args.out

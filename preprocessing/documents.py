@@ -1,0 +1,283 @@
+"""The documents pipeline (Beam): every input file of any format -> clean, filtered, deduplicated documents split
+into sentences (or clean sentence pairs, for parallel corpora), one JSON line each, plus outcome counts and the
+quarantine. The first of the stage's two pipelines (preprocessing.pipeline runs it, then trains the tokenizer).
+
+    files -> work items (a file, or a chunk of a multistream dump) -> Reshuffle
+          -> ReadRecords (one reader per format, preprocessing.sources; streamed per item)
+          -> Reshuffle (spread the expensive part over the workers)
+          -> ToDocument (format-specific: wikitext -> paragraphs for Wikipedia; nothing for the others)
+          -> CleanDocument (preprocessing.filters: normalise, boilerplate and quality rules; language from the
+             source, else detected (preprocessing.langid); sentence splitting per language; held-out split)
+          -> one record per doc_id (a second record of the same identity is quarantined: duplicate_key)
+          -> Deduplicate (preprocessing.dedup: exact + MinHash LSH near-duplicates, deterministic keeper)
+          -> docs JSONL
+
+Every record read is counted exactly once as kept, dropped (by reason) or quarantined (by reason), per source
+file; the counts land in the manifest. Nothing depends on bundle order or worker count: the kept document of a
+duplicate group is the one with the smallest (source, ordinal).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterator
+
+import apache_beam as beam
+from apache_beam.io import WriteToText
+from apache_beam.pvalue import TaggedOutput
+
+from . import hashing
+from .config import CorpusConfig
+from .records import Document, Dropped, Quarantined, SentencePair
+from .sentences import split_sentences
+from .worker_errors import worker_input_error
+
+# outcome strings: "read", "kept", "dropped:<reason>", "quarantined:<reason>", "duplicate:<kind>"
+READ, KEPT = "read", "kept"
+
+
+def _outcome(source: int, what: str) -> TaggedOutput:
+    return TaggedOutput("outcome", json.dumps([source, what]))
+
+
+def _quarantine(record: Quarantined) -> TaggedOutput:
+    return TaggedOutput("quarantine", json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False))
+
+
+class ReadRecords(beam.DoFn):
+    """(source index, path, chunk) -> every record of the file (or of that chunk of it). Documents and pairs go on; drops and quarantined records
+    are counted (and quarantined records written out) here."""
+
+    def __init__(self, corpus: CorpusConfig):
+        self.corpus = corpus
+
+    def process(self, item: tuple[int, str, list[int] | None]) -> Iterator:
+        from .sources import read_records
+        from bertfactory.errors import InputError
+
+        source, path, chunk = item
+        try:
+            for record in read_records(self.corpus, path, source, chunk):
+                yield _outcome(source, READ)
+                if isinstance(record, Quarantined):
+                    yield _outcome(source, f"quarantined:{record.reason}")
+                    yield _quarantine(record)
+                elif isinstance(record, Dropped):
+                    yield _outcome(source, f"dropped:{record.reason}")
+                else:
+                    yield record
+        except InputError as err:
+            raise worker_input_error(str(err)) from None
+
+
+class ToDocument(beam.DoFn):
+    """Format-specific conversion into a Document: MediaWiki pages become paragraphs of plain text here (the
+    expensive part of reading a dump, so it runs after the Reshuffle); other readers already yield Documents."""
+
+    def __init__(self, corpus: CorpusConfig, files: list[str]):
+        self.corpus = corpus
+        self.files = files
+
+    def process(self, record) -> Iterator:
+        from .sources.wikipedia import Page
+
+        if not isinstance(record, Page):
+            yield record
+            return
+        c = self.corpus
+        if record.namespace not in c.namespaces:
+            yield _outcome(record.source, "dropped:namespace")
+            return
+        if record.redirect:
+            yield _outcome(record.source, "dropped:redirect")
+            return
+        from .clean import wikitext_to_paragraphs
+
+        try:
+            paragraphs = wikitext_to_paragraphs(record.text, c.drop_sections, c.keep_lists, c.min_paragraph_chars)
+        except Exception as err:  # mwparserfromhell failing on one page must not stop the corpus
+            bad = Quarantined(record.source, self.files[record.source], record.ordinal, f"id={record.page_id}",
+                              "wikitext_error", f"{type(err).__name__}: {err}")
+            yield _outcome(record.source, "quarantined:wikitext_error")
+            yield _quarantine(bad)
+            return
+        yield Document(source=record.source, ordinal=record.ordinal, key=record.title, paragraphs=paragraphs,
+                       lang=c.lang if c.lang not in (None, "auto") else None,
+                       meta={"title": record.title, "page_id": record.page_id, "namespace": record.namespace})
+
+
+def document_id(corpus: CorpusConfig, doc: Document | SentencePair, files: list[str]) -> int:
+    """The stable identity of a document. Wikipedia: namespace + title (unique in a wiki, unchanged across
+    dumps); WARC: the URL; JSONL with an `id`: that id; anything else: the file's name + the record's key (a line
+    number means nothing across files)."""
+    if corpus.format == "wikipedia":
+        return hashing.doc_id(doc.meta.get("namespace", 0), doc.key)
+    if corpus.format == "warc" or doc.meta.get("id") is not None:
+        return hashing.hash64("doc", corpus.format, doc.key)
+    return hashing.hash64("doc", corpus.format, Path(files[doc.source]).name, doc.key)
+
+
+class CleanDocument(beam.DoFn):
+    """Document -> a clean document record (paragraphs of sentences, language, held-out split), or a counted
+    drop. SentencePair -> a clean pair record."""
+
+    def __init__(self, corpus: CorpusConfig, heldout_fraction: float, files: list[str]):
+        self.corpus = corpus
+        self.heldout_fraction = heldout_fraction
+        self.files = files
+
+    def setup(self) -> None:
+        from .filters import clean_document, normalize_text
+        from .langid import LanguageIdentifier
+
+        self.clean_document = clean_document
+        self.normalize_text = normalize_text
+        self.identifier = LanguageIdentifier(self.corpus.langid) if self.corpus.lang == "auto" else None
+
+    def _language(self, text: str, given: str | None) -> tuple[str | None, float | None]:
+        from .langcodes import normalise_lang_code
+
+        if given:  # one code per language whatever the source wrote (eng, en-US, cmn_hans ...), as detection gives
+            return normalise_lang_code(given) or given, None
+        if self.corpus.lang not in (None, "auto"):
+            return normalise_lang_code(self.corpus.lang) or self.corpus.lang, None
+        if self.identifier is None or not text.strip():
+            return None, None
+        return self.identifier.detect(text)
+
+    def process(self, record) -> Iterator:
+        if isinstance(record, SentencePair):
+            yield from self._pair(record)
+            return
+        doc: Document = record
+        c = self.corpus
+        if not any(p.strip() for p in doc.paragraphs):
+            yield _outcome(doc.source, "dropped:empty")
+            return
+        sample = "\n".join(doc.paragraphs)[: c.langid.max_chars]
+        lang, lang_prob = self._language(sample, doc.lang)
+        paragraphs, reason = self.clean_document(doc.paragraphs, lang, c.filters, lang_prob)
+        if reason is not None:
+            yield _outcome(doc.source, f"dropped:{reason}")
+            return
+        sentences = [s for s in (split_sentences(p, lang) for p in paragraphs) if s]
+        if not sentences:
+            yield _outcome(doc.source, "dropped:empty")
+            return
+        n_chars = sum(len(p) for p in paragraphs)
+        n_sentences = sum(len(p) for p in sentences)
+        if n_chars < c.min_doc_chars or n_sentences < c.min_doc_sentences:
+            yield _outcome(doc.source, "dropped:too_short")
+            return
+        doc_id = document_id(c, doc, self.files)
+        split = "heldout" if hashing.is_heldout(doc.key, self.heldout_fraction) else "train"
+        yield doc_id, {"doc_id": doc_id, "key": doc.key, "title": doc.meta.get("title") or doc.key,
+                       "source": doc.source, "ordinal": doc.ordinal, "split": split, "lang": lang,
+                       "meta": doc.meta, "paragraphs": sentences}
+
+    def _pair(self, pair: SentencePair) -> Iterator:
+        src = self.normalize_text(pair.src_text, self.corpus.filters)
+        tgt = self.normalize_text(pair.tgt_text, self.corpus.filters)
+        if not src.strip() or not tgt.strip():
+            yield _outcome(pair.source, "dropped:empty")
+            return
+        doc_id = hashing.hash64("pair", Path(self.files[pair.source]).name, pair.key, pair.src_lang, pair.tgt_lang)
+        split = "heldout" if hashing.is_heldout(f"{pair.src_lang}-{pair.tgt_lang}:{pair.key}", self.heldout_fraction) else "train"
+        yield doc_id, {"kind": "pair", "doc_id": doc_id, "key": pair.key, "title": pair.key, "source": pair.source,
+                       "ordinal": pair.ordinal, "split": split, "src": src, "tgt": tgt,
+                       "src_lang": pair.src_lang, "tgt_lang": pair.tgt_lang, "meta": pair.meta}
+
+
+class KeepFirstOfKey(beam.DoFn):
+    """One record per doc_id: the first in input order (source, ordinal); the others are quarantined."""
+
+    def __init__(self, files: list[str]):
+        self.files = files
+
+    def process(self, item: tuple[int, list[dict]]) -> Iterator:
+        doc_id, docs = item
+        docs = sorted(docs, key=lambda d: (d["source"], d["ordinal"]))
+        keep = docs[0]
+        for dup in docs[1:]:
+            what = f"id={dup['meta']['page_id']}" if "page_id" in dup["meta"] else dup["key"]
+            record = Quarantined(dup["source"], self.files[dup["source"]], dup["ordinal"], what, "duplicate_key",
+                                 f"{dup['key']!r} already read as record {keep['ordinal']} of {self.files[keep['source']]}")
+            yield _outcome(dup["source"], "quarantined:duplicate_key")
+            yield _quarantine(record)
+        yield doc_id, keep
+
+
+# Parts the kept documents' dedup entries are written in (merged and sorted by the driver afterwards).
+INDEX_PARTS = 16
+
+
+def _write_index_part(part: int, entries, directory: str, cfg) -> str:
+    from .dedup import write_dedup_index
+
+    path = Path(directory) / f"part-{part:05d}.arrow"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_dedup_index(sorted(entries, key=lambda e: int(e[0])), path, cfg)
+    return str(path)
+
+
+def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: float, files: list[str], work: Path,
+                             prior_index: str | None = None) -> None:
+    """Documents -> work/docs/part*.jsonl, work/outcomes (per-source counts), work/quarantine, and
+    work/duplicates (which document each removed duplicate duplicated)."""
+    from .dedup import Deduplicate, read_prior_index
+
+    from .sources import work_items
+
+    items = [item for source, path in enumerate(files) for item in work_items(corpus, path, source)]
+    records = (
+        pipeline
+        | "WorkItems" >> beam.Create(items)
+        | "SpreadWork" >> beam.Reshuffle()
+        | "ReadRecords" >> beam.ParDo(ReadRecords(corpus)).with_outputs("outcome", "quarantine", main="records")
+    )
+    documents = (
+        records.records
+        | "SpreadRecords" >> beam.Reshuffle()
+        | "ToDocument" >> beam.ParDo(ToDocument(corpus, files)).with_outputs("outcome", "quarantine", main="docs")
+    )
+    cleaned = (
+        documents.docs
+        | "Clean" >> beam.ParDo(CleanDocument(corpus, heldout_fraction, files)).with_outputs("outcome", main="docs")
+    )
+    unique = (
+        cleaned.docs
+        | "ByDocId" >> beam.GroupByKey()
+        | "OnePerKey" >> beam.ParDo(KeepFirstOfKey(files)).with_outputs("outcome", "quarantine", main="docs")
+    )
+    prior = read_prior_index(pipeline, prior_index) if prior_index else None
+    deduped = unique.docs | "Deduplicate" >> Deduplicate(corpus.dedup, prior=prior)
+    (
+        deduped.kept
+        | "ToJson" >> beam.Map(lambda kv: json.dumps(kv[1], sort_keys=True, ensure_ascii=False))
+        | "WriteDocs" >> WriteToText(str(work / "docs" / "part"), file_name_suffix=".jsonl")
+    )
+    (
+        deduped.index
+        | "IndexByPart" >> beam.Map(lambda entry: (int(entry[0]) % INDEX_PARTS, entry))
+        | "GroupIndexParts" >> beam.GroupByKey()
+        | "WriteIndexParts" >> beam.Map(lambda kv: _write_index_part(kv[0], kv[1], str(work / "dedup_index"), corpus.dedup))
+    )
+    (
+        deduped.duplicates
+        | "DuplicatesJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
+        | "WriteDuplicates" >> WriteToText(str(work / "duplicates" / "part"), file_name_suffix=".jsonl")
+    )
+    (
+        (records.outcome, documents.outcome, cleaned.outcome, unique.outcome, deduped.outcome)
+        | "Outcomes" >> beam.Flatten()
+        | "CountOutcomes" >> beam.combiners.Count.PerElement()
+        | "FormatCounts" >> beam.MapTuple(lambda what, n: json.dumps([json.loads(what), n]))
+        | "WriteCounts" >> WriteToText(str(work / "outcomes" / "part"), file_name_suffix=".jsonl")
+    )
+    (
+        (records.quarantine, documents.quarantine, unique.quarantine)
+        | "Quarantine" >> beam.Flatten()
+        | "WriteQuarantine" >> WriteToText(str(work / "quarantine" / "part"), file_name_suffix=".jsonl")
+    )
