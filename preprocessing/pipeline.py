@@ -40,7 +40,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from bertfactory import __version__
-from bertfactory.errors import InputError
+from bertfactory.errors import ConfigError, InputError
 from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, publish_dir, sha256_file
 
 from . import hashing
@@ -552,10 +552,20 @@ def _manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Tokenizer,
     )
 
 
+def check_recipe(corpus: CorpusConfig, cfg: PreprocessConfig) -> None:
+    """Settings of the two sections that only make sense together (ConfigError naming both)."""
+    pairs = corpus.format == "parallel"
+    if pairs != (cfg.instances.format == "tlm-pairs"):
+        raise ConfigError(f"corpus.format {corpus.format!r} with preprocess.instances.format "
+                          f"{cfg.instances.format!r}: sentence pairs (format parallel) make tlm-pairs instances and "
+                          "tlm-pairs need sentence pairs; set both or neither")
+
+
 def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -> dict:
     """Run the whole stage into RUN/tokenizer and RUN/shards; return the manifest as a dict."""
     t_start = time.perf_counter()
     run_dir = Path(run_dir)
+    check_recipe(corpus, cfg)
     inputs = expand_inputs(corpus)
     increment = plan_increment(corpus.parent, inputs) if corpus.parent else None
     if increment is not None:
