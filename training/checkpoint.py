@@ -33,6 +33,7 @@ from safetensors.torch import load_file, save_file
 from bertfactory.errors import ContractError
 from bertfactory.io import publish_dir, read_json_file, sha256_file
 
+from .fsdp import is_sharded, load_full_model_state
 from .models.registry import architecture_of, get_architecture
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def _staging_dir(final: Path) -> Path:
 
 
 def _write_model_files(staging: Path, model: torch.nn.Module, config: Any, tokenizer_path: Path,
-                       training: Mapping[str, Any] | None) -> None:
+                       training: Mapping[str, Any] | None, weights: Mapping[str, torch.Tensor] | None = None) -> None:
     tokenizer_path = Path(tokenizer_path)
     if not tokenizer_path.is_file():
         raise ContractError(f"tokenizer {tokenizer_path} does not exist")
@@ -92,7 +93,11 @@ def _write_model_files(staging: Path, model: torch.nn.Module, config: Any, token
         raise ContractError(
             f"tokenizer {tokenizer_path} has {info['vocab_size']} tokens but the model's vocab_size is {config.vocab_size}"
         )
-    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    if weights is None and is_sharded(model):
+        raise ContractError("an FSDP-sharded model's weights are gathered by every rank first "
+                            "(training.fsdp.full_model_state); pass them as `weights`")
+    source = model.state_dict() if weights is None else weights
+    state = {k: v.detach().to("cpu").contiguous() for k, v in source.items()}
     save_file(state, str(staging / MODEL_FILE), metadata={"format": "pt"})  # one key: safetensors orders metadata keys randomly
     shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
     doc = {
@@ -110,13 +115,15 @@ def _write_model_files(staging: Path, model: torch.nn.Module, config: Any, token
 
 
 def save_pretrained(model: torch.nn.Module, config: Any, tokenizer_path: str | Path, directory: str | Path,
-                    training: Mapping[str, Any] | None = None) -> Path:
+                    training: Mapping[str, Any] | None = None,
+                    weights: Mapping[str, torch.Tensor] | None = None) -> Path:
     """Write model.safetensors + config.json + tokenizer.json (copied) to `directory`, atomically (replacing any
-    previous content). `training`: optional JSON-able provenance stored under config.json's `training`."""
+    previous content). `training`: optional JSON-able provenance stored under config.json's `training`.
+    `weights`: the full state dict to write instead of `model.state_dict()` (an FSDP model's, gathered)."""
     directory = Path(directory)
     staging = _staging_dir(directory)
     try:
-        _write_model_files(staging, model, config, Path(tokenizer_path), training)
+        _write_model_files(staging, model, config, Path(tokenizer_path), training, weights)
         publish_dir(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -197,7 +204,10 @@ def load_weights(model: torch.nn.Module, path: Path, rename: Callable[[str], str
     wrong = [f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items() if state[k].shape != v.shape]
     if wrong:
         raise ContractError(f"{path}: tensor shapes do not match config.json: {'; '.join(wrong[:5])}")
-    model.load_state_dict(state, strict=True)
+    if is_sharded(model):  # every rank read the full tensors; each keeps its shards
+        load_full_model_state(model, state)
+    else:
+        model.load_state_dict(state, strict=True)
 
 
 # --------------------------------------------------------------------------------------- training checkpoints
@@ -253,14 +263,15 @@ CHECKSUMMED = (MODEL_FILE, STATE_FILE)
 
 def save_checkpoint(checkpoints_dir: Path, step: int, model: torch.nn.Module, config: Any,
                     tokenizer_path: Path, training: Mapping[str, Any], state: Mapping[str, Any],
-                    keep_last: int, keep_best_by: str | None = None) -> Path:
+                    keep_last: int, keep_best_by: str | None = None,
+                    weights: Mapping[str, torch.Tensor] | None = None) -> Path:
     """Write checkpoints_dir/step-N atomically (model files + training_state.pt, their sha256 in config.json's
     `checksums`), then delete all but the newest `keep_last` checkpoints and, with `keep_best_by`, the best one
-    by that metric of `training["metrics"]` (see best_checkpoint)."""
+    by that metric of `training["metrics"]` (see best_checkpoint). `weights`: as in save_pretrained."""
     final = step_dir(checkpoints_dir, step)
     staging = _staging_dir(final)
     try:
-        _write_model_files(staging, model, config, tokenizer_path, training)
+        _write_model_files(staging, model, config, tokenizer_path, training, weights)
         torch.save(dict(state), staging / STATE_FILE)
         _fsync_file(staging / STATE_FILE)
         doc = json.loads((staging / CONFIG_FILE).read_text(encoding="utf-8"))

@@ -17,6 +17,7 @@ from bertfactory.errors import ConfigError
 
 from .batch_ramp import BatchRampConfig
 from .electra_config import ElectraSettings
+from .fsdp_config import FsdpConfig
 from .spanbert_config import SpanBertSettings
 from .xlm_config import XlmSettings
 from .xlnet_config import TransformerXLSettings, XLNetSettings
@@ -89,6 +90,13 @@ class PretrainConfig(StrictModel):
         "auto", description="the backend: auto = cuda when available, else cpu; xla = TPU (or XLA on the CPU with "
                             "PJRT_DEVICE=CPU) through torch-xla, in the .venv-xla environment of scripts/xla_env.sh; "
                             "needs static_shapes (training/xla.py)")
+    parallelism: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="how several processes (torchrun) share the model: ddp = a full replica per process, "
+                           "gradients all-reduced; fsdp = parameters, gradients and optimiser state sharded over the "
+                           "processes (FSDP2, training/fsdp.py: for members too large to replicate). Same trajectory "
+                           "and checkpoints either way (a run may resume under the other); docs/parallelism.md")
+    fsdp: FsdpConfig = Field(default_factory=FsdpConfig, description="parallelism fsdp: mixed precision on CUDA "
+                             "and resharding (training/fsdp_config.py)")
     xla_cache_dir: str | None = Field(None, description="xla: torch-xla's persistent compilation cache directory "
                                       "(compiled graphs reused by later runs); null = no cache")
     loader_workers: int = Field(0, ge=0, description="threads building the batches of the next steps while the "
@@ -197,6 +205,17 @@ class PretrainConfig(StrictModel):
         if self.device == "xla" and (self.unpad or self.compile):
             raise ValueError("pretrain.device xla runs without pretrain.unpad and pretrain.compile (both produce "
                              "data-dependent shapes or a second compiler); set them to false")
+        if self.parallelism == "fsdp":
+            if self.device == "xla":
+                raise ValueError("pretrain.parallelism fsdp runs on cpu or cuda (torch.distributed); on XLA use one "
+                                 "process (pretrain.xla_spmd for several devices)")
+            if self.optimizer == "adafactor":
+                raise ValueError("pretrain.optimizer adafactor is not supported with parallelism fsdp: "
+                                 "torch.optim.Adafactor fails on FSDP's sharded (DTensor) parameters (an in-place "
+                                 "pow_ on a partial norm); use adamw or lamb, or parallelism ddp")
+            if self.compile or self.stacking is not None:
+                raise ValueError("pretrain.parallelism fsdp is not implemented with pretrain.compile or "
+                                 "pretrain.stacking; turn them off or use parallelism ddp")
         if self.stacking is not None and self.stacking.stages[-1] >= self.max_steps:
             raise ValueError(f"stacking.stages must lie before max_steps ({self.max_steps}), got {self.stacking.stages}")
         return self
@@ -205,7 +224,8 @@ class PretrainConfig(StrictModel):
     # other values of these may still be resumed.
     RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"log_every", "save_every", "keep_last", "num_threads", "verify_shards",
                                                           "keep_best_by", "allow_shard_change", "peak_flops",
-                                                          "loader_workers", "xla_cache_dir"})
+                                                          "loader_workers", "xla_cache_dir", "parallelism",
+                                                          "fsdp"})
 
     def trajectory_fields(self) -> dict:
         return self.model_dump(mode="json", exclude=set(PretrainConfig.RESUME_NEUTRAL))

@@ -11,10 +11,15 @@ Optimisers (biases and LayerNorm parameters never decay; `parameter_groups`):
   LayerNorm). Google's lamb_optimizer.py (google-research/albert) excludes the same parameters from layer
   adaptation (exclude_from_layer_adaptation defaults to exclude_from_weight_decay) but has no bias correction.
   Global gradient clipping is the trainer's (`clip_gradients`), as FusedLAMB's max_grad_norm would do.
+  Under FSDP (training/fsdp.py) the parameters are DTensor shards: torch.linalg.vector_norm of a shard is a
+  partial norm that DTensor all-reduces (sum of the squared shard norms, then the root) before the division, so
+  the trust ratio is the full parameter's (tested against one process in tests/training/test_fsdp.py); it costs
+  two scalar all-reduces per parameter and step.
 - adafactor: torch.optim.Adafactor (Shazeer & Stern 2018: factored second moments of matrices, relative step
   size scaled by max(eps2, RMS(param)), update clipping d=1, beta2_t = 1 - t^-0.8, no first moment). Its lr is
   the paper's relative step cap: step size = max(1e-3, RMS(param)) * min(lr_t, 1/sqrt(t)), with lr_t the
-  scheduled learning_rate; pretrain.betas / eps (Adam's) are not used.
+  scheduled learning_rate; pretrain.betas / eps (Adam's) are not used. Not with FSDP: torch's Adafactor fails on
+  DTensor shards (pretrain.parallelism fsdp refuses it).
 
 Schedules (multipliers of the peak learning rate at optimiser step s; warmup W, budget T = max_steps):
 - linear: s/W during warmup, then (T - s)/(T - W), floored at 0 (BERT).
@@ -202,8 +207,12 @@ def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_ste
 
 def clip_gradients(model: nn.Module, max_norm: float) -> torch.Tensor:
     """Clip the global L2 norm of all gradients; returns the norm before clipping as a 0-dim tensor on the
-    gradients' device (not a float: that would wait for the GPU every step)."""
-    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    gradients' device (not a float: that would wait for the GPU every step). Under FSDP the gradients are
+    DTensor shards: torch reduces their norms over the ranks, and the norm comes back as a plain tensor."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    from torch.distributed.tensor import DTensor
+
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
 
 def optimizer_from_config(model: nn.Module, cfg) -> torch.optim.Optimizer:

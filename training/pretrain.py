@@ -10,7 +10,7 @@ returns the recorded summary without training. On CPU a resumed run reproduces t
 exactly. A checkpoint whose files fail their recorded sha256 is skipped for the previous intact one (with a
 warning); none intact -> refused. Shards changed since the checkpoint are refused unless
 pretrain.allow_shard_change. Under torchrun every process trains its slice of each global batch
-(training/distributed.py) and rank 0 writes. The end writes RUN/pretrain/loss_curve.png.
+(training/distributed.py; with pretrain.parallelism fsdp on a sharded model, training/fsdp.py) and rank 0 writes. The end writes RUN/pretrain/loss_curve.png.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from .config import ModelConfig, PretrainConfig
 from .data import PretrainBatches
 from .describe import flops_per_token
 from .distributed import from_environment
+from .fsdp import full_model_state, is_sharded, local_parameter_count, shard_model
 from .models.registry import get_architecture
 from .objectives import get_objective_spec
 from .optim import optimizer_from_config, scheduler_from_config
@@ -235,6 +236,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         # ElectraForPreTraining counts its generator-alone stage in forward passes, i.e. micro-batches
         raise ConfigError("pretrain.grad_accumulation > 1 is not supported with model.electra.two_stage (its "
                           "generator_steps count forward passes, not optimiser steps); use grad_accumulation 1")
+    if cfg.parallelism == "fsdp":  # before the optimiser: it must hold the shards (training/fsdp.py)
+        model = shard_model(model, dist, device, cfg.fsdp, cfg.bf16)
     optimizer = optimizer_from_config(model, cfg)
     scheduler = scheduler_from_config(optimizer, cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -244,7 +247,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         masked = manifest.masking.get("masked_lm_prob", manifest.masking.get("mask_prob", 0.15))
         train_flops = 3 * flops_per_token(model_cfg, manifest.tokenizer.vocab_size, round(split.tokens / split.rows),
                                           float(masked))
-    trainer = Trainer(dist.wrap(model, device), optimizer, scheduler, batches, objective.loss, device, cfg.max_steps,
+    trainer = Trainer(model if is_sharded(model) else dist.wrap(model, device), optimizer, scheduler, batches, objective.loss, device, cfg.max_steps,
                       cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16, dist=dist,
                       train_flops_per_token=train_flops, peak_flops=cfg.peak_flops,
                       grad_accumulation=cfg.grad_accumulation,
@@ -286,9 +289,12 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
             model, arch_config = t.model, t.model.config
         if t.step % cfg.save_every == 0 and t.step < cfg.max_steps:
             dist.barrier()  # every rank has finished the step before rank 0 snapshots it
+            sharded = is_sharded(model)  # FSDP: every rank takes part in gathering the full state
+            weights = full_model_state(model) if sharded else None
+            state = t.state_dict() if sharded or dist.is_main else None
             if dist.is_main:
                 path = save_checkpoint(checkpoints_dir, t.step, model, arch_config, tokenizer_path, provenance(t),
-                                       t.state_dict(), cfg.keep_last, cfg.keep_best_by)
+                                       state, cfg.keep_last, cfg.keep_best_by, weights=weights)
                 logger.info("pretrain: checkpoint %s", path)
             dist.barrier()  # nobody runs ahead (or resumes) while the checkpoint is being written
 
@@ -304,6 +310,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         "seconds": round(trainer.train_seconds, 2),
         "tokens_per_s": round(trainer.tokens_seen / trainer.train_seconds, 1) if trainer.train_seconds else None,
         "parameters": model.num_parameters(),
+        "parameters_on_this_rank": local_parameter_count(model),  # its shards under FSDP
         "vocab_size": arch_config.vocab_size,
         "train_instances": batches.rows,
         "epochs": round(trainer.step / batches.steps_per_epoch, 4),
@@ -316,8 +323,9 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     if trainer.step < cfg.max_steps:
         dist.shutdown()
         return summary
+    weights = full_model_state(model) if is_sharded(model) else None  # a collective under FSDP
     if dist.is_main:
-        save_pretrained(model, arch_config, tokenizer_path, final_dir, training=provenance(trainer))
+        save_pretrained(model, arch_config, tokenizer_path, final_dir, training=provenance(trainer), weights=weights)
         atomic_write_json(summary_path, summary)
         _write_loss_curve(metrics_path, out_dir / "loss_curve.png")
     dist.barrier()

@@ -26,6 +26,7 @@ from .backends import autocast_context
 from .checkpoint import FORMAT_VERSION, rng_state, set_rng_state
 from .data import PretrainBatches
 from .distributed import DistContext
+from .fsdp import full_optimizer_state, is_sharded, load_full_optimizer_state
 from .objectives import Objective
 from .accumulation import combine_scalars, split_batch, weighted_loss
 from .optim import clip_gradients
@@ -132,6 +133,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- state
 
     def state_dict(self) -> dict[str, Any]:
+        """Under FSDP a collective (the optimiser state is gathered): every rank calls it."""
         self._flush_pending()
         pos = self.batches.position(self.step)
         return {
@@ -143,7 +145,7 @@ class Trainer:
             "train_seconds": self.train_seconds,
             "window": self.window.to_state(),
             "last_metrics": dict(self.last_metrics),
-            "optimizer": self._host(self.optimizer.state_dict()),
+            "optimizer": self._optimizer_state(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng_state(),
             "step_guard": self.guard.state_dict(),
@@ -155,7 +157,10 @@ class Trainer:
         self.train_seconds = float(state["train_seconds"])
         self.window = Window.from_state(state["window"])
         self.last_metrics = dict(state.get("last_metrics", {}))
-        self.optimizer.load_state_dict(state["optimizer"])
+        if is_sharded(self.model):  # the full state of any checkpoint, each rank keeping its shards
+            load_full_optimizer_state(self.model, self.optimizer, state["optimizer"])
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
         if "step_guard" in state:  # checkpoints written before the guard existed start it afresh
@@ -236,6 +241,13 @@ class Trainer:
             self.train_seconds += waited / len(self._pending)
             self.window.add(host, tokens, seconds)
         self._pending = []
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        """torch's optimizer.state_dict() layout: under FSDP gathered from the shards (a collective: every rank
+        calls state_dict(); rank 0 gets the state, the others {})."""
+        if is_sharded(self.model):
+            return full_optimizer_state(self.model, self.optimizer)
+        return self._host(self.optimizer.state_dict())
 
     def _host(self, state: Any) -> Any:
         """Optimizer state with XLA tensors copied to the CPU (checkpoints load anywhere); unchanged elsewhere."""

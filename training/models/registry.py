@@ -55,7 +55,12 @@ def get_architecture(name: str, source: str = "config.json") -> Architecture:
 
 
 def architecture_of(model: nn.Module) -> Architecture:
-    """The registered architecture of a model instance (its class name)."""
+    """The registered architecture of a model instance (its class name; under FSDP, which swaps the class for a
+    subclass FSDP<Name>, the first registered class of its MRO)."""
+    _ensure_registered()
+    for cls in type(model).__mro__:
+        if cls.__name__ in _ARCHITECTURES:
+            return _ARCHITECTURES[cls.__name__]
     return get_architecture(type(model).__name__, source=f"model {type(model).__name__}")
 
 
