@@ -13,13 +13,14 @@ import torch
 from bertfactory.errors import ConfigError
 
 
-def resolve_device(name: str, xla_cache_dir: str | None = None) -> torch.device:
+def resolve_device(name: str, xla_cache_dir: str | None = None, xla_spmd: bool = False) -> torch.device:
     """'auto' -> cuda when torch sees a GPU, else cpu; 'cuda' without a GPU is a ConfigError; 'xla' -> the
-    torch-xla device (ConfigError without torch-xla), with its persistent compilation cache in `xla_cache_dir`."""
+    torch-xla device (ConfigError without torch-xla), with its persistent compilation cache in `xla_cache_dir`
+    and, with `xla_spmd`, SPMD data parallelism over all the process's XLA devices (training/xla.py)."""
     if name == "xla":
         from .xla import xla_device
 
-        return xla_device(xla_cache_dir)
+        return xla_device(xla_cache_dir, spmd=xla_spmd)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():

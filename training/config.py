@@ -97,6 +97,11 @@ class PretrainConfig(StrictModel):
                            "and checkpoints either way (a run may resume under the other); docs/parallelism.md")
     fsdp: FsdpConfig = Field(default_factory=FsdpConfig, description="parallelism fsdp: mixed precision on CUDA "
                              "and resharding (training/fsdp_config.py)")
+    xla_spmd: bool = Field(False, description="xla: data-parallel over every XLA device of the process with SPMD "
+                           "(TPU chips/cores; CPU_NUM_DEVICES=N virtual devices with PJRT_DEVICE=CPU): each batch "
+                           "sharded on its batch dimension, parameters replicated, gradients all-reduced by the SPMD "
+                           "partitioner; trains as one device with the whole batch_size (training/xla.py). "
+                           "batch_size must be a multiple of the device count")
     xla_cache_dir: str | None = Field(None, description="xla: torch-xla's persistent compilation cache directory "
                                       "(compiled graphs reused by later runs); null = no cache")
     loader_workers: int = Field(0, ge=0, description="threads building the batches of the next steps while the "
@@ -205,6 +210,8 @@ class PretrainConfig(StrictModel):
         if self.device == "xla" and (self.unpad or self.compile):
             raise ValueError("pretrain.device xla runs without pretrain.unpad and pretrain.compile (both produce "
                              "data-dependent shapes or a second compiler); set them to false")
+        if self.xla_spmd and self.device != "xla":
+            raise ValueError("pretrain.xla_spmd shards batches over XLA devices: it needs device xla")
         if self.parallelism == "fsdp":
             if self.device == "xla":
                 raise ValueError("pretrain.parallelism fsdp runs on cpu or cuda (torch.distributed); on XLA use one "
@@ -225,7 +232,7 @@ class PretrainConfig(StrictModel):
     RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"log_every", "save_every", "keep_last", "num_threads", "verify_shards",
                                                           "keep_best_by", "allow_shard_change", "peak_flops",
                                                           "loader_workers", "xla_cache_dir", "parallelism",
-                                                          "fsdp"})
+                                                          "fsdp", "xla_spmd"})
 
     def trajectory_fields(self) -> dict:
         return self.model_dump(mode="json", exclude=set(PretrainConfig.RESUME_NEUTRAL))

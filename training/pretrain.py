@@ -175,10 +175,19 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
 
     if cfg.num_threads is not None:
         torch.set_num_threads(cfg.num_threads)
-    dist, device = from_environment(resolve_device(cfg.device, cfg.xla_cache_dir))
+    dist, device = from_environment(resolve_device(cfg.device, cfg.xla_cache_dir, cfg.xla_spmd))
     if dist.enabled and device.type == "xla":
-        raise ConfigError("pretrain.device xla trains in one process (one XLA device); several processes (the XLA "
-                          "launcher / SPMD over TPU cores) are not implemented: launch without torchrun")
+        raise ConfigError("pretrain.device xla trains in one process (several XLA devices through "
+                          "pretrain.xla_spmd); one process per device (torchrun, torch_xla.launch) is not "
+                          "implemented: launch without torchrun")
+    spmd_devices = 1
+    if cfg.xla_spmd:
+        from .xla import spmd_devices as count_spmd_devices
+
+        spmd_devices = count_spmd_devices()
+        if cfg.batch_size % spmd_devices:
+            raise ConfigError(f"pretrain.xla_spmd shards each batch over the {spmd_devices} XLA devices: "
+                              f"pretrain.batch_size={cfg.batch_size} is not a multiple of {spmd_devices}")
     if dist.enabled and cfg.stacking is not None:
         raise ConfigError("pretrain.stacking is not supported with several processes (torchrun); train it in one")
     batches = PretrainBatches.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards,
@@ -249,7 +258,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
                                           float(masked))
     trainer = Trainer(model if is_sharded(model) else dist.wrap(model, device), optimizer, scheduler, batches, objective.loss, device, cfg.max_steps,
                       cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16, dist=dist,
-                      train_flops_per_token=train_flops, peak_flops=cfg.peak_flops,
+                      train_flops_per_token=train_flops,
+                      peak_flops=cfg.peak_flops * spmd_devices if cfg.peak_flops else None,
                       grad_accumulation=cfg.grad_accumulation,
                       guard=StepGuard(cfg.spike_factor, cfg.max_skipped_steps, cfg.max_consecutive_skipped_steps),
                       loader_workers=cfg.loader_workers, static_width=needed if device.type == "xla" else None)
@@ -318,6 +328,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         "final_dir": str(final_dir),
         "world_size": dist.world_size,
     }
+    if cfg.xla_spmd:
+        summary["xla_spmd_devices"] = spmd_devices
     if cfg.keep_best_by and (best := best_checkpoint(checkpoints_dir, cfg.keep_best_by)) is not None:
         summary["best_checkpoint"] = {"step": best[0], "path": str(best[1]), cfg.keep_best_by: best[2]}
     if trainer.step < cfg.max_steps:

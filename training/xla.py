@@ -6,7 +6,11 @@
 - batches reach the device through torch-xla's `MpDeviceLoader` (host->device copies in background threads);
 - the step ends with `xm.optimizer_step` and `torch_xla.sync()`: no `.item()` / host read inside the step; the
   step's losses stay on the device and are read in one transfer when the metrics window is written;
-- `pretrain.xla_cache_dir`: torch-xla's persistent compilation cache, so a rerun does not compile again.
+- `pretrain.xla_cache_dir`: torch-xla's persistent compilation cache, so a rerun does not compile again;
+- `pretrain.xla_spmd`: data parallelism over every XLA device of the process with SPMD (one process, one
+  program): each batch is sharded on its batch dimension over a 1-D mesh ("data"), the parameters and optimiser
+  state are replicated, and the SPMD partitioner all-reduces the gradients. The loss is the global batch's, so N
+  devices train as one device with the whole batch (docs/xla.md: why SPMD and not one process per device).
 
 Needs torch-xla, which pins its own torch: run it from the separate environment `bash scripts/xla_env.sh` makes
 (.venv-xla: torch 2.9.0 + torch-xla 2.9.0, the project from PYTHONPATH=.), e.g. with
@@ -43,9 +47,10 @@ def _import_torch_xla():
     return torch_xla
 
 
-def xla_device(cache_dir: str | None = None) -> torch.device:
+def xla_device(cache_dir: str | None = None, spmd: bool = False) -> torch.device:
     """The XLA device of this process, after turning on the persistent compilation cache when `cache_dir` is set
-    (torch-xla allows that once per process, before the first computation)."""
+    (torch-xla allows that once per process, before the first computation). `spmd`: SPMD mode over all the
+    process's devices (`batch_sharding`); the device returned is then the virtual device spanning them."""
     global _cache_dir_initialised
     torch_xla = _import_torch_xla()
     if "PJRT_DEVICE" not in os.environ:
@@ -67,7 +72,37 @@ def xla_device(cache_dir: str | None = None) -> torch.device:
         elif _cache_dir_initialised != path:
             logger.warning("xla: the compilation cache is already %s in this process; ignoring %s",
                            _cache_dir_initialised, path)
+    if spmd:
+        _enable_spmd()
     return torch_xla.device()
+
+
+def _enable_spmd() -> None:
+    import torch_xla.runtime as xr
+
+    if not xr.is_spmd():
+        xr.use_spmd()  # tensors this process already put on a device are replicated over the devices
+    logger.info("xla: SPMD data parallelism over %d devices", xr.global_runtime_device_count())
+
+
+def spmd_devices() -> int:
+    """How many devices SPMD shards each batch over (1 when SPMD is off)."""
+    import torch_xla.runtime as xr
+
+    return xr.global_runtime_device_count() if xr.is_spmd() else 1
+
+
+def batch_sharding():
+    """Under SPMD: the ShardingSpec that splits a batch's [B, ...] tensors on B over the 1-D mesh of every device
+    (tensors of another rank, the [B] labels, are replicated: small). None without SPMD."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+
+    devices = spmd_devices()
+    if devices == 1:
+        return None
+    mesh = xs.Mesh(np.arange(devices), (devices,), ("data",))
+    return xs.ShardingSpec(mesh, ("data", None))
 
 
 def pad_to_width(batch: dict[str, torch.Tensor], width: int, pad_id: int) -> dict[str, torch.Tensor]:
@@ -97,8 +132,10 @@ def device_batches(host_batches: Iterator[dict[str, torch.Tensor]], device: torc
         for batch in host_batches:
             yield pad_to_width(batch, width, pad_id), int(batch["attention_mask"].sum())
 
-    # batches_per_execution: the trainer itself ends every step with torch_xla.sync()
-    loader = pl.MpDeviceLoader(_Reiterable(padded), device, batches_per_execution=1 << 30)
+    # batches_per_execution: the trainer itself ends every step with torch_xla.sync(); under SPMD each device
+    # receives only its rows of the [B, T] tensors
+    loader = pl.MpDeviceLoader(_Reiterable(padded), device, batches_per_execution=1 << 30,
+                               input_sharding=batch_sharding())
     yield from loader
 
 
@@ -114,8 +151,9 @@ class _Reiterable:
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
-    """xm.optimizer_step: all-reduce the gradients over XLA replicas (none in a single process) and step; the
-    graph is cut by `sync()` after the schedule has stepped too."""
+    """xm.optimizer_step: all-reduce the gradients over XLA replicas (none in a single process; under SPMD the
+    partitioner has already reduced them) and step; the graph is cut by `sync()` after the schedule has stepped
+    too."""
     import torch_xla.core.xla_model as xm
 
     xm.optimizer_step(optimizer, barrier=False)
