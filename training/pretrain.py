@@ -10,7 +10,8 @@ returns the recorded summary without training. On CPU a resumed run reproduces t
 exactly. A checkpoint whose files fail their recorded sha256 is skipped for the previous intact one (with a
 warning); none intact -> refused. Shards changed since the checkpoint are refused unless
 pretrain.allow_shard_change. Under torchrun every process trains its slice of each global batch
-(training/distributed.py; with pretrain.parallelism fsdp on a sharded model, training/fsdp.py) and rank 0 writes. The end writes RUN/pretrain/loss_curve.png.
+(training/distributed.py; with pretrain.parallelism fsdp on a sharded model, training/fsdp.py) and rank 0
+writes. The end writes RUN/pretrain/loss_curve.png.
 """
 
 from __future__ import annotations
@@ -256,7 +257,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         masked = manifest.masking.get("masked_lm_prob", manifest.masking.get("mask_prob", 0.15))
         train_flops = 3 * flops_per_token(model_cfg, manifest.tokenizer.vocab_size, round(split.tokens / split.rows),
                                           float(masked))
-    trainer = Trainer(model if is_sharded(model) else dist.wrap(model, device), optimizer, scheduler, batches, objective.loss, device, cfg.max_steps,
+    trainer = Trainer(model if is_sharded(model) else dist.wrap(model, device), optimizer, scheduler, batches,
+                      objective.loss, device, cfg.max_steps,
                       cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16, dist=dist,
                       train_flops_per_token=train_flops,
                       peak_flops=cfg.peak_flops * spmd_devices if cfg.peak_flops else None,
