@@ -195,12 +195,17 @@ class TokenizerConfig(StrictModel):
 
 
 class InstancesConfig(StrictModel):
-    """BERT sentence-pair instances, built as google-research/bert create_pretraining_data does."""
+    """Training instances: sentence pairs as google-research/bert create_pretraining_data builds them
+    (preprocessing.instances), or packed text, causal segments and translation pairs (preprocessing.segments)."""
 
-    format: Literal["nsp-pairs", "sop-pairs"] = Field(
+    format: Literal["nsp-pairs", "sop-pairs", "full-sentences", "doc-sentences", "single-segment", "clm",
+                    "tlm-pairs"] = Field(
         "nsp-pairs", description="nsp-pairs = BERT next-sentence pairs (B follows A or comes from another document); "
         "sop-pairs = ALBERT sentence-order pairs (A and B consecutive, swapped with probability 0.5; nsp_label 1 = "
-        "swapped). Recorded as the manifest's instance_format.name")
+        "swapped); full-sentences / doc-sentences = RoBERTa's packed sentences (across / within documents); "
+        "single-segment = SpanBERT's one contiguous segment; clm = causal segments of max_seq_len tokens with their "
+        "index in the document (XLM CLM, XLNet, Transformer-XL); tlm-pairs = XLM translation pairs from a parallel "
+        "corpus. Recorded as the manifest's instance_format.name (docs/shards.md)")
     max_seq_len: int = Field(128, ge=8, le=65535, description="tokens per instance including [CLS] and two [SEP]")
     short_seq_prob: float = Field(0.1, ge=0.0, le=1.0, description="probability of a shorter target length (2..max_seq_len-3)")
     nsp_random_prob: float = Field(0.5, ge=0.0, le=1.0, description="probability that segment B comes from another document")

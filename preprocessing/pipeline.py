@@ -47,6 +47,7 @@ from . import hashing
 from .config import CorpusConfig, PreprocessConfig
 from .documents import build_documents_pipeline
 from .instances import build_bucket_instances
+from .segments import Row, build_rows
 from .masking import Masker, continuation_ids
 from .runners import describe, run_pipeline
 from .shards import SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, write_manifest, write_shard
@@ -98,11 +99,12 @@ class TokenizeDoc(beam.DoFn):
     masks differ; the `copies` output counts them per language."""
 
     def __init__(self, tokenizer_path: str, buckets: dict[str, int], copy_rates: dict[str, float] | None = None,
-                 seed: int = 0):
+                 seed: int = 0, lang_ids: dict[str, int] | None = None):
         self.tokenizer_path = tokenizer_path
         self.buckets = buckets
         self.copy_rates = copy_rates or {}
         self.seed = seed
+        self.lang_ids = lang_ids or {}
 
     def _copies(self, doc: dict) -> list[int]:
         lang = doc.get("lang") or "und"
@@ -118,16 +120,25 @@ class TokenizeDoc(beam.DoFn):
 
     def process(self, line: str) -> Iterator:
         doc = json.loads(line)
+        split = doc["split"]
+        if doc.get("kind") == "pair":  # both sides, each with its language
+            src, tgt = (e.ids for e in self.tokenizer.encode_batch([doc["src"], doc["tgt"]], add_special_tokens=False))
+            if src and tgt:
+                langs = (self.lang_ids.get(doc["src_lang"], 0), self.lang_ids.get(doc["tgt_lang"], 0))
+                yield (split, hashing.bucket_of(doc["doc_id"], self.buckets[split])), (doc["doc_id"], [src, tgt], langs)
+            else:
+                yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
+            return
         sentences = [s for paragraph in doc["paragraphs"] for s in paragraph]
         encoded = self.tokenizer.encode_batch(sentences, add_special_tokens=False)
         ids = [e.ids for e in encoded if e.ids]
-        split = doc["split"]
         if ids:
+            lang = self.lang_ids.get(doc.get("lang") or "und", 0)
             copy_ids = self._copies(doc)
             if self.copy_rates:
                 yield TaggedOutput("copies", json.dumps([doc.get("lang") or "und", len(copy_ids)]))
             for doc_id in copy_ids:
-                yield (split, hashing.bucket_of(doc_id, self.buckets[split])), (doc_id, ids)
+                yield (split, hashing.bucket_of(doc_id, self.buckets[split])), (doc_id, ids, lang)
         else:
             yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
 
@@ -143,13 +154,22 @@ class BuildInstances(beam.DoFn):
     def process(self, item) -> Iterator:
         (split, bucket), docs = item
         inst = self.cfg.instances
+        docs = list(docs)
+        if inst.format not in ("nsp-pairs", "sop-pairs"):
+            for row in build_rows(inst.format, docs, inst.max_seq_len, self.cls_id, self.sep_id):
+                yield split, row
+            return
         rng = random.Random(hashing.seed_of(self.cfg.seed, "instances", split, bucket))
+        langs = {doc_id: lang for doc_id, _ids, lang in docs}
         for instance in build_bucket_instances(
-            list(docs), rng, max_seq_len=inst.max_seq_len, short_seq_prob=inst.short_seq_prob,
-            nsp_random_prob=inst.nsp_random_prob, dupe_factor=inst.dupe_factor, cls_id=self.cls_id, sep_id=self.sep_id,
-            sentence_order=inst.format == "sop-pairs",
+            [(doc_id, ids) for doc_id, ids, _lang in docs], rng, max_seq_len=inst.max_seq_len,
+            short_seq_prob=inst.short_seq_prob, nsp_random_prob=inst.nsp_random_prob, dupe_factor=inst.dupe_factor,
+            cls_id=self.cls_id, sep_id=self.sep_id, sentence_order=inst.format == "sop-pairs",
         ):
-            yield split, instance
+            # a NotNext B comes from another document, possibly of another language: its rows keep A's language
+            lang = langs[instance.doc_id]
+            yield split, Row(instance.doc_id, instance.index, instance.input_ids, instance.len_a, instance.nsp_label,
+                             lang, lang)
 
 
 def preshard(split: str, key: int, num_shards: dict[str, int]) -> tuple[str, int]:
@@ -191,7 +211,8 @@ class MaskInstance(beam.DoFn):
         split, shard, key, inst = item
         positions, tokens = self.masker.variants(inst.input_ids, inst.doc_id, inst.index)
         row = {"input_ids": inst.input_ids, "len_a": inst.len_a, "nsp_label": inst.nsp_label,
-               "mask_positions": positions, "mask_tokens": tokens, "doc_id": inst.doc_id}
+               "mask_positions": positions, "mask_tokens": tokens, "doc_id": inst.doc_id,
+               "lang_a": inst.lang_a, "lang_b": inst.lang_b, "segment_index": inst.segment_index}
         yield (split, shard), ((key, inst.doc_id, inst.index), row)
 
 
@@ -229,11 +250,11 @@ def _sum_pairs(pairs) -> tuple[int, int]:
 
 def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokenizer_path: Path, shard_dir: Path,
                              buckets: dict[str, int], vocab_size: int, specials: dict[str, int],
-                             copy_rates: dict[str, float] | None = None) -> None:
+                             copy_rates: dict[str, float] | None = None, lang_ids: dict[str, int] | None = None) -> None:
     tokenized = (
         pipeline
         | "ReadDocs" >> ReadFromText(str(work / "docs" / "part*.jsonl"))
-        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), buckets, copy_rates, cfg.seed))
+        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), buckets, copy_rates, cfg.seed, lang_ids))
         .with_outputs("no_tokens", "copies", main="docs")
     )
     tokenized.no_tokens | "WriteNoTokens" >> WriteToText(str(work / "no_tokens" / "part"), file_name_suffix=".jsonl")
@@ -466,15 +487,22 @@ def _tokenizer_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, ado
     return tokenizer
 
 
+def corpus_languages(counts: dict) -> list[str]:
+    """The languages of the corpus in id order (the manifest's instance_format.languages): sorted codes, pairs
+    split into their two languages."""
+    return sorted({code for lang in counts["languages"] for code in lang.split("-")})
+
+
 def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, vocab_size: int,
                      specials: dict[str, int]) -> tuple[dict[str, SplitInfo], dict]:
     """Run the instances pipeline; fill in empty shards; return the splits and the instance counts (and move
     documents without tokens from kept to dropped in `counts`)."""
     buckets = {s: max(1, math.ceil(counts["docs"][s] / cfg.instances.docs_per_bucket)) for s in SPLITS}
     rates = language_copy_rates(cfg, counts)
+    lang_ids = {lang: i for i, lang in enumerate(corpus_languages(counts))}
     run_pipeline(
         lambda p: build_instances_pipeline(p, cfg, staging.work, staging.tokenizer, staging.shards, buckets,
-                                           vocab_size, specials, rates),
+                                           vocab_size, specials, rates, lang_ids),
         cfg.runner, "instances",
     )
     if rates:
@@ -522,9 +550,30 @@ def _is_lowercase(tokenizer: Tokenizer) -> bool:
     return normalizer is not None and normalizer.normalize_str("ABC") == "abc"
 
 
+# what the rows of each instance format hold (the manifest's instance_format; docs/shards.md)
+_NO_LABEL = {"0": "unused"}
+FORMAT_LAYOUTS = {
+    "nsp-pairs": {"segments": "sentences", "layout": "[CLS] A [SEP] B [SEP]",
+                  "nsp_label": {"0": "IsNext", "1": "NotNext"}},
+    "sop-pairs": {"segments": "sentences", "layout": "[CLS] A [SEP] B [SEP]",
+                  "nsp_label": {"0": "in order", "1": "swapped"}},
+    "full-sentences": {"segments": "packed sentences across documents ([SEP] between documents)",
+                       "layout": "[CLS] text [SEP]", "nsp_label": _NO_LABEL},
+    "doc-sentences": {"segments": "packed sentences of one document", "layout": "[CLS] text [SEP]",
+                      "nsp_label": _NO_LABEL},
+    "single-segment": {"segments": "a contiguous span of one document", "layout": "[CLS] text [SEP]",
+                       "nsp_label": _NO_LABEL},
+    "clm": {"segments": "consecutive fixed-length segments of one document (segment_index)", "layout": "text",
+            "nsp_label": _NO_LABEL},
+    "tlm-pairs": {"segments": "an aligned sentence pair (lang_a, lang_b; positions restart at the target)",
+                  "layout": "[CLS] source [SEP] target [SEP]", "nsp_label": _NO_LABEL},
+}
+
+
 def _manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Tokenizer, tokenizer_sha256: str,
               specials: dict[str, int], counts: dict, buckets: dict, splits: dict[str, SplitInfo],
               sources: list[SourceInfo]) -> Manifest:
+    languages = corpus_languages(counts)
     inst, masking = cfg.instances, cfg.masking
     return Manifest(
         schema_version=SCHEMA_VERSION,
@@ -536,9 +585,8 @@ def _manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Tokenizer,
             "name": inst.format, "max_seq_len": inst.max_seq_len, "short_seq_prob": inst.short_seq_prob,
             "nsp_random_prob": inst.nsp_random_prob, "dupe_factor": inst.dupe_factor,
             "docs_per_bucket": inst.docs_per_bucket, "random_buckets": buckets,
-            "segments": "sentences", "layout": "[CLS] A [SEP] B [SEP]",
-            "nsp_label": ({"0": "in order", "1": "swapped"} if inst.format == "sop-pairs"
-                          else {"0": "IsNext", "1": "NotNext"}),
+            **FORMAT_LAYOUTS[inst.format],
+            "languages": languages,
         },
         masking={**masking.model_dump(mode="json"),
                  "keep_prob": round(1.0 - masking.mask_token_prob - masking.random_token_prob, 10),

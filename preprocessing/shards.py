@@ -4,13 +4,17 @@ Documented in docs/shards.md (schema v1). Writers call `write_shard` and `write_
 `ShardSet.open`, which validates the manifest, the schema version and (optionally) every shard's sha256 and the
 tokenizer's sha256.
 
-Row of schema v1 (one training instance, unpadded):
-    input_ids       list<uint16>  (int32 when vocab_size >= 65536)   [CLS] A [SEP] B [SEP]
-    len_a           uint16        tokens of [CLS] A [SEP]; token_type_ids = 0 for the first len_a positions, else 1
-    nsp_label       int8          0 = B follows A in the document (IsNext), 1 = B from a random document (NotNext)
+Row of schema v2 (one training instance, unpadded; v1 = the first six columns, still read):
+    input_ids       list<uint16>  (int32 when vocab_size >= 65536)   the instance format's layout
+    len_a           uint16        tokens of the first segment with its specials ([CLS] A [SEP]; the whole row for
+                                  one-segment formats); token_type_ids = 0 for the first len_a positions, else 1
+    nsp_label       int8          nsp-pairs: 1 = B from a random document; sop-pairs: 1 = swapped; else 0
     mask_positions  list<list<uint16>>  K variants, each sorted ascending
     mask_tokens     list<list<int32>>   the id placed at each masked position; the label is input_ids[position]
-    doc_id          uint64        stable id of the source document
+    doc_id          uint64        stable id of the source document (a pair's id for tlm-pairs)
+    lang_a, lang_b  uint16        language ids (index into manifest instance_format.languages) of the first and
+                                  second segment (the document's language twice for one-language rows)
+    segment_index   uint32        clm: the row's position among its document's segments; else 0
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bertfactory.errors import ContractError
 from bertfactory.io import AtomicFile, atomic_write_json, read_json_file, sha256_file
 
-SCHEMA_VERSION = 1
-SUPPORTED_SCHEMA_VERSIONS = (1,)
+SCHEMA_VERSION = 2
+SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+# columns schema v2 added (v1 shards are read with lang_a = lang_b = segment_index = 0)
+V2_COLUMNS = ("lang_a", "lang_b", "segment_index")
 MANIFEST_NAME = "manifest.json"
 SPLITS = ("train", "heldout")
 
@@ -45,6 +51,9 @@ def shard_schema(vocab_size: int) -> pa.Schema:
             pa.field("mask_positions", pa.list_(pa.list_(pa.uint16())), nullable=False),
             pa.field("mask_tokens", pa.list_(pa.list_(pa.int32())), nullable=False),
             pa.field("doc_id", pa.uint64(), nullable=False),
+            pa.field("lang_a", pa.uint16(), nullable=False),
+            pa.field("lang_b", pa.uint16(), nullable=False),
+            pa.field("segment_index", pa.uint32(), nullable=False),
         ],
         metadata={b"bertfactory.schema_version": str(SCHEMA_VERSION).encode()},
     )
@@ -152,7 +161,8 @@ def write_shard(path: Path, rows: Sequence[Mapping[str, Any]], vocab_size: int, 
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
             for start in range(0, max(len(rows), 1), batch_rows):
                 chunk = rows[start : start + batch_rows]
-                columns = {name: [r[name] for r in chunk] for name in schema.names}
+                columns = {name: [r.get(name, 0) for r in chunk] if name in V2_COLUMNS else [r[name] for r in chunk]
+                           for name in schema.names}
                 writer.write_batch(pa.record_batch(columns, schema=schema))
     return ShardInfo(path=Path(path).name, rows=len(rows), sha256=sha256_file(path))
 
@@ -173,6 +183,9 @@ class _ShardArrays:
     mask_tokens: np.ndarray
     doc_id: np.ndarray
     rows: int
+    lang_a: np.ndarray | None = None  # None: a v1 shard (all 0)
+    lang_b: np.ndarray | None = None
+    segment_index: np.ndarray | None = None
 
 
 def _flat_list(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -192,6 +205,9 @@ def _load_shard(path: Path, expect_k: int) -> _ShardArrays:
     version = (table.schema.metadata or {}).get(b"bertfactory.schema_version", b"?").decode()
     if version not in {str(v) for v in SUPPORTED_SCHEMA_VERSIONS}:
         raise ContractError(f"shard {path}: schema version {version} not supported")
+    missing = [name for name in V2_COLUMNS if version != "1" and name not in table.schema.names]
+    if missing:
+        raise ContractError(f"shard {path}: schema version {version} without column(s) {', '.join(missing)}")
     table = table.combine_chunks()
     batch = table.to_batches()[0] if table.num_rows else None
     if batch is None:
@@ -219,6 +235,7 @@ def _load_shard(path: Path, expect_k: int) -> _ShardArrays:
         mask_tokens=tok_val,
         doc_id=col["doc_id"].to_numpy(),
         rows=batch.num_rows,
+        **{name: col[name].to_numpy() for name in V2_COLUMNS if name in col},
     )
 
 
@@ -230,6 +247,9 @@ class Instance:
     mask_positions: np.ndarray
     mask_tokens: np.ndarray
     doc_id: int
+    lang_a: int = 0
+    lang_b: int = 0
+    segment_index: int = 0
 
 
 class ShardSet:
@@ -316,6 +336,9 @@ class ShardSet:
             mask_positions=shard.mask_positions[lo:hi],
             mask_tokens=shard.mask_tokens[lo:hi],
             doc_id=int(shard.doc_id[r]),
+            lang_a=int(shard.lang_a[r]) if shard.lang_a is not None else 0,
+            lang_b=int(shard.lang_b[r]) if shard.lang_b is not None else 0,
+            segment_index=int(shard.segment_index[r]) if shard.segment_index is not None else 0,
         )
 
     def __iter__(self) -> Iterable[Instance]:

@@ -75,6 +75,21 @@ def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int) ->
     }
 
 
+def translation_inputs(instances: Sequence[Instance], width: int) -> dict[str, torch.Tensor]:
+    """position_ids and language_ids [B, T] of tlm-pairs rows (XLM TLM): positions 0.. over [CLS] source [SEP],
+    restarting at 1 for the target (t_j at the position of s_j), every token its side's language (lang_a, lang_b
+    of the row: ids into the manifest's instance_format.languages), 0 on padding."""
+    positions = np.zeros((len(instances), width), dtype=np.int64)
+    languages = np.zeros((len(instances), width), dtype=np.int64)
+    for i, inst in enumerate(instances):
+        length, len_a = len(inst.input_ids), inst.len_a
+        positions[i, :len_a] = np.arange(len_a)
+        positions[i, len_a:length] = np.arange(1, length - len_a + 1)
+        languages[i, :len_a] = inst.lang_a
+        languages[i, len_a:length] = inst.lang_b
+    return {"position_ids": torch.from_numpy(positions), "language_ids": torch.from_numpy(languages)}
+
+
 @dataclass(frozen=True)
 class Position:
     """Where global step `step` reads: `epoch`, the batch index within it, and the mask variant."""
@@ -159,7 +174,11 @@ class PretrainBatches:
         """This rank's part of the batch of global step `step` (the whole batch when world_size is 1)."""
         pos = self.position(step)
         rows = self.local_rows_of(step)
-        return collate([self.shards.instance(int(r), pos.variant) for r in rows], self.pad_id, self.max_predictions)
+        instances = [self.shards.instance(int(r), pos.variant) for r in rows]
+        batch = collate(instances, self.pad_id, self.max_predictions)
+        if self.shards.manifest.instance_format.get("name") == "tlm-pairs":
+            batch.update(translation_inputs(instances, batch["input_ids"].shape[1]))
+        return batch
 
     def iter_from(self, step: int) -> Iterator[dict[str, torch.Tensor]]:
         while True:

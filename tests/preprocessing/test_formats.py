@@ -122,3 +122,71 @@ def test_a_parallel_corpus_needs_tlm_pairs(tmp_path, wiki):
     corpus = CorpusConfig(inputs=[str(tsv)], format="parallel")
     with pytest.raises(ConfigError, match="tlm-pairs"):
         run_preprocess(corpus, wiki.config(preset="in_process"), tmp_path / "run")
+
+
+@pytest.mark.parametrize("fmt", ["full-sentences", "doc-sentences", "single-segment", "clm"])
+def test_every_text_instance_format_through_the_pipeline(tmp_path, wiki, fmt):
+    from preprocessing.shards import ShardSet
+
+    cfg = wiki.config(preset="in_process").model_copy(deep=True)
+    cfg.instances = cfg.instances.model_copy(update={"format": fmt})
+    dump = wiki.write_dump(tmp_path / "d.xml.bz2", wiki.standard_pages())
+    manifest = run_preprocess(wiki.corpus(dump), cfg, tmp_path / "run")
+    assert manifest["schema_version"] == 2 and manifest["instance_format"]["name"] == fmt
+    assert manifest["instance_format"]["languages"] == ["en"]
+    rows = ShardSet.open(tmp_path / "run/shards", "train")
+    cls, sep = manifest["tokenizer"]["special_ids"]["cls"], manifest["tokenizer"]["special_ids"]["sep"]
+    segments: dict[int, list[int]] = {}
+    for inst in rows:
+        ids = list(inst.input_ids)
+        assert len(ids) <= 32 and inst.len_a == len(ids) and inst.nsp_label == 0
+        if fmt == "clm":
+            assert cls not in ids and sep not in ids
+            segments.setdefault(inst.doc_id, []).append(inst.segment_index)
+        else:
+            assert ids[0] == cls and ids[-1] == sep
+    if fmt == "clm":  # every document's segments 0..n-1, each exactly once
+        assert all(sorted(s) == list(range(len(s))) for s in segments.values())
+    assert manifest["counts"]["instances"]["train"] == len(rows) > 0
+
+
+def test_tlm_pairs_from_real_udhr_train_the_tlm_objective(tmp_path, wiki):
+    import torch
+
+    from preprocessing.shards import ShardSet
+    from training.data import PretrainBatches
+    from training.models.xlm import XlmConfig, XlmForPreTraining
+    from training.objectives.xlm import tlm
+
+    corpus = CorpusConfig(inputs=[f"sample:udhr/{c}.html" for c in ("eng", "fra", "deu_1996")], format="parallel")
+    cfg = wiki.config(preset="in_process").model_copy(deep=True)
+    cfg.instances = cfg.instances.model_copy(update={"format": "tlm-pairs", "max_seq_len": 64})
+    cfg.tokenizer = cfg.tokenizer.model_copy(update={"vocab_size": 400})
+    manifest = run_preprocess(corpus, cfg, tmp_path / "run")
+    counts = manifest["counts"]
+    assert counts["docs_dropped"].get("pivot_language") == 31  # eng.html itself: the pivot of the others
+    assert counts["docs_read"] == 3 * 31 and counts.get("pairs") == counts["docs_kept"] > 50
+    languages = manifest["instance_format"]["languages"]
+    assert set(languages) == {"en", "fr", "de"}
+    shards = ShardSet.open(tmp_path / "run/shards", "train")
+    first = shards.instance(0)
+    assert first.lang_a == languages.index("en") and first.lang_b in (languages.index("fr"), languages.index("de"))
+    assert first.len_a < len(first.input_ids)
+
+    batches = PretrainBatches.open(tmp_path / "run/shards", manifest["tokenizer"]["sha256"], batch_size=4, seed=1)
+    batch = batches.batch(0)
+    positions, langs = batch["position_ids"], batch["language_ids"]
+    inst = batches.shards.instance(int(batches.rows_of(0)[0]), 0)
+    n = len(inst.input_ids)
+    assert positions[0, :inst.len_a].tolist() == list(range(inst.len_a))
+    assert positions[0, inst.len_a:n].tolist() == list(range(1, n - inst.len_a + 1))  # restarting at the target
+    assert langs[0, :inst.len_a].tolist() == [inst.lang_a] * inst.len_a
+    assert langs[0, inst.len_a:n].tolist() == [inst.lang_b] * (n - inst.len_a)
+    torch.manual_seed(0)
+    model = XlmForPreTraining(XlmConfig(vocab_size=manifest["tokenizer"]["vocab_size"], hidden_size=32, num_layers=1,
+                                        num_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                        num_languages=len(languages)))
+    out = tlm(model, batch)
+    out["loss"].backward()
+    grads = model.bert.embeddings.language_embeddings.weight.grad.abs().sum(-1)
+    assert torch.isfinite(out["loss"]) and (grads > 0).sum() >= 2  # both sides' languages are used

@@ -82,7 +82,8 @@ def test_counts_quarantine_shards_and_manifest(tmp_path, wiki, no_prism):
             assert ds.num_rows == info.rows
             if info.rows:
                 row = ds[0]
-                assert set(row) == {"input_ids", "len_a", "nsp_label", "mask_positions", "mask_tokens", "doc_id"}
+                assert set(row) == {"input_ids", "len_a", "nsp_label", "mask_positions", "mask_tokens", "doc_id",
+                                    "lang_a", "lang_b", "segment_index"}
                 assert len(row["mask_positions"]) == 3
 
 

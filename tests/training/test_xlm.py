@@ -221,7 +221,7 @@ def test_config_and_objective_contracts():
     with pytest.raises(ConfigError, match="num_languages must be >= 1"):
         arch.from_model_config(ModelConfig(), 100, 0)
     assert {get_objective_spec(name).architecture for name in ("clm", "tlm", "xlm_mlm")} == {"XlmForPreTraining"}
-    with pytest.raises(ContractError, match="parallel-pairs"):
+    with pytest.raises(ContractError, match="tlm-pairs"):
         get_objective_spec("tlm").check_shards({"instance_format": {"name": "nsp-pairs"}}, "m.json")
     with pytest.raises(ValueError, match="language_id 3"):
         XlmConfig(vocab_size=10, hidden_size=4, num_layers=1, num_heads=1, intermediate_size=4,

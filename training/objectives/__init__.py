@@ -95,7 +95,7 @@ register_objective(ObjectiveSpec(
 ))
 # SpanBERT trains single segments; any format of contiguous real text feeds MLM + SBO, whose targets are the
 # masked spans (best built with preprocess.masking.policy span). nsp-pairs are accepted because the loss never
-# reads nsp_label and the [SEP] between A and B only bounds spans (the only format the pipeline builds today);
+# reads nsp_label and the [SEP] between A and B only bounds spans;
 # sop-pairs are not: half their rows put B before A, text order no loss here accounts for.
 register_objective(ObjectiveSpec(
     name="mlm_sbo", loss=mlm_sbo, architecture="SpanBertForPreTraining",
@@ -104,11 +104,11 @@ register_objective(ObjectiveSpec(
     description="SpanBERT: masked LM + span boundary objective, no NSP",
 ))
 # XLM (objectives in training/objectives/xlm.py). clm and xlm_mlm read monolingual shards of contiguous text
-# (the language comes from model.xlm.language_id: schema v1 has no language column); tlm needs parallel sentence
-# pairs, which no shard schema holds yet (schema v2) — its batches come from training/tlm.py.
+# (the language comes from model.xlm.language_id); tlm reads tlm-pairs shards (schema v2: lang_a/lang_b per row,
+# turned into per-token language and restarting position ids by training.data.translation_inputs).
 register_objective(ObjectiveSpec(
     name="clm", loss=clm, architecture="XlmForPreTraining",
-    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs"),
+    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs", "clm"),
     needs="text in order (shard field input_ids; the masks are undone)",
     description="XLM: causal LM, predicting the next token at every position (language model.xlm.language_id)",
 ))
@@ -118,8 +118,8 @@ register_objective(ObjectiveSpec(
     description="XLM: monolingual masked LM with language embeddings (language model.xlm.language_id)",
 ))
 register_objective(ObjectiveSpec(
-    name="tlm", loss=tlm, architecture="XlmForPreTraining", instance_formats=("parallel-pairs",),
-    needs="aligned sentence pairs with a language per token (no shard schema holds them yet; see training/tlm.py)",
+    name="tlm", loss=tlm, architecture="XlmForPreTraining", instance_formats=("tlm-pairs",),
+    needs="aligned sentence pairs with a language per side (shard fields lang_a/lang_b, schema v2)",
     description="XLM: translation LM, masked LM over [CLS] source [SEP] target [SEP] with per-token languages "
                 "and positions restarting at the target",
 ))
@@ -128,13 +128,13 @@ register_objective(ObjectiveSpec(
 # another document's text, which the causal loss does not predict across (see training/objectives/txl.py)
 register_objective(ObjectiveSpec(
     name="plm", loss=permutation_lm, architecture="XLNetForPretraining",
-    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs"),
+    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs", "clm"),
     needs="text (shard field input_ids; the stored masks are undone)",
     description="XLNet: permutation LM, two-stream attention, the last 1/K of each factorisation order predicted",
 ))
 register_objective(ObjectiveSpec(
     name="txl_clm", loss=recurrent_clm, architecture="TransformerXLLM",
-    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs"),
+    instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs", "clm"),
     needs="text in order (shard field input_ids; the stored masks are undone)",
     description="Transformer-XL: causal LM over consecutive segments of each instance with a carried memory",
 ))

@@ -1,0 +1,154 @@
+"""Instance formats other than sentence pairs: packed text (RoBERTa, SpanBERT), causal segments (XLM CLM, XLNet,
+Transformer-XL) and translation pairs (XLM TLM). Each builds rows of the same shape as preprocessing.instances'
+pairs (`Row`), so masking, sharding and the shard schema are shared by every format.
+
+    full-sentences   RoBERTa FULL-SENTENCES (Liu et al. 2019, 4.2): contiguous sentences packed up to
+                     max_seq_len - 2 tokens, `[CLS] ... [SEP]`; a row may run across the end of a document into the
+                     next one (the documents of a bucket in doc_id order), with an extra [SEP] between them
+    doc-sentences    RoBERTa DOC-SENTENCES: the same, never across a document's end (a document's last row is shorter)
+    single-segment   SpanBERT (Joshi et al. 2020, 3.3): one contiguous segment of a document's token stream, up to
+                     max_seq_len - 2 tokens, `[CLS] ... [SEP]` (not cut at sentences; no NSP)
+    clm              causal segments: a document's token stream cut into rows of exactly max_seq_len tokens (the
+                     last row shorter), no special tokens; `segment_index` numbers the rows of a document, so a
+                     recurrent model (Transformer-XL, XLNet) can carry its memory from segment i to i + 1
+    tlm-pairs        XLM TLM (Lample & Conneau 2019, 3.3): `[CLS] source [SEP] target [SEP]` of one aligned pair;
+                     len_a = source + 2; positions restart at the target and every token has its side's language
+                     (lang_a, lang_b: ids into the manifest's instance_format.languages); the longer side loses
+                     tokens from its end until the pair fits
+
+A sentence longer than a row is cut into row-sized pieces (RoBERTa's packing does the same). `dupe_factor` does not
+apply: these formats are fixed cuttings of the text (the K mask variants vary the rows between epochs).
+
+    python -c "from preprocessing.segments import pack; print(pack([(1, [[5, 6], [7]], 0)], 4, True, 3))"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+TokenDoc = tuple[int, Sequence[Sequence[int]], int]  # (doc_id, sentences of token ids, language id)
+
+
+@dataclass(frozen=True)
+class Row:
+    """An unmasked instance of any format (preprocessing.instances.PairInstance has the same fields)."""
+
+    doc_id: int
+    index: int  # n-th row of this document
+    input_ids: list[int]
+    len_a: int  # tokens of the first segment incl. its specials (the whole row for one-segment formats)
+    nsp_label: int = 0
+    lang_a: int = 0
+    lang_b: int = 0
+    segment_index: int = 0
+
+
+def _pieces(sentence: Sequence[int], size: int) -> Iterator[Sequence[int]]:
+    for start in range(0, len(sentence), size):
+        yield sentence[start : start + size]
+
+
+def pack(docs: Sequence[TokenDoc], max_tokens: int, cross_documents: bool, sep_id: int) -> list[tuple[int, int, list[int]]]:
+    """Sentences of the documents (in doc_id order) packed into chunks of at most `max_tokens` tokens:
+    [(doc_id of the chunk's first token, its language, tokens)]."""
+    out: list[tuple[int, int, list[int]]] = []
+    current: list[int] = []
+    owner: tuple[int, int] | None = None
+    for doc_id, sentences, lang in sorted(docs, key=lambda d: d[0]):
+        if current and cross_documents and len(current) < max_tokens:
+            current.append(sep_id)  # the document boundary inside a row
+        elif current and not cross_documents:
+            out.append((*owner, current))
+            current = []
+        for sentence in sentences:
+            for piece in _pieces(sentence, max_tokens):
+                if current and len(current) + len(piece) > max_tokens:
+                    out.append((*owner, current))
+                    current = []
+                if not current:
+                    owner = (doc_id, lang)
+                current.extend(piece)
+    if current:
+        out.append((*owner, current))
+    return [(d, l, toks[:-1] if toks and toks[-1] == sep_id and cross_documents else toks) for d, l, toks in out]
+
+
+def _numbered(chunks: list[tuple[int, int, list[int]]], cls_id: int | None, sep_id: int | None,
+              segments: bool = False) -> list[Row]:
+    counters: dict[int, int] = {}
+    rows = []
+    for doc_id, lang, tokens in chunks:
+        if not tokens:
+            continue
+        index = counters.get(doc_id, 0)
+        counters[doc_id] = index + 1
+        ids = [cls_id, *tokens, sep_id] if cls_id is not None else list(tokens)
+        rows.append(Row(doc_id, index, ids, len(ids), lang_a=lang, lang_b=lang,
+                        segment_index=index if segments else 0))
+    return rows
+
+
+def full_sentences(docs: Sequence[TokenDoc], max_seq_len: int, cls_id: int, sep_id: int) -> list[Row]:
+    return _numbered(pack(docs, max_seq_len - 2, True, sep_id), cls_id, sep_id)
+
+
+def doc_sentences(docs: Sequence[TokenDoc], max_seq_len: int, cls_id: int, sep_id: int) -> list[Row]:
+    return _numbered(pack(docs, max_seq_len - 2, False, sep_id), cls_id, sep_id)
+
+
+def _stream_chunks(docs: Sequence[TokenDoc], size: int) -> list[tuple[int, int, list[int]]]:
+    out = []
+    for doc_id, sentences, lang in sorted(docs, key=lambda d: d[0]):
+        stream = [t for sentence in sentences for t in sentence]
+        out.extend((doc_id, lang, stream[i : i + size]) for i in range(0, len(stream), size))
+    return out
+
+
+def single_segment(docs: Sequence[TokenDoc], max_seq_len: int, cls_id: int, sep_id: int) -> list[Row]:
+    return _numbered(_stream_chunks(docs, max_seq_len - 2), cls_id, sep_id)
+
+
+def clm_segments(docs: Sequence[TokenDoc], max_seq_len: int) -> list[Row]:
+    return _numbered(_stream_chunks(docs, max_seq_len), None, None, segments=True)
+
+
+def tlm_pair(doc_id: int, source: Sequence[int], target: Sequence[int], lang_a: int, lang_b: int, max_seq_len: int,
+             cls_id: int, sep_id: int) -> Row | None:
+    """One translation pair as a row; None when a side is empty."""
+    source, target = list(source), list(target)
+    while len(source) + len(target) > max_seq_len - 3:
+        (source if len(source) >= len(target) else target).pop()
+    if not source or not target:
+        return None
+    ids = [cls_id, *source, sep_id, *target, sep_id]
+    return Row(doc_id, 0, ids, len(source) + 2, lang_a=lang_a, lang_b=lang_b)
+
+
+def tlm_pairs(docs: Sequence[tuple[int, Sequence[Sequence[int]], tuple[int, int]]], max_seq_len: int, cls_id: int,
+              sep_id: int) -> list[Row]:
+    """docs: (pair id, [source ids, target ids], (source language id, target language id))."""
+    rows = []
+    for doc_id, (source, target), (lang_a, lang_b) in sorted(docs, key=lambda d: d[0]):
+        row = tlm_pair(doc_id, source, target, lang_a, lang_b, max_seq_len, cls_id, sep_id)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+PACKED_FORMATS = ("full-sentences", "doc-sentences", "single-segment", "clm")
+
+
+def build_rows(fmt: str, docs: Sequence, max_seq_len: int, cls_id: int, sep_id: int) -> list[Row]:
+    """The rows of one bucket of tokenised documents in instance format `fmt` (not nsp/sop pairs)."""
+    if fmt == "full-sentences":
+        return full_sentences(docs, max_seq_len, cls_id, sep_id)
+    if fmt == "doc-sentences":
+        return doc_sentences(docs, max_seq_len, cls_id, sep_id)
+    if fmt == "single-segment":
+        return single_segment(docs, max_seq_len, cls_id, sep_id)
+    if fmt == "clm":
+        return clm_segments(docs, max_seq_len)
+    if fmt == "tlm-pairs":
+        return tlm_pairs(docs, max_seq_len, cls_id, sep_id)
+    raise ValueError(f"unknown instance format {fmt!r}")
