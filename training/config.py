@@ -167,6 +167,12 @@ class PretrainConfig(StrictModel):
     unpad: bool = Field(False, description="run BERT-architecture models (BERT, RoBERTa, ALBERT) on the real tokens "
                         "only (training/models/varlen.py: varlen attention on CUDA, exact SDPA on CPU); pays off "
                         "when batches hold much padding")
+    length_buckets: list[int] | None = Field(
+        None, description="pad every batch to the smallest of these lengths that holds its longest instance, and "
+        "group instances of one bucket into the same batches (in windows of bucket_window batches; the order still "
+        "depends only on seed and epoch): a handful of static shapes with little padding (TPU/XLA). null = pad to "
+        "the longest instance of the batch (or to max_seq_len on XLA)")
+    bucket_window: int = Field(64, ge=1, description="length_buckets: batches whose rows are sorted by bucket together")
     static_shapes: bool = Field(False, description="BERT-architecture models compute MLM logits at every prediction "
                                 "slot (batch x max_predictions, padding slots ignored by the loss) instead of only the "
                                 "real ones: the same loss with shapes that depend only on the batch size (XLA) and no "

@@ -29,7 +29,8 @@ from preprocessing.shards import Instance, ShardSet
 from .models.bert import IGNORE_INDEX  # re-exported: evaluation imports it from here
 
 
-def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int) -> dict[str, torch.Tensor]:
+def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int,
+            width: int | None = None) -> dict[str, torch.Tensor]:
     """Pad a list of instances to the longest in the list and apply their masks.
 
     Returns int64 tensors: input_ids [B, T] (mask_tokens written at mask_positions, pad_id after the end),
@@ -39,7 +40,10 @@ def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int) ->
     if not instances:
         raise ValueError("collate needs at least one instance")
     batch = len(instances)
-    width = max(len(inst.input_ids) for inst in instances)
+    longest = max(len(inst.input_ids) for inst in instances)
+    if width is not None and width < longest:
+        raise ValueError(f"collate width {width} is shorter than the longest instance ({longest} tokens)")
+    width = width or longest
     input_ids = np.full((batch, width), pad_id, dtype=np.int64)
     token_type_ids = np.zeros((batch, width), dtype=np.int64)
     attention_mask = np.zeros((batch, width), dtype=np.int64)
@@ -104,7 +108,8 @@ class PretrainBatches:
     """Deterministic, resumable batches over one split (see the module docstring for the order)."""
 
     def __init__(self, shards: ShardSet, batch_size: int, seed: int, pad_id: int, max_predictions: int | None = None,
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, length_buckets: Sequence[int] | None = None,
+                 bucket_window: int = 64):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1 (got {batch_size})")
         if world_size < 1 or not 0 <= rank < world_size:
@@ -135,17 +140,33 @@ class PretrainBatches:
         self.variants = shards.k
         self._perm_epoch: int | None = None
         self._perm: np.ndarray | None = None
+        self.length_buckets = list(length_buckets) if length_buckets else None
+        self.bucket_window = bucket_window
+        self._window_key: tuple[int, int] | None = None
+        self._window: tuple[np.ndarray, np.ndarray] | None = None
+        if self.length_buckets:
+            lengths = shards.lengths()
+            if self.length_buckets != sorted(set(self.length_buckets)) or self.length_buckets[0] < 1:
+                raise ConfigError(f"pretrain.length_buckets {self.length_buckets} must be distinct positive lengths "
+                                  "in ascending order")
+            if lengths.max() > self.length_buckets[-1]:
+                raise ConfigError(f"the '{shards.split}' split of {shards.directory} has instances of {int(lengths.max())} "
+                                  f"tokens, longer than the largest of pretrain.length_buckets {self.length_buckets}; "
+                                  f"add a bucket of at least {int(lengths.max())} (the shards' instance_format.max_seq_len)")
+            self._bucket_of_row = np.searchsorted(np.asarray(self.length_buckets), lengths)
 
     @classmethod
     def open(cls, shard_dir: Path, tokenizer_sha256: str, batch_size: int, seed: int, split: str = "train",
-             verify: bool = True, rank: int = 0, world_size: int = 1) -> "PretrainBatches":
+             verify: bool = True, rank: int = 0, world_size: int = 1, length_buckets: Sequence[int] | None = None,
+             bucket_window: int = 64) -> "PretrainBatches":
         """Open `split` of the shard set, refusing shards built with another tokenizer (ContractError).
         `rank` / `world_size`: this process's slice of every global batch (see the module docstring)."""
         shards = ShardSet.open(shard_dir, split, tokenizer_sha256=tokenizer_sha256, verify=verify)
         pad_id = shards.manifest.tokenizer.special_ids.get("pad")
         if pad_id is None:
             raise ContractError(f"{shard_dir}/manifest.json: tokenizer.special_ids has no 'pad'")
-        return cls(shards, batch_size, seed, pad_id, rank=rank, world_size=world_size)
+        return cls(shards, batch_size, seed, pad_id, rank=rank, world_size=world_size, length_buckets=length_buckets,
+                   bucket_window=bucket_window)
 
     def position(self, step: int) -> Position:
         if step < 0:
@@ -162,8 +183,35 @@ class PretrainBatches:
 
     def rows_of(self, step: int) -> np.ndarray:
         pos = self.position(step)
+        if self.length_buckets:
+            return self._bucketed_rows(pos)
         start = pos.batch_in_epoch * self.batch_size
         return self.permutation(pos.epoch)[start : start + self.batch_size]
+
+    def _bucketed_rows(self, pos: Position) -> np.ndarray:
+        """Length bucketing (static shapes on TPU with little padding): the epoch's permutation is cut into windows
+        of `bucket_window` batches; a window's rows are sorted by length bucket (stably, so ties keep the random
+        order) and cut into batches, which are then taken in an order drawn from (seed, epoch, window). Every row
+        is still read once per epoch, the order depends only on (seed, epoch), and step s's batch is found
+        without replaying the steps before it."""
+        window = pos.batch_in_epoch // self.bucket_window
+        first = window * self.bucket_window
+        if self._window_key != (pos.epoch, window):
+            n = min(self.bucket_window, self.steps_per_epoch - first)
+            rows = self.permutation(pos.epoch)[first * self.batch_size : (first + n) * self.batch_size]
+            ordered = rows[np.argsort(self._bucket_of_row[rows], kind="stable")]
+            order = np.random.default_rng([self.seed, pos.epoch, window, 1]).permutation(n)
+            self._window_key, self._window = (pos.epoch, window), (ordered, order)
+        ordered, order = self._window
+        k = int(order[pos.batch_in_epoch - first])
+        return ordered[k * self.batch_size : (k + 1) * self.batch_size]
+
+    def width_of(self, step: int) -> int | None:
+        """The padded width of step `step`'s batch: the smallest length bucket that holds its longest row (the same
+        on every rank), or None (pad to the longest row) without buckets."""
+        if not self.length_buckets:
+            return None
+        return self.length_buckets[int(self._bucket_of_row[self.rows_of(step)].max())]
 
     def local_rows_of(self, step: int) -> np.ndarray:
         """This rank's slice of the global batch `rows_of(step)`."""
@@ -175,7 +223,7 @@ class PretrainBatches:
         pos = self.position(step)
         rows = self.local_rows_of(step)
         instances = [self.shards.instance(int(r), pos.variant) for r in rows]
-        batch = collate(instances, self.pad_id, self.max_predictions)
+        batch = collate(instances, self.pad_id, self.max_predictions, self.width_of(step))
         if self.shards.manifest.instance_format.get("name") == "tlm-pairs":
             batch.update(translation_inputs(instances, batch["input_ids"].shape[1]))
         return batch

@@ -192,7 +192,11 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     if dist.enabled and cfg.stacking is not None:
         raise ConfigError("pretrain.stacking is not supported with several processes (torchrun); train it in one")
     batches = PretrainBatches.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards,
-                                   rank=dist.rank, world_size=dist.world_size)
+                                   rank=dist.rank, world_size=dist.world_size, length_buckets=cfg.length_buckets,
+                                   bucket_window=cfg.bucket_window)
+    if cfg.length_buckets and cfg.batch_size_ramp is not None:
+        raise ConfigError("pretrain.length_buckets and pretrain.batch_size_ramp cannot be combined (a ramped step "
+                          "reads a span of the epoch's stream that bucket windows would reorder); use one")
     if batches.local_batch_size % cfg.grad_accumulation:
         per_rank = batches.local_batch_size
         raise ConfigError(
@@ -264,7 +268,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
                       peak_flops=cfg.peak_flops * spmd_devices if cfg.peak_flops else None,
                       grad_accumulation=cfg.grad_accumulation,
                       guard=StepGuard(cfg.spike_factor, cfg.max_skipped_steps, cfg.max_consecutive_skipped_steps),
-                      loader_workers=cfg.loader_workers, static_width=needed if device.type == "xla" else None)
+                      loader_workers=cfg.loader_workers, static_width=(0 if cfg.length_buckets else needed) if device.type == "xla" else None)
     stacking = StackingSchedule(cfg.stacking, arch_config, lambda opt: scheduler_from_config(opt, cfg), cfg.compile)
 
     resumed_from = None

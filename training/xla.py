@@ -130,7 +130,8 @@ def device_batches(host_batches: Iterator[dict[str, torch.Tensor]], device: torc
 
     def padded() -> Iterator[tuple[dict[str, torch.Tensor], int]]:
         for batch in host_batches:
-            yield pad_to_width(batch, width, pad_id), int(batch["attention_mask"].sum())
+            # width 0: the loader already pads every batch to one of pretrain.length_buckets
+            yield (pad_to_width(batch, width, pad_id) if width else batch), int(batch["attention_mask"].sum())
 
     # batches_per_execution: the trainer itself ends every step with torch_xla.sync(); under SPMD each device
     # receives only its rows of the [B, T] tensors

@@ -95,3 +95,37 @@ def test_tokenizer_mismatch_is_refused(shared_tiny_run):
 def test_split_smaller_than_a_batch_is_a_clear_error(shared_tiny_run):
     with pytest.raises(ConfigError, match="fewer than one batch"):
         PretrainBatches.open(shared_tiny_run / "shards", _tok_sha(shared_tiny_run), batch_size=1000, seed=0)
+
+
+def test_length_buckets_group_rows_pad_to_a_bucket_and_keep_the_epoch_contract(shared_tiny_run):
+    """pretrain.length_buckets: every batch is padded to one of the buckets, most batches hold rows of one bucket
+    (less padding than random batches), each row is still read once per epoch, the order depends only on (seed,
+    epoch), any step's batch is found directly, and ranks together read what one process reads."""
+    buckets = [16, 24, 32]
+    sha = _tok_sha(shared_tiny_run)
+    one = PretrainBatches.open(shared_tiny_run / "shards", sha, batch_size=8, seed=5, length_buckets=buckets,
+                               bucket_window=8)
+    plain = PretrainBatches.open(shared_tiny_run / "shards", sha, batch_size=8, seed=5)
+    spe = one.steps_per_epoch
+    lengths = one.shards.lengths()
+    for epoch in range(2):
+        rows = np.concatenate([one.rows_of(s) for s in range(epoch * spe, (epoch + 1) * spe)])
+        assert sorted(rows.tolist()) == list(range(len(one.shards)))
+    widths = [one.batch(s)["input_ids"].shape[1] for s in range(spe)]
+    assert set(widths) <= set(buckets)
+    padding = sum(w * 8 - lengths[one.rows_of(s)].sum() for s, w in enumerate(widths))
+    plain_padding = sum(plain.batch(s)["input_ids"].shape[1] * 8 - lengths[plain.rows_of(s)].sum() for s in range(spe))
+    assert padding < plain_padding, (padding, plain_padding)
+    pure = {int(np.searchsorted(buckets, lengths[one.rows_of(s)]).min() == np.searchsorted(buckets, lengths[one.rows_of(s)]).max())
+            for s in range(spe)}
+    assert 1 in pure  # some batches hold a single bucket
+    fresh = PretrainBatches.open(shared_tiny_run / "shards", sha, batch_size=8, seed=5, length_buckets=buckets,
+                                 bucket_window=8)
+    assert all(torch.equal(fresh.batch(s)[k], one.batch(s)[k]) for s in (spe + 5, 3, spe * 3 + 1) for k in one.batch(s))
+    halves = [PretrainBatches.open(shared_tiny_run / "shards", sha, batch_size=8, seed=5, length_buckets=buckets,
+                                   bucket_window=8, rank=r, world_size=2) for r in range(2)]
+    for s in (0, 7):
+        assert np.array_equal(np.concatenate([h.local_rows_of(s) for h in halves]), one.rows_of(s))
+        assert {h.batch(s)["input_ids"].shape[1] for h in halves} == {one.batch(s)["input_ids"].shape[1]}
+    with pytest.raises(ConfigError, match="longer than the largest of pretrain.length_buckets"):
+        PretrainBatches.open(shared_tiny_run / "shards", sha, batch_size=8, seed=5, length_buckets=[8, 16])
