@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from bertfactory.errors import ContractError
 from preprocessing.shards import ShardSet
-from training.data import IGNORE_INDEX, collate
+from training.data import IGNORE_INDEX, collate, dynamic_masker, masked_at_read_time
 from training.models.bert import BertForPreTraining, chance_mlm_accuracy
 
 from .config import IntrinsicConfig
@@ -64,6 +64,7 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
     unigram_loss_sum = 0.0
 
     model.eval()
+    masker = dynamic_masker(shards) if shards.k == 0 else None
     rows = len(shards)
     batches = math.ceil(rows / cfg.batch_size)
     if cfg.max_batches is not None:
@@ -72,6 +73,9 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
     mlm_loss_sum = nsp_loss_sum = 0.0
     for b in tqdm(range(batches), desc=f"intrinsic ({cfg.split})", unit="batch", disable=None, leave=False):
         chunk = [shards.instance(i, cfg.mask_variant) for i in range(b * cfg.batch_size, min(rows, (b + 1) * cfg.batch_size))]
+        if masker is not None:  # dynamic-masking shards: the masks the loader would draw in epoch mask_variant
+            chunk = [masked_at_read_time(masker, inst, cfg.mask_variant, b * cfg.batch_size + i)
+                     for i, inst in enumerate(chunk)]
         max_predictions = max(1, max(len(inst.mask_positions) for inst in chunk))
         batch = {k: v.to(device) for k, v in collate(chunk, pad_id, max_predictions).items()}
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_positions"],

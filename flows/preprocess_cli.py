@@ -27,7 +27,8 @@ def add_adhoc_arguments(p: argparse.ArgumentParser) -> None:
                    help="input files, directories, globs or fsspec URLs (gs://, s3://, https://) -> corpus.inputs")
     g.add_argument("--format", choices=FORMATS, help="input format -> corpus.format")
     g.add_argument("--instances", choices=INSTANCES, help="instance format -> preprocess.instances.format")
-    g.add_argument("--masking", choices=MASKING, help="masking scheme -> preprocess.masking.policy")
+    g.add_argument("--masking", choices=MASKING, help="masking scheme -> preprocess.masking.policy; dynamic -> "
+                   "preprocess.masking.dynamic (no stored masks: the loader masks at read time with the policy)")
     tok = g.add_mutually_exclusive_group()
     tok.add_argument("--tokenizer", metavar="FILE", help="use this tokenizer.json -> preprocess.tokenizer.path")
     tok.add_argument("--vocab-size", type=int, metavar="N", help="train a tokenizer of N tokens")
@@ -45,7 +46,9 @@ def adhoc_overrides(args: argparse.Namespace) -> list[str]:
     pairs = [
         ("corpus.inputs", args.input), ("corpus.format", args.format), ("corpus.lang", args.lang),
         ("corpus.parent", args.parent), ("preprocess.instances.format", args.instances),
-        ("preprocess.masking.policy", args.masking), ("preprocess.tokenizer.path", args.tokenizer),
+        ("preprocess.masking.policy", args.masking if args.masking != "dynamic" else None),
+        ("preprocess.masking.dynamic", True if args.masking == "dynamic" else None),
+        ("preprocess.tokenizer.path", args.tokenizer),
         ("preprocess.tokenizer.vocab_size", args.vocab_size), ("preprocess.tokenizer.kind", args.tokenizer_kind),
     ]
     return [f"{key}={json.dumps(value)}" for key, value in pairs if value is not None]

@@ -223,6 +223,10 @@ class MaskingConfig(StrictModel):
         "whole words, n <= 3 with p(n) proportional to 1/n (ALBERT); span = spans of whole words, length ~ "
         "Geometric(0.2) truncated to 1..10 words (SpanBERT)")
     variants: int = Field(4, ge=1, description="mask variants (K) stored per instance; epoch e uses variant e % K")
+    dynamic: bool = Field(
+        False, description="store no masks: the training loader masks every row when it reads it, with the same "
+        "masking core and policy, deterministically in (seed, epoch, row) - RoBERTa's dynamic masking (a new "
+        "masking every epoch, shards K times smaller); `variants` is then unused")
     masked_lm_prob: float = Field(0.15, gt=0.0, lt=1.0, description="fraction of tokens to predict")
     max_predictions_per_seq: int = Field(20, ge=1, description="at most this many predictions per instance")
     mask_token_prob: float = Field(0.8, ge=0.0, le=1.0, description="of the chosen tokens, replaced by [MASK]")

@@ -209,7 +209,10 @@ class MaskInstance(beam.DoFn):
 
     def process(self, item) -> Iterator:
         split, shard, key, inst = item
-        positions, tokens = self.masker.variants(inst.input_ids, inst.doc_id, inst.index)
+        if self.cfg.masking.dynamic:  # the loader masks at read time
+            positions, tokens = [], []
+        else:
+            positions, tokens = self.masker.variants(inst.input_ids, inst.doc_id, inst.index)
         row = {"input_ids": inst.input_ids, "len_a": inst.len_a, "nsp_label": inst.nsp_label,
                "mask_positions": positions, "mask_tokens": tokens, "doc_id": inst.doc_id,
                "lang_a": inst.lang_a, "lang_b": inst.lang_b, "segment_index": inst.segment_index}

@@ -124,7 +124,8 @@ class Manifest(_Strict):
 
     @property
     def mask_variants(self) -> int:
-        return int(self.masking["variants"])
+        """Mask variants stored per row (0: dynamic masking, the loader masks at read time)."""
+        return 0 if self.masking.get("dynamic") else int(self.masking["variants"])
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> Path:
@@ -313,7 +314,10 @@ class ShardSet:
         return np.concatenate([np.diff(s.ids_offsets) for s in self._shards]) if self._shards else np.zeros(0, np.int64)
 
     def max_predictions(self) -> int:
-        """The largest number of masked positions of any row and variant (to size fixed-shape batches)."""
+        """The largest number of masked positions of any row and variant (to size fixed-shape batches); with
+        dynamic masking the configured maximum."""
+        if not self.k:
+            return int(self.manifest.masking["max_predictions_per_seq"])
         counts = [np.diff(s.mask_offsets) for s in self._shards if len(s.mask_offsets) > 1]
         return int(max((c.max() for c in counts), default=0))
 
@@ -327,8 +331,11 @@ class ShardSet:
     def instance(self, index: int, variant: int = 0) -> Instance:
         shard, r = self._locate(index)
         ids = shard.ids_values[shard.ids_offsets[r] : shard.ids_offsets[r + 1]]
-        m = r * self.k + (variant % self.k)
-        lo, hi = shard.mask_offsets[m], shard.mask_offsets[m + 1]
+        if self.k:
+            m = r * self.k + (variant % self.k)
+            lo, hi = shard.mask_offsets[m], shard.mask_offsets[m + 1]
+        else:  # dynamic masking: no stored masks (training.data masks at read time)
+            lo = hi = 0
         return Instance(
             input_ids=ids,
             len_a=int(shard.len_a[r]),

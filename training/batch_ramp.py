@@ -23,7 +23,7 @@ from pydantic import Field
 from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError
 
-from .data import Position, PretrainBatches, collate
+from .data import Position, PretrainBatches, collate, masked_at_read_time
 
 
 class BatchRampConfig(StrictModel):
@@ -76,7 +76,7 @@ class RampedBatches(PretrainBatches):
         if step < 0:
             raise ValueError(f"step must be >= 0 (got {step})")
         epoch, within = divmod(self.offset_of(step), self.rows)
-        return Position(step, epoch, within // self.size_of(step), epoch % self.variants)
+        return Position(step, epoch, within // self.size_of(step), epoch % self.variants if self.variants else 0)
 
     def _rows_and_variants(self, step: int) -> tuple[np.ndarray, np.ndarray]:
         samples = self.offset_of(step) + np.arange(self.size_of(step), dtype=np.int64)
@@ -85,7 +85,7 @@ class RampedBatches(PretrainBatches):
         for epoch in np.unique(epochs):  # at most two: a batch is never larger than an epoch
             here = epochs == epoch
             rows[here] = self.permutation(int(epoch))[within[here]]
-        return rows, epochs % self.variants
+        return rows, epochs  # a row's mask variant is its epoch % K (dynamic masking: the epoch itself)
 
     def rows_of(self, step: int) -> np.ndarray:
         return self._rows_and_variants(step)[0]
@@ -100,6 +100,10 @@ class RampedBatches(PretrainBatches):
         return rows[start:start + share], variants[start:start + share]
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
-        rows, variants = self._local(step)
-        return collate([self.shards.instance(int(r), int(v)) for r, v in zip(rows, variants)], self.pad_id,
-                       self.max_predictions)
+        rows, epochs = self._local(step)
+        if self.dynamic_masker is not None:
+            instances = [masked_at_read_time(self.dynamic_masker, self.shards.instance(int(r), 0), int(e), int(r))
+                         for r, e in zip(rows, epochs)]
+        else:
+            instances = [self.shards.instance(int(r), int(e) % self.variants) for r, e in zip(rows, epochs)]
+        return collate(instances, self.pad_id, self.max_predictions)

@@ -94,6 +94,34 @@ def translation_inputs(instances: Sequence[Instance], width: int) -> dict[str, t
     return {"position_ids": torch.from_numpy(positions), "language_ids": torch.from_numpy(languages)}
 
 
+def dynamic_masker(shards: ShardSet):
+    """The masking core set up as the shards' manifest says (policy, probabilities, seed, the tokenizer's special
+    and continuation ids): what preprocessing would have used to store masks."""
+    from tokenizers import Tokenizer
+
+    from preprocessing.config import MaskingConfig
+    from preprocessing.masking import Masker, continuation_ids
+
+    manifest = shards.manifest
+    cfg = MaskingConfig(**{k: v for k, v in manifest.masking.items() if k in MaskingConfig.model_fields})
+    specials = manifest.tokenizer.special_ids
+    tokenizer = Tokenizer.from_file(str((shards.directory / manifest.tokenizer.path).resolve()))
+    return Masker(cfg, manifest.seed, manifest.tokenizer.vocab_size, specials["mask"], frozenset(specials.values()),
+                  continuation_ids(tokenizer.get_vocab()))
+
+
+def masked_at_read_time(masker, inst: Instance, epoch: int, row: int) -> Instance:
+    """Dynamic masking (RoBERTa): row `row` of the split masked for `epoch`, deterministically in (seed, epoch,
+    row) - the same masks whichever rank, worker or resume reads it, different ones every epoch."""
+    import dataclasses
+    import random
+
+    from preprocessing.hashing import seed_of
+
+    positions, tokens = masker.mask(inst.input_ids.tolist(), random.Random(seed_of(masker.seed, "dynamic", epoch, row)))
+    return dataclasses.replace(inst, mask_positions=np.asarray(positions, np.int64), mask_tokens=np.asarray(tokens, np.int64))
+
+
 @dataclass(frozen=True)
 class Position:
     """Where global step `step` reads: `epoch`, the batch index within it, and the mask variant."""
@@ -144,6 +172,7 @@ class PretrainBatches:
         self.bucket_window = bucket_window
         self._window_key: tuple[int, int] | None = None
         self._window: tuple[np.ndarray, np.ndarray] | None = None
+        self.dynamic_masker = dynamic_masker(shards) if shards.k == 0 else None
         if self.length_buckets:
             lengths = shards.lengths()
             if self.length_buckets != sorted(set(self.length_buckets)) or self.length_buckets[0] < 1:
@@ -172,7 +201,7 @@ class PretrainBatches:
         if step < 0:
             raise ValueError(f"step must be >= 0 (got {step})")
         epoch, batch_in_epoch = divmod(step, self.steps_per_epoch)
-        return Position(step, epoch, batch_in_epoch, epoch % self.variants)
+        return Position(step, epoch, batch_in_epoch, epoch % self.variants if self.variants else 0)
 
     def permutation(self, epoch: int) -> np.ndarray:
         if self._perm_epoch != epoch:
@@ -223,6 +252,8 @@ class PretrainBatches:
         pos = self.position(step)
         rows = self.local_rows_of(step)
         instances = [self.shards.instance(int(r), pos.variant) for r in rows]
+        if self.dynamic_masker is not None:
+            instances = [masked_at_read_time(self.dynamic_masker, inst, pos.epoch, int(r)) for inst, r in zip(instances, rows)]
         batch = collate(instances, self.pad_id, self.max_predictions, self.width_of(step))
         if self.shards.manifest.instance_format.get("name") == "tlm-pairs":
             batch.update(translation_inputs(instances, batch["input_ids"].shape[1]))

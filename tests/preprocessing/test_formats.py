@@ -190,3 +190,42 @@ def test_tlm_pairs_from_real_udhr_train_the_tlm_objective(tmp_path, wiki):
     out["loss"].backward()
     grads = model.bert.embeddings.language_embeddings.weight.grad.abs().sum(-1)
     assert torch.isfinite(out["loss"]) and (grads > 0).sum() >= 2  # both sides' languages are used
+
+
+def test_dynamic_masking_stores_no_masks_and_the_loader_masks_per_epoch(tmp_path, wiki):
+    from preprocessing.shards import ShardSet
+    from training.data import PretrainBatches
+
+    cfg = wiki.config(preset="in_process").model_copy(deep=True)
+    cfg.masking = cfg.masking.model_copy(update={"dynamic": True})
+    dump = wiki.write_dump(tmp_path / "d.xml.bz2", wiki.standard_pages())
+    manifest = run_preprocess(wiki.corpus(dump), cfg, tmp_path / "run")
+    assert manifest["masking"]["dynamic"] is True and manifest["counts"]["masked_tokens"] == 0
+    shards = ShardSet.open(tmp_path / "run/shards")
+    assert shards.k == 0 and all(len(i.mask_positions) == 0 for i in shards)
+    sha = manifest["tokenizer"]["sha256"]
+    one = PretrainBatches.open(tmp_path / "run/shards", sha, batch_size=8, seed=1)
+    again = PretrainBatches.open(tmp_path / "run/shards", sha, batch_size=8, seed=1)
+    spe = one.steps_per_epoch
+    # the same row in two epochs: masked differently; the same step twice: identically
+    row = int(one.rows_of(0)[0])
+    later = next(s for s in range(spe, 2 * spe) if row in one.rows_of(s).tolist())
+    first, second = one.batch(0), one.batch(later)
+    i, j = 0, one.rows_of(later).tolist().index(row)
+    assert not torch_equal(first["masked_positions"][i], second["masked_positions"][j]) or \
+        not torch_equal(first["input_ids"][i], second["input_ids"][j])
+    assert all(torch_equal(first[k], again.batch(0)[k]) for k in first)
+    mask_id = manifest["tokenizer"]["special_ids"]["mask"]
+    for step in range(spe):
+        b = one.batch(step)
+        predicted = (b["masked_labels"] != -100).sum(1)
+        real = b["attention_mask"].sum(1)
+        assert bool(((predicted >= 1) & (predicted <= cfg.masking.max_predictions_per_seq)).all())
+        assert bool((predicted <= (real * 0.15).round().clamp(min=1)).all())
+    assert (one.batch(1)["input_ids"] == mask_id).any()
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
