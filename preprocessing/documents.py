@@ -172,7 +172,10 @@ class CleanDocument(beam.DoFn):
             yield _outcome(doc.source, "dropped:too_short")
             return
         doc_id = document_id(c, doc, self.files)
-        split = "heldout" if hashing.is_heldout(doc.key, self.heldout_fraction) else "train"
+        # Wikipedia: by title (the held-out set stays put across dumps); else by the document's identity (a key
+        # like "line 1" repeats in every file)
+        split_key = doc.key if c.format == "wikipedia" else f"doc:{doc_id}"
+        split = "heldout" if hashing.is_heldout(split_key, self.heldout_fraction) else "train"
         yield doc_id, {"doc_id": doc_id, "key": doc.key, "title": doc.meta.get("title") or doc.key,
                        "source": doc.source, "ordinal": doc.ordinal, "split": split, "lang": lang,
                        "meta": doc.meta, "paragraphs": sentences}
@@ -184,7 +187,7 @@ class CleanDocument(beam.DoFn):
             yield _outcome(pair.source, "dropped:empty")
             return
         doc_id = hashing.hash64("pair", Path(self.files[pair.source]).name, pair.key, pair.src_lang, pair.tgt_lang)
-        split = "heldout" if hashing.is_heldout(f"{pair.src_lang}-{pair.tgt_lang}:{pair.key}", self.heldout_fraction) else "train"
+        split = "heldout" if hashing.is_heldout(f"pair:{doc_id}", self.heldout_fraction) else "train"
         yield doc_id, {"kind": "pair", "doc_id": doc_id, "key": pair.key, "title": pair.key, "source": pair.source,
                        "ordinal": pair.ordinal, "split": split, "src": src, "tgt": tgt,
                        "src_lang": pair.src_lang, "tgt_lang": pair.tgt_lang, "meta": pair.meta}

@@ -200,11 +200,17 @@ class Masker:
             return self.cfg.replacement_per == "unit"
         return self.cfg.policy in PER_UNIT_REPLACEMENT_POLICIES
 
-    def choose_units(self, input_ids: Sequence[int], rng: random.Random) -> Units:
-        """The units to predict, in the order taken: disjoint, at most num_to_predict positions in all."""
-        budget = self.num_to_predict(len(input_ids))
-        candidates = Candidates(is_special=[t in self.special_ids for t in input_ids],
-                                is_continuation=[t in self.continuation_ids for t in input_ids], budget=budget)
+    def candidates(self, input_ids: Sequence[int]) -> Candidates:
+        return Candidates(is_special=[t in self.special_ids for t in input_ids],
+                          is_continuation=[t in self.continuation_ids for t in input_ids],
+                          budget=self.num_to_predict(len(input_ids)))
+
+    def choose_units(self, input_ids: Sequence[int], rng: random.Random,
+                     candidates: Candidates | None = None) -> Units:
+        """The units to predict, in the order taken: disjoint, at most num_to_predict positions in all.
+        `candidates`: this instance's, when already computed (the same for every variant)."""
+        candidates = candidates or self.candidates(input_ids)
+        budget = candidates.budget
         units = POLICIES[self.cfg.policy](candidates, rng)
         rng.shuffle(units)
         chosen: Units = []
@@ -220,11 +226,12 @@ class Masker:
             taken.update(unit)
         return chosen
 
-    def mask(self, input_ids: Sequence[int], rng: random.Random) -> tuple[list[int], list[int]]:
+    def mask(self, input_ids: Sequence[int], rng: random.Random,
+             candidates: Candidates | None = None) -> tuple[list[int], list[int]]:
         """(positions ascending, replacement ids) for one variant."""
         per_unit = self.replaces_per_unit
         replacements: dict[int, int] = {}
-        for unit in self.choose_units(input_ids, rng):
+        for unit in self.choose_units(input_ids, rng, candidates):
             draw = rng.random()
             for k, position in enumerate(unit):
                 if k and not per_unit:  # per token: the same sequence of draws as one draw per chosen position
@@ -241,8 +248,9 @@ class Masker:
     def variants(self, input_ids: Sequence[int], doc_id: int, index: int) -> tuple[list[list[int]], list[list[int]]]:
         """K variants for instance `index` of document `doc_id`: (mask_positions, mask_tokens)."""
         positions, tokens = [], []
+        candidates = self.candidates(input_ids)
         for variant in range(self.cfg.variants):
-            p, t = self.mask(input_ids, random.Random(seed_of(self.seed, doc_id, index, variant)))
+            p, t = self.mask(input_ids, random.Random(seed_of(self.seed, doc_id, index, variant)), candidates)
             positions.append(p)
             tokens.append(t)
         return positions, tokens

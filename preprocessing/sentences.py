@@ -63,15 +63,24 @@ _GREEK_QUESTION = re.compile(rf";[{re.escape(_CLOSERS)}]*(?=\s)")
 _SPACE_IN_SCRIPT_RUN = re.compile(r"(?<=[\u0e00-\u0eff\u1780-\u17ff])\s+(?=[\u0e00-\u0eff\u1780-\u17ff])")
 # Scripts in which a period after a letter marks an abbreviation, not the end of a sentence.
 _ABBREVIATING_PERIOD = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")
-_WORD_BEFORE = re.compile(r"(\S+)$")
 _DOTTED_ACRONYM = re.compile(r"^(?:[A-Za-z]\.){2,}$")
 
 
+def _word_ending_at(text: str, end: int) -> str:
+    """The run of non-space characters ending at text[end] (inclusive). Scanning back from the period keeps a
+    paragraph's splitting linear: a regex `(\S+)$` searched in text[:end + 1] retried from position 0 at every period,
+    quadratic in the paragraph (36 % of a run over State of the Union addresses, one 46k-character paragraph each)."""
+    start = end + 1
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    return text[start : end + 1]
+
+
 def _is_abbreviation(text: str, period_index: int, lang: str | None) -> bool:
-    match = _WORD_BEFORE.search(text, 0, period_index + 1)
-    if not match:
+    word = _word_ending_at(text, period_index)
+    if not word:
         return False
-    word = match.group(1).lstrip(_OPENERS)
+    word = word.lstrip(_OPENERS)
     stem = word.rstrip(".").lower()
     if len(stem) == 1 and stem.isalpha():
         return True  # an initial: "J. Smith"

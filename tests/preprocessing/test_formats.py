@@ -229,3 +229,16 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return bool(torch.equal(a, b))
+
+
+def test_held_out_documents_are_chosen_by_identity_not_by_a_key_every_file_repeats(tmp_path, wiki):
+    """Text files of one document each all have the key "line 1": the split hashes the document's identity."""
+    inputs = []
+    for article in sorted(NEWS_ARTICLE_LANGS)[:12]:
+        path = tmp_path / f"{article}.txt"
+        path.write_text(sample_path("newspaper4k", f"txt/{article}.txt").read_text(encoding="utf-8"), encoding="utf-8")
+        inputs.append(str(path))
+    corpus = CorpusConfig(inputs=inputs, format="text", min_doc_chars=50)
+    cfg = wiki.config(preset="in_process").model_copy(update={"heldout_fraction": 0.5})
+    docs = run_preprocess(corpus, cfg, tmp_path / "run")["counts"]["docs"]
+    assert docs["train"] > 0 and docs["heldout"] > 0, docs
