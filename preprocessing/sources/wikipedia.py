@@ -149,6 +149,25 @@ def _to_record(element: ET.Element, source: int, file: str, ordinal: int) -> Pag
     return Page(source, ordinal, title, namespace, page_id, redirect, text)
 
 
+def page_records(stream, source: int, name: str, first_ordinal: int = 0) -> Iterator[Page | Quarantined]:
+    """Every <page> under the <mediawiki> root of an XML byte stream as a record, ordinals from `first_ordinal`.
+    ET.ParseError / decompression errors propagate: the caller knows how far it got and names the file."""
+    root = None
+    ordinal = first_ordinal
+    for event, element in ET.iterparse(stream, events=("start", "end")):
+        if root is None:
+            root = element
+            if _local(element.tag) != "mediawiki":
+                raise InputError(f"{name}: root element is <{_local(element.tag)}>, not <mediawiki>")
+            continue
+        if event == "end" and _local(element.tag) == "page":
+            yield _to_record(element, source, name, ordinal)
+            ordinal += 1
+            # Drop the finished page (and the siteinfo before it) so memory stays flat over the dump.
+            element.clear()
+            root.clear()
+
+
 def iter_pages(path: Path, source: int = 0, display_name: str | None = None) -> Iterator[Page | Quarantined]:
     """Yield every <page> of the dump at `path` as a Page or, when malformed, a Quarantined record.
 
@@ -162,20 +181,9 @@ def iter_pages(path: Path, source: int = 0, display_name: str | None = None) -> 
     stream = bz2.BZ2File(io.BufferedReader(counter, buffer_size=1 << 16)) if compressed else io.BufferedReader(counter)
     pages = 0
     try:
-        context = ET.iterparse(stream, events=("start", "end"))
-        root = None
-        for event, element in context:
-            if root is None:
-                root = element
-                if _local(element.tag) != "mediawiki":
-                    raise InputError(f"{name}: root element is <{_local(element.tag)}>, not <mediawiki>")
-                continue
-            if event == "end" and _local(element.tag) == "page":
-                yield _to_record(element, source, name, pages)
-                pages += 1
-                # Drop the finished page (and the siteinfo before it) so memory stays flat over the dump.
-                element.clear()
-                root.clear()
+        for record in page_records(stream, source, name):
+            yield record
+            pages += 1
     except (OSError, EOFError) as err:
         raise InputError(
             f"{name}: corrupt bz2 data after {counter.consumed:,} compressed bytes of {path.stat().st_size:,} "

@@ -22,7 +22,7 @@ from typing import Iterator
 
 from bertfactory.errors import InputError
 
-from .wikipedia import Page, Quarantined, _local, _to_record
+from .wikipedia import Page, Quarantined, page_records
 
 # Pages per stream in Wikimedia's dumps is 100; a chunk of 50 streams (~5,000 pages, tens of MB of wikitext)
 # is enough work to amortise a worker's start and small enough to spread a 20 GB dump over hundreds of workers.
@@ -148,17 +148,9 @@ def iter_chunk_pages(dump: Path, chunk: Chunk, source: int = 0, display_name: st
     xml = io.BytesIO(b"<mediawiki>" + b"".join(_decompress_streams(data, name, chunk.start)) + b"</mediawiki>")
     ordinal = chunk.first_ordinal
     try:
-        context = ET.iterparse(xml, events=("start", "end"))
-        root = None
-        for event, element in context:
-            if root is None:
-                root = element
-                continue
-            if event == "end" and _local(element.tag) == "page":
-                yield _to_record(element, source, name, ordinal)
-                ordinal += 1
-                element.clear()
-                root.clear()
+        for record in page_records(xml, source, name, chunk.first_ordinal):
+            yield record
+            ordinal += 1
     except ET.ParseError as err:
         raise InputError(f"{name}: broken XML in the streams at bytes {chunk.start:,}..{chunk.end:,} after "
                          f"{ordinal - chunk.first_ordinal} pages of that chunk: {err}") from None
