@@ -20,7 +20,6 @@ duplicate group is the one with the smallest (source, ordinal).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 

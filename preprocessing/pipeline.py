@@ -55,7 +55,6 @@ from .inputs import expand_inputs
 from .lineage import plan_increment
 from .sources import validate_file
 from .tokenizer import adopt_tokenizer, save_tokenizer, special_ids, train_tokenizer
-from .worker_errors import worker_input_error
 
 logger = logging.getLogger(__name__)
 
