@@ -160,7 +160,14 @@ def span_units(candidates: Candidates, rng: random.Random) -> Units:
     return units
 
 
-POLICIES: dict[str, Policy] = {"token": token_units, "ngram": ngram_units, "span": span_units}
+def whole_word_units(candidates: Candidates, rng: random.Random) -> Units:
+    """Each whole word (a token and its continuation pieces) is one unit: BERT's whole-word masking, where the
+    80/10/10 choice is still made for every token (Google's WWM release)."""
+    return [word for words in candidates.word_runs() for word in words]
+
+
+POLICIES: dict[str, Policy] = {"token": token_units, "whole-word": whole_word_units, "ngram": ngram_units,
+                               "span": span_units}
 # Policies whose units get one 80/10/10 decision each unless MaskingConfig.replacement_per says otherwise.
 PER_UNIT_REPLACEMENT_POLICIES = frozenset({"span"})
 
@@ -170,11 +177,30 @@ def continuation_ids(vocab: Mapping[str, int], prefix: str = "##") -> frozenset[
     return frozenset(i for token, i in vocab.items() if token.startswith(prefix) and len(token) > len(prefix))
 
 
+# word-start markers of byte-level BPE (RoBERTa: "Ġ" = a space before the token) and SentencePiece/Unigram ("▁")
+_WORD_START_MARKERS = ("\u0120", "\u2581")
+
+
+def word_continuation_ids(vocab: Mapping[str, int]) -> frozenset[int]:
+    """Ids of the tokens that continue the word before them, for any tokenizer kind bertfactory trains:
+    WordPiece marks continuations (`##ing`); byte-level BPE and Unigram mark word starts instead (`Ġword`,
+    `▁word`), so there every token without the marker continues a word. For BPE that includes punctuation after
+    a word ("end" + "." is one word to mask) and the unmarked first word of each sentence, which joins the last
+    word of the sentence before it inside a row (whole-word masking then masks both: a slightly larger unit, never
+    a split word). Special tokens are excluded by the masker itself."""
+    if any(token.startswith("##") and len(token) > 2 for token in vocab):
+        return continuation_ids(vocab, "##")
+    for marker in _WORD_START_MARKERS:
+        if any(token.startswith(marker) for token in vocab):
+            return frozenset(i for token, i in vocab.items() if not token.startswith(marker))
+    return frozenset()
+
+
 @dataclass(frozen=True)
 class Masker:
     """Masks instances for one tokenizer and config. `special_ids`: ids never masked and never drawn as random
     replacements ([PAD], [UNK], [CLS], [SEP], [MASK]). `continuation_ids`: the tokenizer's continuation pieces
-    (`continuation_ids(tokenizer.get_vocab())`), which word-level policies keep with their word; without them
+    (`word_continuation_ids(tokenizer.get_vocab())`), which word-level policies keep with their word; without them
     every token is a word."""
 
     cfg: MaskingConfig

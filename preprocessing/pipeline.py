@@ -48,7 +48,7 @@ from .config import CorpusConfig, PreprocessConfig
 from .documents import build_documents_pipeline
 from .instances import build_bucket_instances
 from .segments import Row, build_rows
-from .masking import Masker, continuation_ids
+from .masking import Masker, word_continuation_ids
 from .runners import describe, run_pipeline
 from .shards import SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, write_manifest, write_shard
 from .inputs import expand_inputs
@@ -286,7 +286,7 @@ def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokeni
         | "ByPreshard" >> beam.GroupByKey()
         | "DealToShards" >> beam.ParDo(DealToShards(num_shards), sizes=beam.pvalue.AsDict(sizes))
         | "Mask" >> beam.ParDo(MaskInstance(cfg, vocab_size, specials,
-                                            continuation_ids(Tokenizer.from_file(str(tokenizer_path)).get_vocab())))
+                                            word_continuation_ids(Tokenizer.from_file(str(tokenizer_path)).get_vocab())))
         | "ByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows))
         | "WriteSummaries" >> WriteToText(str(work / "shard_summaries" / "part"), file_name_suffix=".jsonl")

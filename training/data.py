@@ -100,14 +100,14 @@ def dynamic_masker(shards: ShardSet):
     from tokenizers import Tokenizer
 
     from preprocessing.config import MaskingConfig
-    from preprocessing.masking import Masker, continuation_ids
+    from preprocessing.masking import Masker, word_continuation_ids
 
     manifest = shards.manifest
     cfg = MaskingConfig(**{k: v for k, v in manifest.masking.items() if k in MaskingConfig.model_fields})
     specials = manifest.tokenizer.special_ids
     tokenizer = Tokenizer.from_file(str((shards.directory / manifest.tokenizer.path).resolve()))
     return Masker(cfg, manifest.seed, manifest.tokenizer.vocab_size, specials["mask"], frozenset(specials.values()),
-                  continuation_ids(tokenizer.get_vocab()))
+                  word_continuation_ids(tokenizer.get_vocab()))
 
 
 def masked_at_read_time(masker, inst: Instance, epoch: int, row: int) -> Instance:
