@@ -218,11 +218,13 @@ class InstancesConfig(StrictModel):
 class MaskingConfig(StrictModel):
     """Precomputed masked-LM targets: K variants per instance."""
 
-    policy: Literal["token", "whole-word", "ngram", "span"] = Field(
+    policy: Literal["token", "whole-word", "ngram", "span", "entity"] = Field(
         "token", description="what is masked as a unit: token = single tokens (BERT); whole-word = every piece of a "
         "word together (BERT's whole-word masking; words from the tokenizer's continuation/word-start markers, any "
         "kind); ngram = n-grams of whole words, n <= 3 with p(n) proportional to 1/n (ALBERT); span = spans of "
-        "whole words, length ~ Geometric(0.2) truncated to 1..10 words (SpanBERT)")
+        "whole words, length ~ Geometric(0.2) truncated to 1..10 words (SpanBERT); entity = named-entity spans "
+        "(capitalised-word heuristic, needs a cased tokenizer), then noun phrases, then single words, all whole "
+        "words (ERNIE-style; preprocessing/entities.py, docs/masking.md)")
     variants: int = Field(4, ge=1, description="mask variants (K) stored per instance; epoch e uses variant e % K")
     dynamic: bool = Field(
         False, description="store no masks: the training loader masks every row when it reads it, with the same "

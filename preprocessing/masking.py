@@ -25,6 +25,17 @@ in one run between special tokens, until the budget is spent.
 replacement (BERT); per unit, one draw decides for all tokens of the unit (all [MASK], all random, or all kept),
 which is SpanBERT's per-span replacement and the default of the `span` policy.
 
+`whole-word` (BERT's whole-word masking): each whole word is a unit; 80/10/10 per token as in Google's WWM release.
+`entity` (ERNIE-style knowledge masking, Sun et al. 2019): named-entity and noun-phrase spans of whole words, found
+by the heuristic of preprocessing.entities on the words' text (the Masker carries the tokenizer's id -> text
+table: Masker.from_tokenizer), are units; the policy takes entities first, then phrases, then single words outside
+them, each group in random order, while they fit the budget; a word inside a detected span is never masked alone.
+
+Word boundaries come from the tokenizer's vocabulary (word_continuation_ids; docs/masking.md).
+`variants_with_units` / `mask_with_spans` also return each chosen unit's (first, last) positions - the spans whose
+boundary tokens SpanBERT's SBO reads. Dynamic masking (MaskingConfig.dynamic): `mask_at_read_time` masks a row at
+read time with the same core, deterministic in (seed, epoch, row).
+
 Seeding: variant v of instance (doc_id, index) uses random.Random(seed_of(seed, doc_id, index, v)), so masks do
 not depend on bundle order, worker count or which other instances exist.
 """
@@ -36,6 +47,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from .config import MaskingConfig
+from .entities import entity_spans, phrase_spans
 from .hashing import seed_of
 
 Units = list[list[int]]
@@ -49,8 +61,21 @@ class Candidates:
 
     is_special: Sequence[bool]
     is_continuation: Sequence[bool]
-    # the core's num_to_predict, for policies that choose their units under the budget themselves (span)
+    # the core's num_to_predict, for policies that choose their units under the budget themselves (span, entity)
     budget: int | None = None
+    # per position, the token's text without its word marker (`##`; byte-level BPE: one latin-1 char per byte),
+    # for policies that read words (entity); None when the policy does not need them
+    token_texts: Sequence[str] | None = None
+    byte_level: bool = False  # token_texts hold bytes as latin-1 chars (byte-level BPE): decode words as UTF-8
+
+    def word_text(self, word: Sequence[int]) -> str:
+        """The text of a word (its positions), without the space before it."""
+        if self.token_texts is None:
+            raise ValueError("this policy needs the token texts (Masker.from_tokenizer / Masker.token_texts)")
+        text = "".join(self.token_texts[p] for p in word)
+        if self.byte_level:
+            text = text.encode("latin-1").decode("utf-8", errors="replace")
+        return text.strip()
 
     def word_runs(self) -> list[list[list[int]]]:
         """Whole words (lists of positions), grouped into runs of adjacent words between special tokens. A
@@ -166,8 +191,40 @@ def whole_word_units(candidates: Candidates, rng: random.Random) -> Units:
     return [word for words in candidates.word_runs() for word in words]
 
 
+def entity_units(candidates: Candidates, rng: random.Random) -> Units:
+    """ERNIE-style units chosen under the budget: entity spans, then noun-phrase spans, then the words outside
+    both (preprocessing.entities on each run's word texts), each group shuffled, every unit that still fits
+    taken. Units are whole words; spans never cross a special token."""
+    if candidates.budget is None:
+        raise ValueError("the entity policy needs Candidates.budget (the core's num_to_predict)")
+    entities: Units = []
+    phrases: Units = []
+    single_words: Units = []
+    for words in candidates.word_runs():
+        texts = [candidates.word_text(word) for word in words]
+        found = entity_spans(texts)
+        noun_phrases = phrase_spans(texts, found)
+        inside = [False] * len(words)
+        for group, spans in ((entities, found), (phrases, noun_phrases)):
+            for a, b in spans:
+                group.append([position for word in words[a:b] for position in word])
+                inside[a:b] = [True] * (b - a)
+        single_words += [word for word, busy in zip(words, inside) if not busy]
+    left = candidates.budget
+    units: Units = []
+    for group in (entities, phrases, single_words):
+        rng.shuffle(group)
+        for unit in group:
+            if len(unit) <= left:
+                units.append(unit)
+                left -= len(unit)
+    return units
+
+
 POLICIES: dict[str, Policy] = {"token": token_units, "whole-word": whole_word_units, "ngram": ngram_units,
-                               "span": span_units}
+                               "span": span_units, "entity": entity_units}
+# Policies that read the words' text (Masker.token_texts).
+TEXT_POLICIES = frozenset({"entity"})
 # Policies whose units get one 80/10/10 decision each unless MaskingConfig.replacement_per says otherwise.
 PER_UNIT_REPLACEMENT_POLICIES = frozenset({"span"})
 
@@ -196,12 +253,63 @@ def word_continuation_ids(vocab: Mapping[str, int]) -> frozenset[int]:
     return frozenset()
 
 
+def _byte_level_chars() -> dict[str, int]:
+    """GPT-2's byte -> printable character table, inverted (char -> byte): how byte-level BPE spells bytes."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+def token_text_table(vocab: Mapping[str, int]) -> tuple[tuple[str, ...], bool]:
+    """(text of every id, byte_level): each token's text without its word marker - `##` of WordPiece pieces
+    removed; Unigram's `▁` and byte-level BPE's `Ġ` turned into the space they stand for (Candidates.word_text
+    strips it); byte-level BPE tokens spelled as one latin-1 char per byte (byte_level True), so a word's bytes
+    decode as UTF-8 even when a character is split across tokens. Ids missing from `vocab` get ""."""
+    texts = [""] * (max(vocab.values(), default=-1) + 1)
+    if any(token.startswith("##") and len(token) > 2 for token in vocab):
+        for token, i in vocab.items():
+            texts[i] = token[2:] if token.startswith("##") and len(token) > 2 else token
+        return tuple(texts), False
+    if any(token.startswith("\u0120") for token in vocab):
+        byte_of = _byte_level_chars()
+        for token, i in vocab.items():
+            if all(ch in byte_of for ch in token):
+                texts[i] = "".join(chr(byte_of[ch]) for ch in token)
+            else:  # an added token (<s>, <mask>) is plain text; keep it as its UTF-8 bytes
+                texts[i] = token.encode("utf-8").decode("latin-1")
+        return tuple(texts), True
+    for token, i in vocab.items():
+        texts[i] = token.replace("\u2581", " ")
+    return tuple(texts), False
+
+
+def dynamic_rng(seed: int, epoch: int, row_index: int) -> random.Random:
+    """The random stream that masks row `row_index` in `epoch` under dynamic masking (the loader's)."""
+    return random.Random(seed_of(seed, "dynamic", epoch, row_index))
+
+
+def mask_at_read_time(masker: "Masker", input_ids: Sequence[int], epoch: int, row_index: int
+                      ) -> tuple[list[int], list[int]]:
+    """Dynamic masking (MaskingConfig.dynamic, RoBERTa): (positions ascending, replacement ids) for row
+    `row_index` of the split read in `epoch`, with the masker's core, policy and seed - the same masks whichever
+    rank, worker or resume reads the row, other masks in another epoch. For SBO spans use
+    `masker.mask_with_spans(input_ids, dynamic_rng(masker.seed, epoch, row_index))`."""
+    return masker.mask(input_ids, dynamic_rng(masker.seed, epoch, row_index))
+
+
 @dataclass(frozen=True)
 class Masker:
     """Masks instances for one tokenizer and config. `special_ids`: ids never masked and never drawn as random
     replacements ([PAD], [UNK], [CLS], [SEP], [MASK]). `continuation_ids`: the tokenizer's continuation pieces
     (`word_continuation_ids(tokenizer.get_vocab())`), which word-level policies keep with their word; without them
-    every token is a word."""
+    every token is a word. `token_texts` / `byte_level`: token_text_table(vocab), needed by the `entity` policy
+    only. Masker.from_tokenizer fills everything from a tokenizer."""
 
     cfg: MaskingConfig
     seed: int
@@ -209,6 +317,21 @@ class Masker:
     mask_id: int
     special_ids: frozenset[int]
     continuation_ids: frozenset[int] = frozenset()
+    token_texts: tuple[str, ...] = ()
+    byte_level: bool = False
+
+    @classmethod
+    def from_tokenizer(cls, cfg: MaskingConfig, seed: int, tokenizer, source: str = "tokenizer") -> "Masker":
+        """The masker for a `tokenizers.Tokenizer` of any kind bertfactory trains (wordpiece, bpe, unigram):
+        special ids by role, word boundaries, and the token texts when the policy reads words. `source` names
+        the tokenizer in the error raised when it lacks a complete set of special tokens."""
+        from .tokenizer import special_ids  # the tokenizers package only where a tokenizer is at hand
+
+        vocab = tokenizer.get_vocab()
+        specials = special_ids(tokenizer, source)
+        texts, byte_level = token_text_table(vocab) if cfg.policy in TEXT_POLICIES else ((), False)
+        return cls(cfg, seed, tokenizer.get_vocab_size(), specials["mask"], frozenset(specials.values()),
+                   word_continuation_ids(vocab), texts, byte_level)
 
     def num_to_predict(self, length: int) -> int:
         return min(self.cfg.max_predictions_per_seq, max(1, int(round(length * self.cfg.masked_lm_prob))))
@@ -227,9 +350,16 @@ class Masker:
         return self.cfg.policy in PER_UNIT_REPLACEMENT_POLICIES
 
     def candidates(self, input_ids: Sequence[int]) -> Candidates:
+        texts = None
+        if self.cfg.policy in TEXT_POLICIES:
+            if not self.token_texts:
+                raise ValueError(f"masking policy '{self.cfg.policy}' reads the words' text: build the Masker with "
+                                 "Masker.from_tokenizer (or pass token_texts=token_text_table(vocab)[0])")
+            table = self.token_texts
+            texts = [table[t] if 0 <= t < len(table) else "" for t in input_ids]
         return Candidates(is_special=[t in self.special_ids for t in input_ids],
                           is_continuation=[t in self.continuation_ids for t in input_ids],
-                          budget=self.num_to_predict(len(input_ids)))
+                          budget=self.num_to_predict(len(input_ids)), token_texts=texts, byte_level=self.byte_level)
 
     def choose_units(self, input_ids: Sequence[int], rng: random.Random,
                      candidates: Candidates | None = None) -> Units:
@@ -255,9 +385,19 @@ class Masker:
     def mask(self, input_ids: Sequence[int], rng: random.Random,
              candidates: Candidates | None = None) -> tuple[list[int], list[int]]:
         """(positions ascending, replacement ids) for one variant."""
+        positions, tokens, _ = self.mask_with_spans(input_ids, rng, candidates)
+        return positions, tokens
+
+    def mask_with_spans(self, input_ids: Sequence[int], rng: random.Random, candidates: Candidates | None = None
+                        ) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+        """mask() plus the chosen units as (first, last) positions, inclusive, sorted by first: a span policy's
+        spans (their boundary tokens are first - 1 and last + 1), a whole-word policy's words, single tokens for
+        `token`. Units are contiguous runs of positions; two units may touch (not under `span`). Same draws as
+        mask(), so the same masks."""
         per_unit = self.replaces_per_unit
         replacements: dict[int, int] = {}
-        for unit in self.choose_units(input_ids, rng, candidates):
+        units = self.choose_units(input_ids, rng, candidates)
+        for unit in units:
             draw = rng.random()
             for k, position in enumerate(unit):
                 if k and not per_unit:  # per token: the same sequence of draws as one draw per chosen position
@@ -269,7 +409,8 @@ class Masker:
                 else:
                     replacements[position] = input_ids[position]
         positions = sorted(replacements)
-        return positions, [replacements[p] for p in positions]
+        spans = sorted((min(unit), max(unit)) for unit in units)
+        return positions, [replacements[p] for p in positions], spans
 
     def variants(self, input_ids: Sequence[int], doc_id: int, index: int) -> tuple[list[list[int]], list[list[int]]]:
         """K variants for instance `index` of document `doc_id`: (mask_positions, mask_tokens)."""
@@ -280,3 +421,17 @@ class Masker:
             positions.append(p)
             tokens.append(t)
         return positions, tokens
+
+    def variants_with_units(self, input_ids: Sequence[int], doc_id: int, index: int
+                            ) -> tuple[list[list[int]], list[list[int]], list[list[tuple[int, int]]]]:
+        """variants() plus, per variant, the masked units as (first, last) positions (mask_with_spans): what a
+        shard stores for SpanBERT's span boundary objective. The positions and tokens equal variants()'s."""
+        positions, tokens, spans = [], [], []
+        candidates = self.candidates(input_ids)
+        for variant in range(self.cfg.variants):
+            rng = random.Random(seed_of(self.seed, doc_id, index, variant))
+            p, t, s = self.mask_with_spans(input_ids, rng, candidates)
+            positions.append(p)
+            tokens.append(t)
+            spans.append(s)
+        return positions, tokens, spans
