@@ -9,7 +9,7 @@ Entities (`entity_spans`): maximal runs of capitalised words (first letter upper
 brackets; or an upper-case letter inside a word: "iPad", "eBay"), joined across at most two internal connectors ("Bank of America", "Bank of the West", "Johnson &
 Johnson", "Leonardo da Vinci"), never across punctuation (a word ending in `,` `.` `:` ... ends the run after it).
 Not capitalised for this purpose: closed-class words ("The", "I", "It", "This"), weekday and month names, @mentions
-and URLs. A one-word run that starts a sentence (no ordinary word since the last . ! ? or the start of the row) is dropped:
+(also when the tokenizer split the "@" off) and URLs. A one-word run that starts a sentence (no ordinary word since the last . ! ? or the start of the row) is dropped:
 its capital may be just the sentence's; so is a one-word run of a single letter ("U", "D"). A sentence whose words are mostly capitalised (headline case, ALL CAPS) carries no
 capitalisation signal and yields no entity. Uncased (lower-cased) vocabularies therefore yield no entities at all.
 
@@ -87,9 +87,10 @@ def _is_handle_or_url(word: str) -> bool:
     return w.startswith("@") or w.startswith("http") or w.startswith("www.")
 
 
-def _is_capitalised(word: str) -> bool:
+def _is_capitalised(word: str, after: str = "") -> bool:
+    """`after`: the word before, which makes this one a @mention when it is a lone "@" (WordPiece splits it off)."""
     core = _core(word)
-    if not core or _is_handle_or_url(word) or not core[0].isalpha():
+    if not core or _is_handle_or_url(word) or after == "@" or not core[0].isalpha():
         return False
     if not core[0].isupper() and not any(ch.isupper() for ch in core[1:]):  # "iPad", "eBay" count
         return False
@@ -126,12 +127,12 @@ def entity_spans(words: Sequence[str]) -> list[Span]:
         first_ordinary = next((i for i in range(s_start, s_end) if _is_ordinary(words[i])), s_end)
         i = s_start
         while i < s_end:
-            if not _is_capitalised(words[i]):
+            if not _is_capitalised(words[i], words[i - 1] if i else ""):
                 i += 1
                 continue
             end = i + 1  # run [i, end)
             while end < s_end and not _ends_phrase(words[end - 1]):
-                if _is_capitalised(words[end]):
+                if _is_capitalised(words[end], words[end - 1]):
                     end += 1
                     continue
                 # connectors between two capitalised words: "of", "of the", "&"
@@ -139,7 +140,7 @@ def entity_spans(words: Sequence[str]) -> list[Span]:
                 while j < s_end and j - end < MAX_CONNECTORS and _core(words[j]).lower() in CONNECTORS \
                         and not _ends_phrase(words[j]):
                     j += 1
-                if j > end and j < s_end and _is_capitalised(words[j]):
+                if j > end and j < s_end and _is_capitalised(words[j], words[j - 1]):
                     end = j + 1
                     continue
                 break
