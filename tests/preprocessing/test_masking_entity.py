@@ -9,7 +9,6 @@ them): a regression guard, not a target.
 
 from __future__ import annotations
 
-import random
 
 import pytest
 
