@@ -17,7 +17,7 @@ import json
 DEFAULT_RECIPE = "configs/local.yaml"
 FORMATS = ("wikipedia", "warc", "text", "jsonl", "parallel")
 INSTANCES = ("nsp-pairs", "sop-pairs", "full-sentences", "doc-sentences", "single-segment", "tlm-pairs", "clm")
-MASKING = ("token", "whole-word", "ngram", "span", "dynamic")
+MASKING = ("token", "whole-word", "ngram", "span", "entity", "dynamic")
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
 
 

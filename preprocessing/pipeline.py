@@ -48,7 +48,7 @@ from .config import CorpusConfig, PreprocessConfig
 from .documents import build_documents_pipeline
 from .instances import build_bucket_instances
 from .segments import Row, build_rows
-from .masking import Masker, word_continuation_ids
+from .masking import Masker
 from .runners import describe, run_pipeline
 from .shards import SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, write_manifest, write_shard
 from .inputs import expand_inputs
@@ -195,16 +195,14 @@ class DealToShards(beam.DoFn):
 class MaskInstance(beam.DoFn):
     """(split, shard, key, instance) -> ((split, shard), (sort key, row)) with K mask variants."""
 
-    def __init__(self, cfg: PreprocessConfig, vocab_size: int, specials: dict[str, int],
-                 continuation: frozenset[int] = frozenset()):
+    def __init__(self, cfg: PreprocessConfig, tokenizer_path: str):
         self.cfg = cfg
-        self.vocab_size = vocab_size
-        self.specials = specials
-        self.continuation = continuation
+        self.tokenizer_path = tokenizer_path
 
     def setup(self) -> None:
-        self.masker = Masker(self.cfg.masking, self.cfg.seed, self.vocab_size, self.specials["mask"],
-                             frozenset(self.specials.values()), self.continuation)
+        # special ids, word boundaries and (entity policy) token texts, all from the tokenizer itself
+        self.masker = Masker.from_tokenizer(self.cfg.masking, self.cfg.seed, Tokenizer.from_file(self.tokenizer_path),
+                                            self.tokenizer_path)
 
     def process(self, item) -> Iterator:
         split, shard, key, inst = item
@@ -285,8 +283,7 @@ def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokeni
         instances
         | "ByPreshard" >> beam.GroupByKey()
         | "DealToShards" >> beam.ParDo(DealToShards(num_shards), sizes=beam.pvalue.AsDict(sizes))
-        | "Mask" >> beam.ParDo(MaskInstance(cfg, vocab_size, specials,
-                                            word_continuation_ids(Tokenizer.from_file(str(tokenizer_path)).get_vocab())))
+        | "Mask" >> beam.ParDo(MaskInstance(cfg, str(tokenizer_path)))
         | "ByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows))
         | "WriteSummaries" >> WriteToText(str(work / "shard_summaries" / "part"), file_name_suffix=".jsonl")

@@ -95,30 +95,27 @@ def translation_inputs(instances: Sequence[Instance], width: int) -> dict[str, t
 
 
 def dynamic_masker(shards: ShardSet):
-    """The masking core set up as the shards' manifest says (policy, probabilities, seed, the tokenizer's special
-    and continuation ids): what preprocessing would have used to store masks."""
+    """The masking core set up as the shards' manifest says (policy, probabilities, seed) for their tokenizer:
+    what preprocessing would have used to store masks."""
     from tokenizers import Tokenizer
 
     from preprocessing.config import MaskingConfig
-    from preprocessing.masking import Masker, word_continuation_ids
+    from preprocessing.masking import Masker
 
     manifest = shards.manifest
     cfg = MaskingConfig(**{k: v for k, v in manifest.masking.items() if k in MaskingConfig.model_fields})
-    specials = manifest.tokenizer.special_ids
-    tokenizer = Tokenizer.from_file(str((shards.directory / manifest.tokenizer.path).resolve()))
-    return Masker(cfg, manifest.seed, manifest.tokenizer.vocab_size, specials["mask"], frozenset(specials.values()),
-                  word_continuation_ids(tokenizer.get_vocab()))
+    path = (shards.directory / manifest.tokenizer.path).resolve()
+    return Masker.from_tokenizer(cfg, manifest.seed, Tokenizer.from_file(str(path)), str(path))
 
 
 def masked_at_read_time(masker, inst: Instance, epoch: int, row: int) -> Instance:
     """Dynamic masking (RoBERTa): row `row` of the split masked for `epoch`, deterministically in (seed, epoch,
     row) - the same masks whichever rank, worker or resume reads it, different ones every epoch."""
     import dataclasses
-    import random
 
-    from preprocessing.hashing import seed_of
+    from preprocessing.masking import mask_at_read_time
 
-    positions, tokens = masker.mask(inst.input_ids.tolist(), random.Random(seed_of(masker.seed, "dynamic", epoch, row)))
+    positions, tokens = mask_at_read_time(masker, inst.input_ids.tolist(), epoch, row)
     return dataclasses.replace(inst, mask_positions=np.asarray(positions, np.int64), mask_tokens=np.asarray(tokens, np.int64))
 
 

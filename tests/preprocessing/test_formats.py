@@ -242,3 +242,19 @@ def test_held_out_documents_are_chosen_by_identity_not_by_a_key_every_file_repea
     cfg = wiki.config(preset="in_process").model_copy(update={"heldout_fraction": 0.5})
     docs = run_preprocess(corpus, cfg, tmp_path / "run")["counts"]["docs"]
     assert docs["train"] > 0 and docs["heldout"] > 0, docs
+
+
+@pytest.mark.parametrize("policy, kind", [("whole-word", "bpe"), ("entity", "unigram"), ("span", "wordpiece")])
+def test_masking_policies_through_the_pipeline(tmp_path, wiki, policy, kind):
+    """Every policy builds its masker from the run's tokenizer (special ids, word boundaries, token texts)."""
+    from preprocessing.shards import ShardSet
+
+    cfg = wiki.config(preset="in_process").model_copy(deep=True)
+    cfg.masking = cfg.masking.model_copy(update={"policy": policy})
+    cfg.tokenizer = cfg.tokenizer.model_copy(update={"kind": kind, "lowercase": False, "vocab_size": 400})
+    dump = wiki.write_dump(tmp_path / "d.xml.bz2", wiki.standard_pages())
+    manifest = run_preprocess(wiki.corpus(dump), cfg, tmp_path / "run")
+    assert manifest["masking"]["policy"] == policy and manifest["counts"]["masked_tokens"] > 0
+    specials = set(manifest["tokenizer"]["special_ids"].values())
+    for inst in ShardSet.open(tmp_path / "run/shards"):
+        assert len(inst.mask_positions) >= 1 and not specials & {int(inst.input_ids[p]) for p in inst.mask_positions}
