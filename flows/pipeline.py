@@ -1,4 +1,5 @@
-"""The end-to-end flow: preprocess -> pretrain -> evaluate, each stage a cached task (see flows.stages).
+"""The end-to-end flow: preprocess -> pretrain -> evaluate, each stage a cached task (see flows.stages), with
+validated parameters and the run directory locked for the whole run (flows/params.py, flows/lock.py).
 
     bertfactory run configs/local.yaml --run-dir runs/local
     python -c "from flows.pipeline import pipeline; pipeline('configs/local.yaml', 'runs/local')"
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from prefect import flow
 
+from .params import StageParams, flow_guard
 from .recipe import load_recipe
 from .stages import STAGE_ORDER, _flow_run_name, submit_stage
 
@@ -17,9 +19,9 @@ from .stages import STAGE_ORDER, _flow_run_name, submit_stage
 @flow(name="pipeline", flow_run_name=_flow_run_name, log_prints=True, validate_parameters=True)
 def pipeline(config: str, run_dir: str, overrides: list[str] | None = None) -> dict:
     """Run every stage of a recipe into `run_dir`; stages whose inputs did not change are skipped."""
-    recipe = load_recipe(config, overrides or [])
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    results = {}
-    for stage in STAGE_ORDER:
-        results[stage] = submit_stage(stage, recipe, Path(run_dir))
-    return results
+    with flow_guard("pipeline", StageParams, config=config, run_dir=run_dir, overrides=overrides) as params:
+        recipe = load_recipe(params.config, params.overrides)
+        results = {}
+        for stage in STAGE_ORDER:
+            results[stage] = submit_stage(stage, recipe, Path(params.run_dir))
+        return results

@@ -2,7 +2,7 @@
 the stage's code. `load_recipe("configs/local.yaml", ["pretrain.max_steps=200"])` returns a typed Recipe.
 
 Sections: corpus, preprocess (preprocessing.config), model, pretrain (training.config), evaluate
-(evaluation.config). A missing section takes its class defaults (the paper-scale values); configs/local.yaml
+(evaluation.config), refresh (below: corpus_refresh's watching). A missing section takes its class defaults (the paper-scale values); configs/local.yaml
 overrides them down to the tiny embedded default.
 """
 
@@ -19,6 +19,20 @@ from preprocessing.config import CorpusConfig, PreprocessConfig
 from training.config import ModelConfig, PretrainConfig
 
 
+class RefreshConfig(StrictModel):
+    """How `corpus_refresh` (flows/refresh.py) watches its sources and continues pretraining."""
+
+    wikipedia_jobs: list[str] = Field(
+        default_factory=lambda: ["articlesdump"], min_length=1,
+        description="Wikipedia dumps layout: the dumpstatus.json jobs whose files are read once the job is done "
+        "(articlesdump = pages-articles, articlesmultistreamdump = the multistream variant)")
+    list_attempts: int = Field(4, ge=1, description="tries to list or read a source location before failing "
+                               "with its URL (only transient failures are retried)")
+    list_backoff_s: float = Field(2.0, ge=0.0, description="seconds before the second try; doubled for each next one")
+    continue_steps: int = Field(1000, ge=1, description="continued pretraining: optimiser steps on each new corpus "
+                                "version, starting from the latest checkpoint's weights")
+
+
 class Recipe(StrictModel):
     """A full recipe: what to read, how to preprocess, which model, how to pretrain and how to evaluate."""
 
@@ -28,6 +42,8 @@ class Recipe(StrictModel):
     model: ModelConfig = Field(default_factory=ModelConfig, description="architecture of the encoder")
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig, description="optimisation and checkpoints")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="intrinsic and fine-tuning evaluation")
+    refresh: RefreshConfig = Field(default_factory=RefreshConfig, description="corpus refresh: source watching and "
+                                   "continued pretraining (docs/orchestration.md)")
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:

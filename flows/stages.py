@@ -99,6 +99,12 @@ def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None,
     'summary'}."""
     run_dir = Path(run_dir)
     key = key or compute_key(stage, recipe, run_dir)
+    return run_cached(stage, run_dir, key, lambda: _entry_point(stage)(recipe, run_dir), force)
+
+
+def run_cached(stage: str, run_dir: Path, key: str, action: Callable[[], dict], force: bool = False) -> dict:
+    """The stamp protocol around any stage (flows.stamps.STAGES): skip when `key` is fresh, else begin, `action()`,
+    finish. Every flow's caching goes through here, so a result persists across processes and Prefect homes."""
     if not force and stamps.is_fresh(run_dir, stage, key):
         logger.info("%s: up to date (key %s), skipping", stage, key[:12])
         return {"stage": stage, "status": "up-to-date", "key": key, "seconds": 0.0,
@@ -106,7 +112,7 @@ def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None,
     stamps.begin(run_dir, stage, key, log=logger.warning)
     logger.info("%s: running (key %s) in %s", stage, key[:12], run_dir)
     t0 = time.perf_counter()
-    summary = _entry_point(stage)(recipe, run_dir)
+    summary = action()
     seconds = time.perf_counter() - t0
     summary = json.loads(json.dumps(summary, default=str))
     stamps.finish(run_dir, stage, key, summary)
@@ -164,8 +170,11 @@ def _flow_run_name() -> str:
 def _stage_flow(stage: str):
     @flow(name=stage, flow_run_name=_flow_run_name, log_prints=True, validate_parameters=True)
     def stage_flow(config: str, run_dir: str, overrides: list[str] | None = None) -> dict:
-        recipe = load_recipe(config, overrides or [])
-        return submit_stage(stage, recipe, Path(run_dir))
+        from .params import StageParams, flow_guard
+
+        with flow_guard(stage, StageParams, config=config, run_dir=run_dir, overrides=overrides) as params:
+            recipe = load_recipe(params.config, params.overrides)
+            return submit_stage(stage, recipe, Path(params.run_dir))
 
     stage_flow.__doc__ = f"Run the {stage} stage of a recipe into a run directory (skipped when up to date)."
     return stage_flow

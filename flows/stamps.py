@@ -43,6 +43,7 @@ STAGES = {
         ("pretrain",),
     ),
     "evaluate": StageSpec("evaluate", ("eval/results.json", "eval/report.md"), ("eval",)),
+    "distill": StageSpec("distill", ("distill/results.json", "distill/report.md"), ("distill",)),
 }
 
 

@@ -61,6 +61,11 @@ class InputFile:
         return int(fs.size(path))
 
 
+class ListingError(InputError):
+    """A URL could not be listed (network, authentication, a service error): a retry may succeed, unlike a URL
+    that lists fine but holds no input."""
+
+
 def is_url(spec: str) -> bool:
     return "://" in spec and not spec.startswith("file://")
 
@@ -93,7 +98,7 @@ def _url_files(spec: str, fmt: str) -> list[InputFile]:
     except ImportError as err:
         raise InputError(f"{spec}: cannot open this URL: {err} (install the filesystem's package, e.g. gcsfs, s3fs)") from None
     except Exception as err:  # fsspec backends raise their own types for auth/network problems
-        raise InputError(f"{spec}: cannot list this URL: {type(err).__name__}: {err}") from None
+        raise ListingError(f"{spec}: cannot list this URL: {type(err).__name__}: {err}") from err
     files = [f if "://" in f else f"{protocol}://{f}" for f in found if not companion_file(fmt, Path(f).name)]
     if not files:
         raise InputError(f"{spec}: no input file at this URL (corpus.inputs)")

@@ -1,0 +1,80 @@
+"""Typed flow parameters and the preamble every flow runs before its work (`flow_guard`).
+
+Prefect checks the parameter *types* of a flow run (validate_parameters); these models check what types cannot:
+the recipe file exists, the run directory is named, overrides are KEY=VALUE, sources are non-empty. A deployment
+triggered with a bad parameter fails at once with a message naming the parameter, in the flow run's state and log,
+before any lock is taken or file written:
+
+    with flow_guard("pretrain", StageParams, config=config, run_dir=run_dir, overrides=overrides) as params:
+        ...   # parameters valid, stage logs forwarded to Prefect, run directory locked (flows/lock.py)
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, TypeVar
+
+from pydantic import Field, field_validator
+
+from bertfactory.config import StrictModel, validate
+
+from .lock import run_dir_lock
+from .logs import forward_stage_logs
+
+P = TypeVar("P", bound="StageParams")
+
+
+class StageParams(StrictModel):
+    """The parameters every flow takes: a recipe, overrides and the run directory it writes."""
+
+    config: str = Field(min_length=1, description="recipe (or distillation config) YAML path, as seen by the worker")
+    run_dir: str = Field(min_length=1, description="run directory (docs/run-directory.md); locked while the flow runs")
+    overrides: list[str] = Field(default_factory=list, description="KEY=VALUE recipe overrides, like the CLI's --set")
+
+    @field_validator("config")
+    @classmethod
+    def _config_exists(cls, value: str) -> str:
+        if not Path(value).expanduser().is_file():
+            raise ValueError(f"no such file {value!r} (relative paths are resolved from the worker's working "
+                             f"directory {Path.cwd()})")
+        return value
+
+    @field_validator("overrides", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value):
+        return [] if value is None else value
+
+    @field_validator("overrides")
+    @classmethod
+    def _key_value(cls, value: list[str]) -> list[str]:
+        bad = [o for o in value if "=" not in o or not o.split("=", 1)[0].strip()]
+        if bad:
+            raise ValueError(f"overrides must be KEY=VALUE (e.g. pretrain.max_steps=200); not: {bad}")
+        return value
+
+
+class RefreshParams(StageParams):
+    """corpus_refresh: which locations to watch and whether to continue pretraining on a new version."""
+
+    sources: list[str] | None = Field(None, description="locations to watch (dirs, globs, fsspec URLs, a Wikipedia "
+                                      "dumps directory, a CC-News warc.paths listing); null = the recipe's corpus.inputs")
+    continue_pretraining: bool = Field(False, description="after a new version, continue pretraining on it from the "
+                                       "latest checkpoint (refresh.continue_steps steps)")
+
+    @field_validator("sources")
+    @classmethod
+    def _non_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or any(not s.strip() for s in value)):
+            raise ValueError("sources must be a non-empty list of locations, or null for the recipe's corpus.inputs")
+        return value
+
+
+@contextmanager
+def flow_guard(flow: str, model: type[P], **params) -> Iterator[P]:
+    """Validate `params` (ConfigError naming the parameter), forward stage logs, hold the run directory's lock."""
+    checked = validate(model, params, f"the parameters of flow {flow!r}")
+    forward_stage_logs()
+    Path(checked.run_dir).mkdir(parents=True, exist_ok=True)
+    with run_dir_lock(checked.run_dir, flow):
+        yield checked
