@@ -1,11 +1,17 @@
 """Precomputed masked-LM targets: one masking core, with the choice of *what is masked together* as a policy.
 
 Core (as google-research/bert create_masked_lm_predictions): a policy turns the instance into candidate units
-(lists of positions; special tokens are never candidates); the units are shuffled; whole units are taken while
-they fit into num_to_predict = min(max_predictions_per_seq, max(1, round(len(input_ids) * masked_lm_prob)))
-and do not overlap a unit already taken; every chosen position is replaced by [MASK] with probability
-mask_token_prob, by a random non-special token with probability random_token_prob, else kept. Positions are
-returned sorted, with the id placed at each.
+(lists of positions; special tokens are never candidates); the units are put in a random order; whole units are
+taken in that order while they fit into num_to_predict = min(max_predictions_per_seq, max(1, round(len(input_ids)
+* masked_lm_prob))) and do not overlap a unit already taken; every chosen position is replaced by [MASK] with
+probability mask_token_prob, by a random non-special token with probability random_token_prob, else kept.
+Positions are returned sorted, with the id placed at each.
+
+The core works on a batch of rows at once (Masker.mask_rows): the random order is a sort by hashed keys, the
+80/10/10 draws and the random ids are hashes too, all counter-based (splitmix64 of (row seed, stream, position
+or unit)), so a row's masks depend on its seed only, never on the batch, the bundle or the worker. For `token`
+and `whole-word`, whose units partition the positions, choosing is array work (a sorted cumulative sum; Python only
+continues a row whose next unit does not fit); the other policies list their units in Python.
 
 Policies: a function (Candidates, rng) -> units. `token`: each WordPiece token is its own unit (BERT's original
 80/10/10). `ngram` (ALBERT, Lan et al. 2020): a unit is an n-gram of whole words (a word = a token plus the
@@ -36,15 +42,19 @@ Word boundaries come from the tokenizer's vocabulary (word_continuation_ids; doc
 boundary tokens SpanBERT's SBO reads. Dynamic masking (MaskingConfig.dynamic): `mask_at_read_time` masks a row at
 read time with the same core, deterministic in (seed, epoch, row).
 
-Seeding: variant v of instance (doc_id, index) uses random.Random(seed_of(seed, doc_id, index, v)), so masks do
-not depend on bundle order, worker count or which other instances exist.
+Seeding: variant v of instance (doc_id, index) has the row seed variant_seeds(seed, doc_id, index)[v] (a
+counter hash); a single row masked with a random.Random takes 64 bits from it as its row seed. Policies with draws
+of their own (ngram, span, entity) use random.Random(row seed) for them.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from itertools import chain
 from typing import Callable, Mapping, Sequence
+
+import numpy as np
 
 from .config import MaskingConfig
 from .entities import entity_spans, phrase_spans
@@ -227,6 +237,9 @@ POLICIES: dict[str, Policy] = {"token": token_units, "whole-word": whole_word_un
 TEXT_POLICIES = frozenset({"entity"})
 # Policies whose units get one 80/10/10 decision each unless MaskingConfig.replacement_per says otherwise.
 PER_UNIT_REPLACEMENT_POLICIES = frozenset({"span"})
+# Policies whose units split the non-special positions into disjoint runs (no random draws of their own): the core
+# chooses among them with array operations only.
+PARTITION_POLICIES = frozenset({"token", "whole-word"})
 
 
 def continuation_ids(vocab: Mapping[str, int], prefix: str = "##") -> frozenset[int]:
@@ -303,6 +316,81 @@ def mask_at_read_time(masker: "Masker", input_ids: Sequence[int], epoch: int, ro
     return masker.mask(input_ids, dynamic_rng(masker.seed, epoch, row_index))
 
 
+# ------------------------------------------------------------------------------ counter-based randomness
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
+_ODD = np.uint64(0xD1B54A32D192ED03)
+# streams of the core: what a hash is drawn for (each its own sequence, so changing one never moves another)
+STREAM_ORDER, STREAM_REPLACE, STREAM_TOKEN = 1, 2, 3
+_NO_KEY = np.uint64(_MASK64)  # the key of a position that starts no unit: sorts last
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic): a bijection whose outputs pass BigCrush."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def counter_hash(seeds: np.ndarray, stream: int, counters: np.ndarray) -> np.ndarray:
+    """uint64 hashes of (seed, stream, counter), broadcast over the two arrays: the core's random numbers,
+    independent of the order or the batch they are computed in."""
+    with np.errstate(over="ignore"):
+        base = _mix(seeds.astype(np.uint64) + np.uint64(stream) * _GOLDEN)
+        return _mix(base ^ (counters.astype(np.uint64) * _ODD))
+
+
+def _uniform(hashes: np.ndarray) -> np.ndarray:
+    """[0, 1) doubles from the top 53 bits of uint64 hashes."""
+    return (hashes >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def variant_seeds(seed: int, doc_ids: Sequence[int], indexes: Sequence[int], variants: int) -> np.ndarray:
+    """[N, variants] uint64 row seeds of precomputed masks: a hash of (seed, doc_id, instance index, variant)."""
+    with np.errstate(over="ignore"):
+        h = _mix(np.full(len(doc_ids), (seed & _MASK64), dtype=np.uint64) * _ODD + _GOLDEN)
+        h = _mix(h ^ np.asarray(doc_ids, dtype=np.uint64))
+        h = _mix(h + np.asarray(indexes, dtype=np.uint64) * _GOLDEN)
+        return _mix(h[:, None] ^ (np.arange(variants, dtype=np.uint64)[None, :] + np.uint64(1)) * _ODD)
+
+
+Masked = tuple[list[int], list[int], list[tuple[int, int]]]  # positions ascending, ids placed, units (first, last)
+
+
+@dataclass(frozen=True)
+class MaskedBatch:
+    """The core's result for a batch of N rows with K variants each, as flat arrays over the N*K row-variants in
+    order (row 0's variants, then row 1's, ...): what the shard writer turns into Arrow columns without a Python
+    list per row. `row(i)` gives row i's variants as lists."""
+
+    variants: int
+    counts: np.ndarray  # [N*K] masked positions of each row-variant
+    positions: np.ndarray  # the positions, ascending within a row-variant
+    tokens: np.ndarray  # the id placed at each position
+    unit_counts: np.ndarray  # [N*K] chosen units of each row-variant
+    unit_first: np.ndarray  # each unit's first and last position, sorted by first within a row-variant
+    unit_last: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.counts) // max(self.variants, 1)
+
+    def rows(self) -> list[list[Masked]]:
+        """Every row's K variants as (positions, tokens, units (first, last))."""
+        bounds = np.concatenate([[0], np.cumsum(self.counts)]).tolist()
+        unit_bounds = np.concatenate([[0], np.cumsum(self.unit_counts)]).tolist()
+        positions, tokens = self.positions.tolist(), self.tokens.tolist()
+        firsts, lasts = self.unit_first.tolist(), self.unit_last.tolist()
+        out: list[list[Masked]] = []
+        for row in range(len(self)):
+            variants = []
+            for j in range(row * self.variants, (row + 1) * self.variants):
+                a, b, ua, ub = bounds[j], bounds[j + 1], unit_bounds[j], unit_bounds[j + 1]
+                variants.append((positions[a:b], tokens[a:b], list(zip(firsts[ua:ub], lasts[ua:ub]))))
+            out.append(variants)
+        return out
+
+
 @dataclass(frozen=True)
 class Masker:
     """Masks instances for one tokenizer and config. `special_ids`: ids never masked and never drawn as random
@@ -336,12 +424,6 @@ class Masker:
     def num_to_predict(self, length: int) -> int:
         return min(self.cfg.max_predictions_per_seq, max(1, int(round(length * self.cfg.masked_lm_prob))))
 
-    def _random_token(self, rng: random.Random) -> int:
-        while True:
-            token = rng.randrange(self.vocab_size)
-            if token not in self.special_ids:
-                return token
-
     @property
     def replaces_per_unit(self) -> bool:
         """Whether one 80/10/10 draw decides for all tokens of a chosen unit (else one draw per token)."""
@@ -361,77 +443,170 @@ class Masker:
                           is_continuation=[t in self.continuation_ids for t in input_ids],
                           budget=self.num_to_predict(len(input_ids)), token_texts=texts, byte_level=self.byte_level)
 
-    def choose_units(self, input_ids: Sequence[int], rng: random.Random,
-                     candidates: Candidates | None = None) -> Units:
-        """The units to predict, in the order taken: disjoint, at most num_to_predict positions in all.
-        `candidates`: this instance's, when already computed (the same for every variant)."""
-        candidates = candidates or self.candidates(input_ids)
-        budget = candidates.budget
-        units = POLICIES[self.cfg.policy](candidates, rng)
-        rng.shuffle(units)
-        chosen: Units = []
-        count = 0
-        taken: set[int] = set()
-        for unit in units:
-            if count >= budget:
-                break
-            if count + len(unit) > budget or not taken.isdisjoint(unit):
-                continue
-            chosen.append(unit)
-            count += len(unit)
-            taken.update(unit)
-        return chosen
+    # ---------------------------------------------------------------------------------------------- the core
 
-    def mask(self, input_ids: Sequence[int], rng: random.Random,
-             candidates: Candidates | None = None) -> tuple[list[int], list[int]]:
-        """(positions ascending, replacement ids) for one variant."""
-        positions, tokens, _ = self.mask_with_spans(input_ids, rng, candidates)
+    def mask_rows(self, rows: Sequence[Sequence[int]], seeds: np.ndarray) -> "MaskedBatch":
+        """The core, over a batch: `rows` of token ids and `seeds` [N, K] uint64 row seeds -> a MaskedBatch (K
+        variants per row, flat arrays). The result for a row and seed depends on nothing else in the batch."""
+        seeds = np.asarray(seeds, dtype=np.uint64).reshape(len(rows), -1)
+        n, k = seeds.shape
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+        width = max(int(lengths.max(initial=0)), 1)
+        ids = np.full((n, width), -1, dtype=np.int64)
+        valid = np.arange(width)[None, :] < lengths[:, None]
+        ids[valid] = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        special = ~valid | np.isin(ids, np.fromiter(self.special_ids, dtype=np.int64))
+        budget = np.minimum(self.cfg.max_predictions_per_seq,
+                            np.maximum(1, np.round(lengths * self.cfg.masked_lm_prob).astype(np.int64)))
+        flat_seeds = seeds.reshape(n * k)
+        if self.cfg.policy in PARTITION_POLICIES:
+            chosen, unit_of = self._choose_partition(ids, special, budget, k, flat_seeds)
+        else:
+            chosen, unit_of = self._choose_listed(rows, k, flat_seeds, width)
+        chosen &= ~np.repeat(special, k, axis=0)
+        at_row, at_col = np.nonzero(chosen)  # row-major: each row-variant's positions ascending
+        unit = unit_of[at_row, at_col]
+        row_seeds = flat_seeds[at_row]
+        # 80/10/10: one draw per chosen position, or per unit (the draw of the unit's first position)
+        draw = _uniform(counter_hash(row_seeds, STREAM_REPLACE, unit if self.replaces_per_unit else at_col))
+        placed = np.where(draw < self.cfg.mask_token_prob, self.mask_id,
+                          np.where(draw < self.cfg.mask_token_prob + self.cfg.random_token_prob,
+                                   self._random_tokens(row_seeds, at_col), ids[at_row // k, at_col]))
+        # a chosen unit is a run of positions with one unit_of: it ends where the next position is not its own
+        last = np.ones(len(at_col), dtype=bool)
+        last[:-1] = (at_row[1:] != at_row[:-1]) | (unit[1:] != unit[:-1])
+        first = unit == at_col
+        return MaskedBatch(k, np.bincount(at_row, minlength=n * k), at_col, placed,
+                           np.bincount(at_row[first], minlength=n * k), at_col[first], at_col[last])
+
+    def _random_tokens(self, row_seeds: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Uniform non-special token ids, one per (row seed, position); a special drawn is redrawn from the
+        next stream."""
+        vocab = np.uint64(self.vocab_size)
+        tokens = (counter_hash(row_seeds, STREAM_TOKEN, positions) % vocab).astype(np.int64)
+        specials = np.fromiter(self.special_ids, dtype=np.int64)
+        redraw = np.nonzero(np.isin(tokens, specials))[0]
+        attempt = 0
+        while len(redraw):
+            attempt += 1
+            tokens[redraw] = (counter_hash(row_seeds[redraw], STREAM_TOKEN + 16 * attempt, positions[redraw])
+                              % vocab).astype(np.int64)
+            redraw = redraw[np.isin(tokens[redraw], specials)]
+        return tokens
+
+    def _choose_partition(self, ids: np.ndarray, special: np.ndarray, budget: np.ndarray, k: int,
+                          seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """token / whole-word: the units partition the non-special positions, so every step is array work.
+        Units are ordered by a hashed key of (seed, first position); the core takes them in that order while
+        they fit the budget (the prefix by a cumulative sum; a row whose next unit does not fit goes on in
+        Python with the smaller units after it, as the greedy core does). Returns (chosen [R, L], unit_of
+        [R, L]: each position's unit's first position)."""
+        n, width = ids.shape
+        positions = np.arange(width, dtype=np.int64)
+        starts = ~special
+        if self.cfg.policy == "whole-word" and self.continuation_ids:
+            continuation = np.isin(ids, np.fromiter(self.continuation_ids, dtype=np.int64))
+            after_special = np.concatenate([np.ones((n, 1), dtype=bool), special[:, :-1]], axis=1)
+            starts &= ~continuation | after_special
+        unit_of = np.maximum.accumulate(np.where(starts, positions[None, :], 0), axis=1)
+        ends = ~special & np.concatenate([starts[:, 1:] | special[:, 1:], np.ones((n, 1), dtype=bool)], axis=1)
+        sizes = np.zeros((n, width), dtype=np.int64)
+        start_rows, start_cols = np.nonzero(starts)
+        sizes[start_rows, start_cols] = np.nonzero(ends)[1] - start_cols + 1
+        starts_r, sizes_r = np.repeat(starts, k, axis=0), np.repeat(sizes, k, axis=0)
+        budget_r = np.repeat(budget, k)
+        keys = np.where(starts_r, counter_hash(seeds[:, None], STREAM_ORDER, positions[None, :]), _NO_KEY)
+        order = np.argsort(keys, axis=1, kind="stable")
+        ordered_sizes = np.take_along_axis(sizes_r, order, axis=1)
+        taken = np.cumsum(ordered_sizes, axis=1) <= budget_r[:, None]
+        taken &= ordered_sizes > 0
+        units = starts_r.sum(axis=1)
+        n_taken = taken.sum(axis=1)
+        filled = (ordered_sizes * taken).sum(axis=1)
+        for row in np.nonzero((filled < budget_r) & (n_taken < units))[0].tolist():
+            left = int(budget_r[row] - filled[row])
+            tail = ordered_sizes[row, n_taken[row] + 1:units[row]].tolist()
+            for j, size in enumerate(tail, start=int(n_taken[row]) + 1):
+                if size <= left:
+                    taken[row, j] = True
+                    left -= size
+                    if not left:
+                        break
+        chosen_start = np.zeros_like(starts_r)
+        np.put_along_axis(chosen_start, order, taken, axis=1)
+        unit_of_r = np.repeat(unit_of, k, axis=0)
+        return np.take_along_axis(chosen_start, unit_of_r, axis=1), unit_of_r
+
+    def _choose_listed(self, rows: Sequence[Sequence[int]], k: int, seeds: np.ndarray, width: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """ngram / span / entity: the policy lists the units in Python (with random.Random(row seed) for its own
+        draws); the core orders them by hashed keys of (seed, unit index) and takes, greedily, those that fit the
+        budget and do not overlap a unit already taken."""
+        r = len(rows) * k
+        keys = counter_hash(seeds[:, None], STREAM_ORDER, np.arange(width + 1, dtype=np.uint64)[None, :]).tolist()
+        chosen = np.zeros((r, width), dtype=bool)
+        unit_of = np.zeros((r, width), dtype=np.int64)
+        policy = POLICIES[self.cfg.policy]
+        for i, ids in enumerate(rows):
+            candidates = self.candidates(ids)
+            for j in range(i * k, i * k + k):
+                units = policy(candidates, random.Random(int(seeds[j])))
+                row_keys = keys[j]
+                count = 0
+                taken: set[int] = set()
+                for u in sorted(range(len(units)), key=row_keys.__getitem__):
+                    unit = units[u]
+                    if count >= candidates.budget:
+                        break
+                    if count + len(unit) > candidates.budget or not taken.isdisjoint(unit):
+                        continue
+                    count += len(unit)
+                    taken.update(unit)
+                    chosen[j, unit] = True
+                    unit_of[j, unit] = unit[0]
+        return chosen, unit_of
+
+    # ------------------------------------------------------------------------------------------ entry points
+
+    @staticmethod
+    def _seed(rng: random.Random | int) -> np.ndarray:
+        return np.array([[rng.getrandbits(64) if isinstance(rng, random.Random) else int(rng) & _MASK64]],
+                        dtype=np.uint64)
+
+    def choose_units(self, input_ids: Sequence[int], rng: random.Random | int) -> Units:
+        """The chosen units (lists of positions, sorted by their first) for one row, with the row seed taken
+        from `rng` (a random.Random: 64 bits drawn from it) or given as an int (variant_seeds)."""
+        spans = self.mask_rows([input_ids], self._seed(rng)).rows()[0][0][2]
+        return [list(range(first, last + 1)) for first, last in spans]
+
+    def mask(self, input_ids: Sequence[int], rng: random.Random | int) -> tuple[list[int], list[int]]:
+        """(positions ascending, replacement ids) for one row, seeded as choose_units."""
+        positions, tokens, _ = self.mask_with_spans(input_ids, rng)
         return positions, tokens
 
-    def mask_with_spans(self, input_ids: Sequence[int], rng: random.Random, candidates: Candidates | None = None
+    def mask_with_spans(self, input_ids: Sequence[int], rng: random.Random | int
                         ) -> tuple[list[int], list[int], list[tuple[int, int]]]:
         """mask() plus the chosen units as (first, last) positions, inclusive, sorted by first: a span policy's
         spans (their boundary tokens are first - 1 and last + 1), a whole-word policy's words, single tokens for
         `token`. Units are contiguous runs of positions; two units may touch (not under `span`). Same draws as
         mask(), so the same masks."""
-        per_unit = self.replaces_per_unit
-        replacements: dict[int, int] = {}
-        units = self.choose_units(input_ids, rng, candidates)
-        for unit in units:
-            draw = rng.random()
-            for k, position in enumerate(unit):
-                if k and not per_unit:  # per token: the same sequence of draws as one draw per chosen position
-                    draw = rng.random()
-                if draw < self.cfg.mask_token_prob:
-                    replacements[position] = self.mask_id
-                elif draw < self.cfg.mask_token_prob + self.cfg.random_token_prob:
-                    replacements[position] = self._random_token(rng)  # each token of a random span its own
-                else:
-                    replacements[position] = input_ids[position]
-        positions = sorted(replacements)
-        spans = sorted((min(unit), max(unit)) for unit in units)
-        return positions, [replacements[p] for p in positions], spans
+        ((masked,),) = self.mask_rows([input_ids], self._seed(rng)).rows()
+        return masked
+
+    def variants_batch(self, rows: Sequence[tuple[Sequence[int], int, int]]) -> MaskedBatch:
+        """K variants for each (input_ids, doc_id, instance index) of a batch, seeded by variant_seeds: the
+        same result as variants() row by row, at array speed."""
+        seeds = variant_seeds(self.seed, [d for _, d, _ in rows], [i for _, _, i in rows], self.cfg.variants)
+        return self.mask_rows([ids for ids, _, _ in rows], seeds)
 
     def variants(self, input_ids: Sequence[int], doc_id: int, index: int) -> tuple[list[list[int]], list[list[int]]]:
         """K variants for instance `index` of document `doc_id`: (mask_positions, mask_tokens)."""
-        positions, tokens = [], []
-        candidates = self.candidates(input_ids)
-        for variant in range(self.cfg.variants):
-            p, t = self.mask(input_ids, random.Random(seed_of(self.seed, doc_id, index, variant)), candidates)
-            positions.append(p)
-            tokens.append(t)
+        positions, tokens, _ = self.variants_with_units(input_ids, doc_id, index)
         return positions, tokens
 
     def variants_with_units(self, input_ids: Sequence[int], doc_id: int, index: int
                             ) -> tuple[list[list[int]], list[list[int]], list[list[tuple[int, int]]]]:
         """variants() plus, per variant, the masked units as (first, last) positions (mask_with_spans): what a
         shard stores for SpanBERT's span boundary objective. The positions and tokens equal variants()'s."""
-        positions, tokens, spans = [], [], []
-        candidates = self.candidates(input_ids)
-        for variant in range(self.cfg.variants):
-            rng = random.Random(seed_of(self.seed, doc_id, index, variant))
-            p, t, s = self.mask_with_spans(input_ids, rng, candidates)
-            positions.append(p)
-            tokens.append(t)
-            spans.append(s)
-        return positions, tokens, spans
+        (variants,) = self.variants_batch([(input_ids, doc_id, index)]).rows()
+        return [p for p, _, _ in variants], [t for _, t, _ in variants], [s for _, _, s in variants]

@@ -67,7 +67,7 @@ _DOTTED_ACRONYM = re.compile(r"^(?:[A-Za-z]\.){2,}$")
 
 
 def _word_ending_at(text: str, end: int) -> str:
-    """The run of non-space characters ending at text[end] (inclusive). Scanning back from the period keeps a
+    r"""The run of non-space characters ending at text[end] (inclusive). Scanning back from the period keeps a
     paragraph's splitting linear: a regex `(\S+)$` searched in text[:end + 1] retried from position 0 at every period,
     quadratic in the paragraph (36 % of a run over State of the Union addresses, one 46k-character paragraph each)."""
     start = end + 1

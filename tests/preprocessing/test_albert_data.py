@@ -8,9 +8,8 @@ from collections import Counter
 import pytest
 
 from preprocessing.config import MaskingConfig, PreprocessConfig
-from preprocessing.hashing import seed_of
 from preprocessing.instances import build_bucket_instances
-from preprocessing.masking import MAX_NGRAM, Candidates, Masker, continuation_ids, ngram_units
+from preprocessing.masking import MAX_NGRAM, Candidates, Masker, continuation_ids, ngram_units, variant_seeds
 
 CLS, SEP = 2, 3
 SPECIALS = frozenset({0, 1, 2, 3, 4})
@@ -159,7 +158,7 @@ def test_ngram_masking_respects_the_budget_never_splits_a_word_and_chooses_as_al
         for word in _words(ids):  # a word is masked whole or not at all
             assert masked.issuperset(word) or masked.isdisjoint(word), (word, positions)
         # the units behind the masks: n-grams of whole words, counted by their number of words
-        units = masker.choose_units(ids, random.Random(seed_of(5, 3, index, 0)))  # variant 0's rng
+        units = masker.choose_units(ids, int(variant_seeds(5, [3], [index], 1)[0, 0]))  # variant 0's seed
         assert sorted(p for u in units for p in u) == positions
         starts = {word[0] for word in _words(ids)}
         chosen_n.update(sum(p in starts for p in unit) for unit in units)
