@@ -1,0 +1,179 @@
+"""Source watchers (flows/watch.py): a Wikipedia dumps directory counts only finished jobs' files (checked against
+their recorded size), a CC-News warc.paths.gz month listing resolves against the crawl root, fsspec URLs are listed
+with retries on transient failures and then fail naming the URL, and a dumps-layout refresh builds a version from a
+finished job and ignores an unfinished one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+import fsspec
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+from bertfactory.errors import ConfigError, InputError
+from bertfactory.samples import sample_path
+from flows.recipe import RefreshConfig, load_recipe
+from flows.refresh import refresh_corpus
+from flows.watch import discover, discover_all
+from preprocessing.config import CorpusConfig
+
+FAST = RefreshConfig(list_attempts=3, list_backoff_s=0.0)
+
+
+def mediawiki_dump(path: Path, titles: list[str]) -> Path:
+    """A bz2 MediaWiki export whose pages are real State of the Union addresses (the `sotu` sample)."""
+    import bz2
+
+    sotu = sorted(sample_path("sotu").glob("*.txt"))
+    pages = "".join(
+        f"<page><title>{escape(t)}</title><ns>0</ns><id>{i + 1}</id><revision><id>{i + 100}</id>"
+        f"<model>wikitext</model><text xml:space=\"preserve\">{escape(sotu[i].read_text(encoding='utf-8'))}</text>"
+        "</revision></page>\n" for i, t in enumerate(titles))
+    xml = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">\n'
+           f"<siteinfo><sitename>Testwiki</sitename></siteinfo>\n{pages}</mediawiki>\n")
+    path.write_bytes(bz2.compress(xml.encode("utf-8")))
+    return path
+
+
+def dump_dir(root: Path, date: str, jobs: dict[str, tuple[str, list[Path]]]) -> Path:
+    """<root>/<date>/ with a dumpstatus.json as dumps.wikimedia.org writes it: job -> status and files."""
+    d = root / date
+    d.mkdir(parents=True, exist_ok=True)
+    status = {"jobs": {job: {"status": state, "updated": f"{date} 10:00:00", "files": {
+        f.name: {"size": f.stat().st_size, "url": f"/testwiki/{date}/{f.name}", "sha1": "0" * 40}
+        for f in files}} for job, (state, files) in jobs.items()}, "version": "0.8"}
+    (d / "dumpstatus.json").write_text(json.dumps(status), encoding="utf-8")
+    return d
+
+
+WIKI = CorpusConfig(format="wikipedia")
+
+
+def test_wikipedia_dumps_layout_counts_only_finished_jobs(tmp_path):
+    root = tmp_path / "testwiki"
+    (root / "20240601").mkdir(parents=True)
+    done = mediawiki_dump(root / "20240601/testwiki-20240601-pages-articles1.xml.bz2", ["A", "B"])
+    running = mediawiki_dump(root / "20240601/testwiki-20240601-pages-articles-multistream.xml.bz2", ["A"])
+    dump_dir(root, "20240601", {"articlesdump": ("done", [done]), "articlesmultistreamdump": ("in-progress", [running])})
+    (root / "20240701").mkdir()
+    later = mediawiki_dump(root / "20240701/testwiki-20240701-pages-articles1.xml.bz2", ["C"])
+    dump_dir(root, "20240701", {"articlesdump": ("waiting", [later])})
+    (root / "latest").mkdir()  # not a dated dump: ignored
+
+    assert [f.location for f in discover(str(root), WIKI, FAST)] == [f"{root}/20240601/{done.name}"]
+    # one dump directory on its own; another job list
+    jobs = FAST.model_copy(update={"wikipedia_jobs": ["articlesmultistreamdump"]})
+    assert discover(str(root / "20240601"), WIKI, jobs) == []
+    dump_dir(root, "20240701", {"articlesdump": ("done", [later])})
+    assert [Path(f.location).name for f in discover(str(root), WIKI, FAST)] == [done.name, later.name]
+
+    later.write_bytes(later.read_bytes()[:-10])  # a partial download
+    with pytest.raises(InputError, match=rf"{later.name}: \d+ bytes, but .*dumpstatus.json records \d+ .*partial"):
+        discover(str(root), WIKI, FAST)
+    later.unlink()
+    with pytest.raises(InputError, match=rf"{later.name}: listed by the finished job 'articlesdump'"):
+        discover(str(root), WIKI, FAST)
+    (root / "20240701/dumpstatus.json").write_text("<html>503</html>")
+    with pytest.raises(InputError, match=r"20240701/dumpstatus.json: not a Wikipedia dumpstatus.json"):
+        discover(str(root), WIKI, FAST)
+    with pytest.raises(ConfigError, match="needs corpus.format wikipedia"):
+        discover(str(root), CorpusConfig(format="text"), FAST)
+
+
+def test_a_dumps_layout_refresh_reads_a_finished_dump_and_waits_for_an_unfinished_one(tmp_path):
+    root = tmp_path / "testwiki"
+    (root / "20240601").mkdir(parents=True)
+    done = mediawiki_dump(root / "20240601/testwiki-20240601-pages-articles1.xml.bz2", ["Alpha", "Beta", "Gamma"])
+    dump_dir(root, "20240601", {"articlesdump": ("done", [done])})
+    (root / "20240701").mkdir()
+    later = mediawiki_dump(root / "20240701/testwiki-20240701-pages-articles1.xml.bz2", ["Delta"])
+    dump_dir(root, "20240701", {"articlesdump": ("in-progress", [later])})
+    config = tmp_path / "recipe.yaml"
+    config.write_text(json.dumps({
+        "corpus": {"inputs": [str(root)], "format": "wikipedia", "lang": "en", "min_doc_chars": 100},
+        "preprocess": {"seed": 3, "heldout_fraction": 0.0, "runner": {"preset": "in_process"},
+                       "tokenizer": {"vocab_size": 300, "min_frequency": 2, "limit_alphabet": 60},
+                       "instances": {"max_seq_len": 32, "dupe_factor": 1}, "masking": {"variants": 1},
+                       "shards": {"train_shards": 1, "heldout_shards": 1}}}))
+    recipe = load_recipe(config)
+    first = refresh_corpus(recipe, tmp_path / "run")
+    assert first["status"] == "new_version" and first["new_inputs"] == [f"{root}/20240601/{done.name}"]
+    assert first["counts"]["docs_kept"] == 3
+    second = refresh_corpus(recipe, tmp_path / "run")  # the July dump is still running
+    assert second["status"] == "nothing_new" and second["version"] == 1
+
+
+def test_cc_news_month_listing_resolves_against_the_crawl_root(tmp_path):
+    month = tmp_path / "mirror/crawl-data/CC-NEWS/2024/06"
+    month.mkdir(parents=True)
+    warc = sample_path("cc_warc")  # a real Common Crawl WARC
+    names = ["CC-NEWS-20240601000000-00001.warc", "CC-NEWS-20240602000000-00002.warc"]
+    for name in names:
+        shutil.copy(warc, month / name)
+    listing = month / "warc.paths.gz"
+    listing.write_bytes(gzip.compress("".join(f"crawl-data/CC-NEWS/2024/06/{n}\n" for n in names).encode()))
+    found = discover(str(listing), CorpusConfig(format="warc"), FAST)
+    assert [f.location for f in found] == [f"{tmp_path}/mirror/crawl-data/CC-NEWS/2024/06/{n}" for n in names]
+
+    listing.write_bytes(gzip.compress(b"crawl-data/CC-NEWS/2024/06/CC-NEWS-20240603000000-00003.warc.gz\n"))
+    with pytest.raises(InputError, match=r"00003.warc.gz: listed in .*warc.paths.gz \(line 1\) but not there"):
+        discover(str(listing), CorpusConfig(format="warc"), FAST)
+    listing.write_bytes(b"not gzip")
+    with pytest.raises(InputError, match="warc.paths.gz: not a gzip file"):
+        discover(str(listing), CorpusConfig(format="warc"), FAST)
+    with pytest.raises(ConfigError, match="needs corpus.format warc"):
+        discover(str(listing), CorpusConfig(format="text"), FAST)
+
+
+class FlakyFileSystem(MemoryFileSystem):
+    """fsspec's in-memory file system whose listing calls fail with ConnectionError while `failures` > 0 (a
+    network blip), or always when `failures` is negative (an unreachable service)."""
+
+    protocol = "flaky"
+    failures = 0
+    calls = 0
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return MemoryFileSystem._strip_protocol(path[len("flaky://"):] if path.startswith("flaky://") else path)
+
+    def _maybe_fail(self):
+        type(self).calls += 1
+        if type(self).failures:
+            type(self).failures -= 1 if type(self).failures > 0 else 0
+            raise ConnectionError("connection reset by peer")
+
+    def isdir(self, path):
+        self._maybe_fail()
+        return super().isdir(path)
+
+
+@pytest.fixture
+def flaky():
+    fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
+    fs = FlakyFileSystem()
+    for name in ("a.txt", "b.txt"):
+        fs.pipe(f"/watch-{id(fs)}/{name}", b"One sentence here. Another one there.\n")
+    yield f"flaky:///watch-{id(fs)}", FlakyFileSystem
+    FlakyFileSystem.failures = 0
+
+
+def test_fsspec_urls_are_listed_with_retries_then_fail_naming_the_url(flaky, caplog):
+    url, fs_class = flaky
+    text = CorpusConfig(format="text")
+    fs_class.failures, fs_class.calls = 2, 0
+    found = discover_all([url], text, FAST)
+    assert [Path(f.location).name for f in found] == ["a.txt", "b.txt"] and found[0].location.startswith("flaky://")
+    assert "attempt 3 of 3" in caplog.text
+
+    fs_class.failures = -1  # never comes back
+    with pytest.raises(InputError, match=rf"{url}: cannot list after 3 attempt\(s\): ConnectionError"):
+        discover_all([url], text, FAST)
+    fs_class.failures, fs_class.calls = 0, 0
+    with pytest.raises(InputError, match="no input file at this URL"):  # lists fine, holds nothing: not retried
+        discover_all([url + "-nothing"], text, FAST)
