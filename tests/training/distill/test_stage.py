@@ -108,3 +108,14 @@ def test_trec_questions_six_classes(run_factory):
                                         "tinybert": {"enabled": False}})
     results = run_distill(cfg, run)
     assert results["task"] == "trec_coarse" and 0.0 <= results["methods"]["pkd_skip"]["student"]["score"] <= 1.0
+    assert 0.0 < results["majority_accuracy"] < 0.5  # six classes
+
+
+def test_majority_accuracy_by_hand():
+    from types import SimpleNamespace
+
+    from training.distill.stage import majority_accuracy
+
+    split = lambda labels: SimpleNamespace(features=SimpleNamespace(labels=labels))  # noqa: E731
+    task = SimpleNamespace(train=split([2, 0, 2, 1, 2]), test=split([2, 1, 1, 2]))
+    assert majority_accuracy(task) == 0.5  # the training majority (2) on the test labels, not the test majority
