@@ -7,8 +7,9 @@ Two Beam pipelines with the tokenizer training between them (it needs every trai
              clean + split sentences + hold out by title hash -> one record per doc_id (duplicates quarantined)
              -> docs JSONL, per-reason outcome counts, quarantine records
   tokenizer  (driver) WordPiece trained on the training documents only, deterministically (preprocessing.tokenizer)
-  instances  tokenise -> group into random-document buckets -> BERT pairs (preprocessing.instances) ->
-             Reshuffle -> K masks each (preprocessing.masking) -> group by shard -> write sorted shards
+  instances  tokenise -> group into random-document buckets -> BERT pairs (preprocessing.instances), in lists
+             per pre-shard -> group by pre-shard -> deal to shards + K masks each, in batches of rows by the
+             vectorised core (preprocessing.masking) as Arrow record batches -> group by shard -> write sorted shards
 
 Everything is written into RUN/.preprocess-staging first and published (renamed) into RUN/tokenizer and
 RUN/shards at the end, so a crash never leaves half a stage behind and a rerun replaces the outputs cleanly.
@@ -29,11 +30,14 @@ import shutil
 import sys
 import time
 from collections import Counter
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 from apache_beam.io import ReadFromText, WriteToText
 from apache_beam.pvalue import TaggedOutput
 from tokenizers import Tokenizer
@@ -50,7 +54,8 @@ from .instances import build_bucket_instances
 from .segments import Row, build_rows
 from .masking import Masker
 from .runners import describe, run_pipeline
-from .shards import SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, write_manifest, write_shard
+from .shards import (SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, shard_batch,
+                     shard_schema, write_manifest, write_shard, write_shard_table)
 from .inputs import expand_inputs
 from .lineage import plan_increment
 from .sources import validate_file
@@ -143,20 +148,21 @@ class TokenizeDoc(beam.DoFn):
 
 
 class BuildInstances(beam.DoFn):
-    """One bucket of documents -> its BERT instances (see preprocessing.instances for the seeding)."""
+    """One bucket of documents -> its instances (see preprocessing.instances for the seeding), grouped by
+    pre-shard: one element ((split, pre-shard), [(sort key, row tuple), ...]) per pre-shard the bucket reaches, so
+    rows travel through Beam in lists rather than one element each (Beam's per-element cost dominated otherwise).
+    A row tuple is ROW_FIELDS in order; the sort key is (row key, doc_id, index)."""
 
-    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int):
+    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int, num_shards: dict[str, int]):
         self.cfg = cfg
         self.cls_id = cls_id
         self.sep_id = sep_id
+        self.num_shards = num_shards
 
-    def process(self, item) -> Iterator:
-        (split, bucket), docs = item
+    def _rows(self, split: str, bucket: int, docs: list) -> Iterator[Row]:
         inst = self.cfg.instances
-        docs = list(docs)
         if inst.format not in ("nsp-pairs", "sop-pairs"):
-            for row in build_rows(inst.format, docs, inst.max_seq_len, self.cls_id, self.sep_id):
-                yield split, row
+            yield from build_rows(inst.format, docs, inst.max_seq_len, self.cls_id, self.sep_id)
             return
         rng = random.Random(hashing.seed_of(self.cfg.seed, "instances", split, bucket))
         langs = {doc_id: lang for doc_id, _ids, lang in docs}
@@ -167,8 +173,22 @@ class BuildInstances(beam.DoFn):
         ):
             # a NotNext B comes from another document, possibly of another language: its rows keep A's language
             lang = langs[instance.doc_id]
-            yield split, Row(instance.doc_id, instance.index, instance.input_ids, instance.len_a, instance.nsp_label,
-                             lang, lang)
+            yield Row(instance.doc_id, instance.index, instance.input_ids, instance.len_a, instance.nsp_label,
+                      lang, lang)
+
+    def process(self, item) -> Iterator:
+        (split, bucket), docs = item
+        by_preshard: dict[tuple[str, int], list] = {}
+        for row in self._rows(split, bucket, list(docs)):
+            key = hashing.row_key(row.doc_id, row.index)
+            by_preshard.setdefault(preshard(split, key, self.num_shards), []).append(
+                ((key, row.doc_id, row.index), (row.doc_id, row.index, row.input_ids, row.len_a, row.nsp_label,
+                                                row.lang_a, row.lang_b, row.segment_index)))
+        for pre in sorted(by_preshard):
+            yield pre, by_preshard[pre]
+
+
+ROW_FIELDS = ("doc_id", "index", "input_ids", "len_a", "nsp_label", "lang_a", "lang_b", "segment_index")
 
 
 def preshard(split: str, key: int, num_shards: dict[str, int]) -> tuple[str, int]:
@@ -176,44 +196,56 @@ def preshard(split: str, key: int, num_shards: dict[str, int]) -> tuple[str, int
     return split, key % num_shards[split]
 
 
-class DealToShards(beam.DoFn):
-    """One pre-shard's instances -> each with its shard. The rows of a split are numbered in (pre-shard, row
-    key) order and dealt round-robin, so every shard holds N/S rows +-1 (ranks of a data-parallel job get equal
-    work) and the layout depends only on the keys, never on bundles."""
-
-    def __init__(self, num_shards: dict[str, int]):
-        self.num_shards = num_shards
-
-    def process(self, item, sizes: dict) -> Iterator:
-        (split, pre), keyed = item
-        offset = sum(n for (s, p), n in sizes.items() if s == split and p < pre)
-        shards = self.num_shards[split]
-        for i, (key, inst) in enumerate(sorted(keyed, key=lambda kv: kv[0])):
-            yield split, (offset + i) % shards, key, inst
+# rows masked and turned into one record batch at a time (bounds the masker's [rows * K, max_seq_len] arrays)
+MASK_BATCH_ROWS = 4096
 
 
-class MaskInstance(beam.DoFn):
-    """(split, shard, key, instance) -> ((split, shard), (sort key, row)) with K mask variants."""
+class DealAndMask(beam.DoFn):
+    """One pre-shard's rows -> each numbered and dealt to its shard, masked, as record batches. The rows of a
+    split are numbered in (pre-shard, sort key) order and dealt round-robin, so every shard holds N/S rows +-1
+    (ranks of a data-parallel job get equal work) and the layout depends only on the keys, never on bundles.
+    Each shard's part of the pre-shard is masked by the vectorised core (Masker.variants_batch) in batches of
+    MASK_BATCH_ROWS and leaves as ((split, shard), (pre-shard, first row, sort keys [n, 3] uint64, RecordBatch,
+    (tokens, masked positions, NotNext/swapped rows)))."""
 
-    def __init__(self, cfg: PreprocessConfig, tokenizer_path: str):
+    def __init__(self, cfg: PreprocessConfig, tokenizer_path: str, num_shards: dict[str, int], vocab_size: int):
         self.cfg = cfg
         self.tokenizer_path = tokenizer_path
+        self.num_shards = num_shards
+        self.vocab_size = vocab_size
 
     def setup(self) -> None:
         # special ids, word boundaries and (entity policy) token texts, all from the tokenizer itself
         self.masker = Masker.from_tokenizer(self.cfg.masking, self.cfg.seed, Tokenizer.from_file(self.tokenizer_path),
                                             self.tokenizer_path)
 
-    def process(self, item) -> Iterator:
-        split, shard, key, inst = item
+    def process(self, item, sizes: dict) -> Iterator:
+        (split, pre), parts = item
+        keyed = sorted((kr for part in parts for kr in part), key=lambda kr: kr[0])
+        offset = sum(n for (s, p), n in sizes.items() if s == split and p < pre)
+        shards = self.num_shards[split]
+        for shard in range(shards):
+            mine = keyed[(shard - offset) % shards::shards]
+            for start in range(0, len(mine), MASK_BATCH_ROWS):
+                chunk = mine[start:start + MASK_BATCH_ROWS]
+                yield (split, shard), (pre, start, np.array([k for k, _ in chunk], dtype=np.uint64),
+                                       *self._batch([row for _, row in chunk]))
+
+    def _batch(self, rows: list[tuple]) -> tuple[pa.RecordBatch, tuple[int, int, int]]:
+        doc_id, index, input_ids, len_a, nsp_label, lang_a, lang_b, segment_index = zip(*rows)
+        lengths = np.fromiter(map(len, input_ids), dtype=np.int64, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter(chain.from_iterable(input_ids), dtype=np.int64, count=int(offsets[-1]))
         if self.cfg.masking.dynamic:  # the loader masks at read time
-            positions, tokens = [], []
+            variants, counts, positions, tokens = 0, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         else:
-            positions, tokens = self.masker.variants(inst.input_ids, inst.doc_id, inst.index)
-        row = {"input_ids": inst.input_ids, "len_a": inst.len_a, "nsp_label": inst.nsp_label,
-               "mask_positions": positions, "mask_tokens": tokens, "doc_id": inst.doc_id,
-               "lang_a": inst.lang_a, "lang_b": inst.lang_b, "segment_index": inst.segment_index}
-        yield (split, shard), ((key, inst.doc_id, inst.index), row)
+            masked = self.masker.variants_batch(list(zip(input_ids, doc_id, index)))
+            variants, counts, positions, tokens = masked.variants, masked.counts, masked.positions, masked.tokens
+        batch = shard_batch(self.vocab_size, offsets, values, np.array(len_a), np.array(nsp_label), counts, positions,
+                            tokens, variants, np.array(doc_id, dtype=np.uint64), np.array(lang_a), np.array(lang_b),
+                            np.array(segment_index))
+        return batch, (int(offsets[-1]), len(positions), int(sum(nsp_label)))
 
 
 def shard_name(index: int) -> str:
@@ -221,7 +253,7 @@ def shard_name(index: int) -> str:
 
 
 class WriteShardFn(beam.DoFn):
-    """All rows of one shard -> the shard file (rows sorted by their key) -> a summary line."""
+    """All record batches of one shard -> the shard file (rows sorted by their sort key) -> a summary line."""
 
     def __init__(self, shard_dir: str, vocab_size: int, batch_rows: int):
         self.shard_dir = shard_dir
@@ -229,15 +261,15 @@ class WriteShardFn(beam.DoFn):
         self.batch_rows = batch_rows
 
     def process(self, item) -> Iterator[str]:
-        (split, shard), keyed = item
-        rows = [row for _key, row in sorted(keyed, key=lambda kr: kr[0])]
-        info = write_shard(Path(self.shard_dir) / split / shard_name(shard), rows, self.vocab_size, self.batch_rows)
-        yield json.dumps({
-            "split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
-            "tokens": sum(len(r["input_ids"]) for r in rows),
-            "masked_tokens": sum(len(p) for r in rows for p in r["mask_positions"]),
-            "nsp_random": sum(r["nsp_label"] for r in rows),
-        })
+        (split, shard), parts = item
+        parts = sorted(parts, key=lambda part: part[:2])  # (pre-shard, first row): arrival order never matters
+        keys = np.concatenate([part[2].reshape(-1, 3) for part in parts]) if parts else np.zeros((0, 3), np.uint64)
+        table = pa.Table.from_batches([part[3] for part in parts], schema=shard_schema(self.vocab_size))
+        table = table.take(pa.array(np.lexsort(keys.T[::-1]), pa.int64()))
+        info = write_shard_table(Path(self.shard_dir) / split / shard_name(shard), table, self.batch_rows)
+        tokens, masked, nsp_random = (sum(part[4][i] for part in parts) for i in range(3))
+        yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
+                          "tokens": tokens, "masked_tokens": masked, "nsp_random": nsp_random})
 
 
 def _sum_pairs(pairs) -> tuple[int, int]:
@@ -269,21 +301,18 @@ def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokeni
     instances = (
         tokenized.docs
         | "ByBucket" >> beam.GroupByKey()
-        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"]))
-        | "KeyRows" >> beam.Map(lambda item: (
-            preshard(item[0], hashing.row_key(item[1].doc_id, item[1].index), num_shards),
-            (hashing.row_key(item[1].doc_id, item[1].index), item[1])))
+        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"], num_shards))
     )
     sizes = (
         instances
-        | "PreshardOnes" >> beam.Map(lambda item: (item[0], 1))
-        | "PreshardSizes" >> beam.CombinePerKey(sum)
+        | "PreshardSizes" >> beam.MapTuple(lambda pre, rows: (pre, len(rows)))
+        | "SumPreshardSizes" >> beam.CombinePerKey(sum)
     )
     (
         instances
         | "ByPreshard" >> beam.GroupByKey()
-        | "DealToShards" >> beam.ParDo(DealToShards(num_shards), sizes=beam.pvalue.AsDict(sizes))
-        | "Mask" >> beam.ParDo(MaskInstance(cfg, str(tokenizer_path)))
+        | "DealAndMask" >> beam.ParDo(DealAndMask(cfg, str(tokenizer_path), num_shards, vocab_size),
+                                      sizes=beam.pvalue.AsDict(sizes))
         | "ByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows))
         | "WriteSummaries" >> WriteToText(str(work / "shard_summaries" / "part"), file_name_suffix=".jsonl")
