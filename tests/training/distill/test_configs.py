@@ -4,6 +4,7 @@ describes the shapes it promises: DistilBERT 6-of-12, PKD-Skip 6 layers, TinyBER
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from flows.recipe import load_recipe
@@ -15,9 +16,13 @@ from training.models.bert import BertConfig, BertForPreTraining
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_twelve_layer_recipe_shapes():
-    recipe = load_recipe(REPO / "configs" / "teacher-12layer.yaml")
-    cfg = load_distill_config(REPO / "configs" / "distill-12layer.yaml")
+@pytest.fixture(scope="module")
+def configs():
+    return load_recipe(REPO / "configs" / "teacher-12layer.yaml"), load_distill_config(REPO / "configs" / "distill-12layer.yaml")
+
+
+def test_twelve_layer_recipe_shapes(configs):
+    recipe, cfg = configs
     m = recipe.model
     assert (m.num_layers, m.hidden_size, m.num_heads) == (12, 256, 4)
     assert cfg.finetune.max_seq_len <= recipe.preprocess.instances.max_seq_len <= m.max_position_embeddings
@@ -31,10 +36,9 @@ def test_twelve_layer_recipe_shapes():
     assert tinybert_map(m.num_layers, t.num_layers, t.mapping) == {0: 0, 1: 3, 2: 6, 3: 9, 4: 12}
 
 
-def test_twelve_layer_students_are_smaller():
+def test_twelve_layer_students_are_smaller(configs):
     """The students the recipe builds from a teacher of that shape (random weights: only sizes are checked)."""
-    recipe = load_recipe(REPO / "configs" / "teacher-12layer.yaml")
-    cfg = load_distill_config(REPO / "configs" / "distill-12layer.yaml")
+    recipe, cfg = configs
     m, t = recipe.model, cfg.tinybert
     torch.manual_seed(0)
     teacher = BertForPreTraining(BertConfig(8000, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
