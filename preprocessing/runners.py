@@ -9,7 +9,8 @@ download and start a Prism binary. The pipeline code is the same on every preset
 - `portable`: PortableRunner submitting to a running job service (`portable.job_endpoint`), SDK workers where
   `portable.environment` says (EXTERNAL worker pools, PROCESS, DOCKER). `python -m preprocessing.portable_local`
   starts Beam's Python local job service and worker pools on this machine (docs/runners.md).
-- `dataflow`, `flink`, `spark`: those services' Beam runners with the preset's options.
+- `dataflow`, `flink`, `spark`: those services' Beam runners with the preset's options. Ready-made sections for
+  them are in infra/beam/presets/*.yaml (`load_preset`; docs/runners.md).
 
     python -c "from preprocessing.runners import describe; from preprocessing.config import RunnerConfig; print(describe(RunnerConfig()))"
 """
@@ -23,6 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState, create_runner
 
+from bertfactory.config import load_yaml, validate
 from bertfactory.errors import BertfactoryError
 
 from .config import RunnerConfig, SdkEnvironmentConfig
@@ -73,6 +75,12 @@ def preset_flags(cfg: RunnerConfig) -> list[str]:
 
 def pipeline_options(cfg: RunnerConfig) -> PipelineOptions:
     return PipelineOptions(preset_flags(cfg) + list(cfg.extra_options))
+
+
+def load_preset(path) -> RunnerConfig:
+    """A runner preset file (a `preprocess.runner` section, e.g. infra/beam/presets/flink.yaml), validated; a bad
+    file is a ConfigError naming it. In a run: --set "preprocess.runner=$(cat PRESET.yaml)" (a YAML value)."""
+    return validate(RunnerConfig, load_yaml(path), source=str(path))
 
 
 def make_runner(cfg: RunnerConfig) -> PipelineRunner:
