@@ -4,8 +4,9 @@ Each template is the Kubernetes worker's own default (prefect-kubernetes: job_co
 `prefect work-pool get-default-base-job-template --type kubernetes` prints) with bertfactory's additions:
 
 - both: `completions` / `parallelism` moved from the pod spec (where the default has them, invalid for the
-  Kubernetes Job schema) to the Job spec; the run volume (a PersistentVolumeClaim mounted at /runs, where the deployments' run_dir lives) and a
-  memory-backed /dev/shm (DataLoader workers and NCCL need more than the container runtime's 64 MB);
+  Kubernetes Job schema) to the Job spec; the run volume (a PersistentVolumeClaim mounted at /runs, where the
+  deployments' run_dir lives) and a memory-backed /dev/shm (DataLoader workers and NCCL need more than the
+  container runtime's 64 MB);
 - gpu: `nvidia.com/gpu` limit from the `gpus` variable, the NVIDIA taint tolerated, an optional node selector
   (e.g. cloud.google.com/gke-accelerator), the CUDA image (infra/docker/Dockerfile.cuda);
 - tpu: `google.com/tpu` limit from `tpu_chips`, GKE's TPU node selectors (accelerator + topology; single-host
@@ -39,7 +40,8 @@ def default_template() -> dict[str, Any]:
     try:
         from prefect_kubernetes.worker import KubernetesWorker
     except ImportError:
-        raise SystemExit("prefect-kubernetes is not installed: pip install -c constraints.txt prefect-kubernetes") from None
+        raise SystemExit("prefect-kubernetes is not installed: "
+                         "pip install -c constraints.txt prefect-kubernetes") from None
     return copy.deepcopy(KubernetesWorker.get_default_base_job_template())
 
 
