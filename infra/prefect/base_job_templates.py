@@ -57,8 +57,13 @@ def _add_variables(template: dict[str, Any], variables: dict[str, dict[str, Any]
     template["variables"]["properties"].update(variables)
 
 
-def _with_volumes(template: dict[str, Any], image: str) -> dict[str, Any]:
-    """Image default, the run volume at /runs and a memory-backed /dev/shm: what every pretraining pod needs."""
+def _pretrain_template(base: dict[str, Any], pool: str, image: str, additions: str) -> dict[str, Any]:
+    """A copy of `base` with the image default, the run volume at /runs and a memory-backed /dev/shm: what every
+    pretraining pod needs."""
+    template = copy.deepcopy(base)
+    template["variables"]["description"] = (
+        f"Variables of bertfactory's {pool.upper()} pool (infra/prefect/base-job-template-{pool}.json): the "
+        f"Kubernetes worker's defaults plus {additions} and the run volume.")
     # The worker's default puts the Job fields `completions` / `parallelism` into the pod spec, which the
     # Kubernetes Job schema does not allow there (strict validation rejects it): they belong to the Job spec.
     job_spec = template["job_configuration"]["job_manifest"]["spec"]
@@ -86,14 +91,11 @@ def _with_volumes(template: dict[str, Any], image: str) -> dict[str, Any]:
 
 
 def gpu_template(base: dict[str, Any]) -> dict[str, Any]:
-    template = _with_volumes(copy.deepcopy(base), f"bertfactory-cuda:{IMAGE_TAG}")
-    template["variables"]["description"] = (
-        "Variables of bertfactory's GPU pool (infra/prefect/base-job-template-gpu.json): the Kubernetes worker's "
-        "defaults plus GPUs, node selection and the run volume.")
+    template = _pretrain_template(base, "gpu", f"bertfactory-cuda:{IMAGE_TAG}", "GPUs, node selection")
     _add_variables(template, {
         "gpus": {"title": "GPUs", "type": "integer", "minimum": 1, "default": 1,
-                 "description": "NVIDIA GPUs of the pod (the nvidia.com/gpu limit); more than one trains under "
-                                "torchrun (docs/parallelism.md)"},
+                 "description": "NVIDIA GPUs of the pod (the nvidia.com/gpu limit); the flow run trains on the "
+                                "first (infra/README.md: multi-GPU training under a flow run is not wired yet)"},
         "node_selector": {"title": "Node selector", "type": "object", "additionalProperties": {"type": "string"},
                           "default": {},
                           "description": "node labels the pod requires, e.g. "
@@ -111,10 +113,7 @@ def gpu_template(base: dict[str, Any]) -> dict[str, Any]:
 
 
 def tpu_template(base: dict[str, Any]) -> dict[str, Any]:
-    template = _with_volumes(copy.deepcopy(base), f"bertfactory-tpu:{IMAGE_TAG}")
-    template["variables"]["description"] = (
-        "Variables of bertfactory's TPU pool (infra/prefect/base-job-template-tpu.json): the Kubernetes worker's "
-        "defaults plus the GKE TPU slice (single host) and the run volume.")
+    template = _pretrain_template(base, "tpu", f"bertfactory-tpu:{IMAGE_TAG}", "the GKE TPU slice (single host)")
     _add_variables(template, {
         "tpu_accelerator": {
             "title": "TPU accelerator", "type": "string", "default": "tpu-v5-lite-podslice",
