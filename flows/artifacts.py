@@ -52,6 +52,13 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
     return head + _md_table(rows) + f"\n\nReport: `{run_dir / 'eval/report.md'}`"
 
 
+def in_flow_run() -> bool:
+    """Whether Prefect is running a flow here (artifacts have somewhere to go; --no-prefect runs have not)."""
+    from prefect.context import FlowRunContext
+
+    return FlowRunContext.get() is not None
+
+
 # the files a stage leaves for people to read: linked from the flow run in the Prefect UI
 REPORT_FILES = {"preprocess": ("shards/manifest.json", "shards/stats.json"),
                 "pretrain": ("pretrain/loss_curve.png", "pretrain/summary.json"),

@@ -169,6 +169,16 @@ def corpus_version_task(recipe_json: dict, run_dir: str, sources: list[str] | No
     return refresh_corpus(Recipe.model_validate(recipe_json), Path(run_dir), sources)
 
 
+@task(name="stage", task_run_name="continued-pretrain", cache_policy=NO_CACHE, retries=2,
+      retry_delay_seconds=[10, 60], retry_condition_fn=_is_transient)
+def continued_task(recipe_json: dict, run_dir: str, version: int) -> str | None:
+    """Continued pretraining on corpus `version` (flows/continued.py), retried on transient failures (it resumes
+    from its last checkpoint)."""
+    from .continued import continue_pretraining
+
+    return continue_pretraining(Recipe.model_validate(recipe_json), Path(run_dir), version)
+
+
 @flow(name="corpus_refresh", flow_run_name=_flow_run_name, log_prints=True, validate_parameters=True)
 def corpus_refresh(config: str, run_dir: str, sources: list[str] | None = None, overrides: list[str] | None = None,
                    continue_pretraining: bool = False) -> dict:
@@ -177,10 +187,10 @@ def corpus_refresh(config: str, run_dir: str, sources: list[str] | None = None, 
                     overrides=overrides, continue_pretraining=continue_pretraining) as params:
         recipe = load_recipe(params.config, params.overrides)
         result = corpus_version_task(recipe.model_dump(mode="json"), str(Path(params.run_dir).resolve()), params.sources)
-        if params.continue_pretraining and result["status"] == "new_version":
-            from .continued import continue_pretraining as run_continued
-
-            result["pretrain"] = run_continued(recipe, Path(params.run_dir), result["version"])
+        if params.continue_pretraining and result["version"]:
+            # also after "nothing new": an interrupted continuation of the latest version resumes here
+            result["pretrain"] = continued_task(recipe.model_dump(mode="json"), str(Path(params.run_dir).resolve()),
+                                                result["version"])
         from .artifacts import publish_refresh_artifacts
 
         publish_refresh_artifacts(Path(params.run_dir), result)

@@ -39,7 +39,7 @@ def cmd_refresh(args, prefect_environment) -> int:
 
         with run_dir_lock(run_dir, "corpus_refresh"):
             result = refresh_corpus(recipe, run_dir, args.sources)
-            if args.continue_pretraining and result["status"] == "new_version":
+            if args.continue_pretraining and result["version"]:
                 from .continued import continue_pretraining
 
                 result["pretrain"] = continue_pretraining(recipe, run_dir, result["version"])
@@ -50,6 +50,8 @@ def cmd_refresh(args, prefect_environment) -> int:
         result = corpus_refresh(args.config, str(run_dir), args.sources, args.overrides, args.continue_pretraining)
     if result["status"] == "nothing_new":
         print(result["message"])
+        if result["pretrain"]:
+            print(f"continued pretraining resumed and finished: {result['pretrain']}")
         return 0
     print(f"corpus version {result['version']}: {result['corpus_dir']} ({len(result['new_inputs'])} new input file(s), "
           f"{result['counts'].get('docs_kept')} documents kept)")

@@ -178,6 +178,10 @@ class PretrainConfig(StrictModel):
                                 "real ones: the same loss with shapes that depend only on the batch size (XLA) and no "
                                 "host sync (CUDA)")
     compile: bool = Field(False, description="torch.compile the model (in place; checkpoints are unchanged)")
+    init_from: str | None = Field(None, description="a model directory (e.g. an earlier run's pretrain/final) whose "
+                                  "weights start training instead of a random init: continued pretraining on new "
+                                  "data (flows/refresh.py). Same architecture and tokenizer required; the optimiser "
+                                  "and schedule start fresh. null = random init")
     stacking: StackingConfig | None = Field(None, description="progressive stacking (training/stacking.py): double "
                                             "the layers after the listed steps; model.num_layers is the first depth")
 

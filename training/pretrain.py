@@ -100,6 +100,19 @@ def _check_compatible(directory: Path, current: dict, what: str, allow_shard_cha
         )
 
 
+def _warm_start(model: torch.nn.Module, directory: Path, architecture: str, tokenizer_sha256: str) -> None:
+    """pretrain.init_from: the weights of another model directory of the same architecture and tokenizer."""
+    doc = read_checkpoint_config(directory)
+    if doc["architecture"] != architecture:
+        raise ConfigError(f"pretrain.init_from {directory} holds a {doc['architecture']}, but objective trains a "
+                          f"{architecture}")
+    if doc["tokenizer"]["sha256"] != tokenizer_sha256:
+        raise ConfigError(f"pretrain.init_from {directory} was trained with another tokenizer (sha256 "
+                          f"{doc['tokenizer']['sha256']}) than the shards' ({tokenizer_sha256}); token ids would differ")
+    load_weights(model, directory / MODEL_FILE)
+    logger.info("pretrain: starting from the weights of %s", directory)
+
+
 def _remove_staging_leftovers(out_dir: Path) -> None:
     """Staging directories of a process that died mid-save are never complete; nothing reads them."""
     for pattern in (".final.staging-*", "checkpoints/.step-*.staging-*"):
@@ -234,6 +247,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         _remove_staging_leftovers(out_dir)
     seed_everything(cfg.seed)
     model = architecture.build(arch_config).to(device)
+    if cfg.init_from:  # a resumed checkpoint below replaces these weights, as it replaces a random init
+        _warm_start(model, Path(cfg.init_from), objective.architecture, tokenizer_sha256)
     if cfg.unpad:
         if not hasattr(model, "unpad_by_default"):
             raise ConfigError(f"pretrain.unpad is only implemented for BertForPreTraining (BERT, RoBERTa, ALBERT); "

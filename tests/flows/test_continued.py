@@ -1,0 +1,90 @@
+"""Continued pretraining after a corpus refresh (flows/continued.py, `bertfactory refresh --continue-pretraining`):
+version 1 trains the base model from scratch, version 2 continues from version 1's final weights
+(pretrain.init_from) on the new documents only, a refresh with nothing new does not train again, and a start
+model of another tokenizer is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+from bertfactory.errors import ConfigError
+from bertfactory.samples import sample_path
+from flows.cli import main
+from flows.recipe import load_recipe
+from flows.stages import run_stage
+
+SOTU = ("1790_george_washington_n.txt", "1791_george_washington_n.txt", "1792_george_washington_n.txt",
+        "1793_george_washington_n.txt")
+
+
+def recipe(tmp_path, watch):
+    doc = {
+        "name": "continued-test",
+        "corpus": {"inputs": [str(watch)], "format": "text", "lang": "en", "min_doc_chars": 100},
+        "preprocess": {"seed": 3, "heldout_fraction": 0.0, "runner": {"preset": "in_process"},
+                       "tokenizer": {"vocab_size": 300, "min_frequency": 2, "limit_alphabet": 60},
+                       "instances": {"max_seq_len": 32, "dupe_factor": 1}, "masking": {"variants": 1},
+                       "shards": {"train_shards": 1, "heldout_shards": 1}},
+        "model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
+                  "max_position_embeddings": 32},
+        "pretrain": {"device": "cpu", "seed": 1, "batch_size": 2, "max_steps": 4, "warmup_steps": 1,
+                     "log_every": 1, "save_every": 2, "num_threads": 1},
+        "refresh": {"continue_steps": 3},
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def test_refresh_continues_pretraining_from_the_latest_checkpoint(tmp_path, capsys):
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    for name in SOTU[:2]:
+        shutil.copy(sample_path("sotu") / name, watch / name)
+    config = recipe(tmp_path, watch)
+    run = tmp_path / "run"
+    refresh = ["refresh", str(config), "--run-dir", str(run), "--continue-pretraining", "--no-prefect"]
+    assert main(refresh) == 0
+    v1 = run / "continued/v1/pretrain"
+    assert json.loads((v1 / "summary.json").read_text())["steps"] == 4  # the base model: the recipe's max_steps
+    fingerprint = json.loads((v1 / "final/config.json").read_text())["training"]["fingerprint"]
+    assert fingerprint["pretrain"]["init_from"] is None
+
+    for name in SOTU[2:]:
+        shutil.copy(sample_path("sotu") / name, watch / name)
+    assert main(refresh) == 0
+    out = capsys.readouterr().out
+    assert "corpus version 2" in out and f"continued pretraining: {run / 'continued/v2/pretrain/final'}" in out
+    v2 = run / "continued/v2/pretrain"
+    assert json.loads((v2 / "summary.json").read_text())["steps"] == 3  # refresh.continue_steps
+    fingerprint = json.loads((v2 / "final/config.json").read_text())["training"]["fingerprint"]
+    assert fingerprint["pretrain"]["init_from"] == str((v1 / "final").resolve())
+    assert (run / "continued/v2/shards").resolve() == (run / "corpora/v2").resolve()
+    # trained on from v1's weights: v2's final differs from v1's, by 3 small steps
+    a, b = load_file(str(v1 / "final/model.safetensors")), load_file(str(v2 / "final/model.safetensors"))
+    assert a.keys() == b.keys() and any(not a[k].equal(b[k]) for k in a)
+
+    stamp = (run / "continued/v2/.bertfactory/pretrain.json").read_bytes()
+    assert main(refresh) == 0
+    assert "nothing new" in capsys.readouterr().out
+    assert (run / "continued/v2/.bertfactory/pretrain.json").read_bytes() == stamp
+    assert not (run / "continued/v3").exists()
+
+
+def test_a_start_model_of_another_tokenizer_is_refused(tmp_path):
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    shutil.copy(sample_path("sotu") / SOTU[0], watch / SOTU[0])
+    config = recipe(tmp_path, watch)
+    assert main(["refresh", str(config), "--run-dir", str(tmp_path / "a"), "--continue-pretraining", "--no-prefect"]) == 0
+    shutil.copy(sample_path("sotu") / SOTU[1], watch / SOTU[1])
+    other = load_recipe(config, ["preprocess.tokenizer.vocab_size=200"])
+    run_stage("preprocess", other, tmp_path / "b")  # another tokenizer
+    start = load_recipe(config, [f"pretrain.init_from={(tmp_path / 'a/continued/v1/pretrain/final').resolve()}"])
+    with pytest.raises(ConfigError, match=r"pretrain.init_from .* was trained with another tokenizer"):
+        run_stage("pretrain", start, tmp_path / "b")
