@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 Document = Sequence[Sequence[int]]  # sentences of token ids (no special tokens)
 
@@ -125,7 +125,7 @@ def instances_from_document(
     return out
 
 
-def build_bucket_instances(
+def iter_bucket_instances(
     docs: Sequence[tuple[int, Document]],
     rng: random.Random,
     *,
@@ -136,18 +136,22 @@ def build_bucket_instances(
     cls_id: int,
     sep_id: int,
     sentence_order: bool = False,
-) -> list[PairInstance]:
-    """All instances of one bucket: `docs` = [(doc_id, sentences)], in any order (sorted here by doc_id).
-    `sentence_order`: SOP pairs (instance format sop-pairs) instead of NSP pairs."""
+) -> Iterator[PairInstance]:
+    """All instances of one bucket, one at a time (the pipeline never holds a bucket's instances at once):
+    `docs` = [(doc_id, sentences)], in any order (sorted here by doc_id). `sentence_order`: SOP pairs (instance
+    format sop-pairs) instead of NSP pairs."""
     ordered = sorted(docs, key=lambda d: d[0])
     documents = [sentences for _, sentences in ordered]
     counters = [0] * len(ordered)
-    out: list[PairInstance] = []
     for _ in range(dupe_factor):
         for index, (doc, _sentences) in enumerate(ordered):
             for ids, len_a, label in instances_from_document(
                 documents, index, max_seq_len, short_seq_prob, nsp_random_prob, cls_id, sep_id, rng, sentence_order
             ):
-                out.append(PairInstance(doc, counters[index], ids, len_a, label))
+                yield PairInstance(doc, counters[index], ids, len_a, label)
                 counters[index] += 1
-    return out
+
+
+def build_bucket_instances(docs: Sequence[tuple[int, Document]], rng: random.Random, **kwargs) -> list[PairInstance]:
+    """iter_bucket_instances as a list (same arguments)."""
+    return list(iter_bucket_instances(docs, rng, **kwargs))

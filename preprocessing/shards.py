@@ -177,6 +177,89 @@ def write_shard_table(path: Path, table: pa.Table, batch_rows: int = 4096) -> Sh
     return ShardInfo(path=Path(path).name, rows=table.num_rows, sha256=sha256_file(path))
 
 
+# rows per record batch of a spilled part: the merge holds about this many rows per run at a time
+SPILL_BATCH_ROWS = 256
+
+
+def spill_part(path: Path, batch: pa.RecordBatch) -> Path:
+    """Write one part of a shard (rows sorted by key) to `path` as an Arrow stream of small record batches, for
+    merge_runs to read back a few rows at a time."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, batch.schema) as writer:
+        for start in range(0, batch.num_rows, SPILL_BATCH_ROWS):
+            writer.write_batch(batch.slice(start, SPILL_BATCH_ROWS))
+    return path
+
+
+class _RunReader:
+    """The rows of one sorted run (its spilled parts, in order), handed out a few at a time."""
+
+    def __init__(self, paths: Sequence[Path]):
+        self.paths = iter(paths)
+        self.file: pa.OSFile | None = None
+        self.reader = None
+        self.buffer: list[pa.RecordBatch] = []
+        self.buffered = 0
+
+    def _read(self) -> None:
+        while True:
+            if self.reader is None:
+                self.file = pa.OSFile(str(next(self.paths)), "rb")
+                self.reader = pa.ipc.open_stream(self.file)
+            try:
+                batch = self.reader.read_next_batch()
+            except StopIteration:
+                self.file.close()
+                self.reader = None
+                continue
+            self.buffer.append(batch)
+            self.buffered += batch.num_rows
+            return
+
+    def take(self, n: int) -> list[pa.RecordBatch]:
+        while self.buffered < n:
+            self._read()
+        out: list[pa.RecordBatch] = []
+        while n:
+            head = self.buffer[0]
+            if head.num_rows <= n:
+                out.append(self.buffer.pop(0))
+            else:
+                out.append(head.slice(0, n))
+                self.buffer[0] = head.slice(n)
+            n -= out[-1].num_rows
+            self.buffered -= out[-1].num_rows
+        return out
+
+
+def merge_runs(path: Path, schema: pa.Schema, runs: Sequence[tuple[np.ndarray, Sequence[Path]]],
+               batch_rows: int = 4096) -> ShardInfo:
+    """Write one shard, atomically, from sorted runs of rows: each run is its sort keys ([n, 3] uint64, ascending
+    in lexicographic order) and the spilled parts holding its rows in that order (spill_part). The shard's rows
+    are the runs' rows merged by key (ties in run order); only the keys and about SPILL_BATCH_ROWS rows per run
+    plus one output batch are in memory at a time, however large the shard."""
+    keys = np.concatenate([k.reshape(-1, 3) for k, _ in runs]) if runs else np.zeros((0, 3), np.uint64)
+    run_of = np.repeat(np.arange(len(runs)), [len(k) for k, _ in runs])
+    source = run_of[np.lexsort(keys.T[::-1])]  # which run each row of the shard comes from, in shard order
+    readers = [_RunReader(paths) for _, paths in runs]
+    with AtomicFile(path) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            if not len(source):  # an empty shard still holds one (empty) batch, as readers of schema v1 expect
+                writer.write_batch(pa.RecordBatch.from_pylist([], schema))
+            for start in range(0, len(source), batch_rows):
+                src = source[start:start + batch_rows]
+                index = np.empty(len(src), dtype=np.int64)
+                pieces: list[pa.RecordBatch] = []
+                for run in np.unique(src).tolist():
+                    mine = src == run
+                    count = int(mine.sum())
+                    index[mine] = sum(b.num_rows for b in pieces) + np.arange(count)
+                    pieces += readers[run].take(count)
+                table = pa.Table.from_batches(pieces, schema=schema).take(pa.array(index)).combine_chunks()
+                for batch in table.to_batches(max_chunksize=batch_rows):
+                    writer.write_batch(batch)
+    return ShardInfo(path=Path(path).name, rows=len(source), sha256=sha256_file(path))
+
+
 def _list_array(offsets: np.ndarray, values: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, value_type))
 

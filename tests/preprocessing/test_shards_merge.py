@@ -1,0 +1,62 @@
+"""preprocessing.shards: the shard writers. merge_runs (sorted runs spilled to disk, merged by key a few rows at a
+time) writes the same rows in the same order as sorting everything in memory, for empty, uneven and tied runs;
+shard_batch builds the schema's columns from flat arrays as write_shard does from row dicts."""
+
+import numpy as np
+import pyarrow as pa
+
+from preprocessing.shards import merge_runs, shard_batch, shard_schema, spill_part, write_shard
+
+VOCAB = 1000
+
+
+def _batch(rng, n: int, variants: int = 2) -> pa.RecordBatch:
+    lengths = rng.integers(3, 30, size=n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    counts = rng.integers(0, 4, size=n * variants)
+    masked = int(counts.sum())
+    return shard_batch(VOCAB, offsets, rng.integers(5, VOCAB, size=offsets[-1]), lengths, rng.integers(0, 2, size=n),
+                       counts, rng.integers(0, 3, size=masked), rng.integers(0, VOCAB, size=masked), variants,
+                       rng.integers(0, 2**63, size=n).astype(np.uint64), np.zeros(n), np.ones(n), np.zeros(n))
+
+
+def _read(path) -> pa.Table:
+    with pa.OSFile(str(path)) as f:
+        return pa.ipc.open_stream(f).read_all()
+
+
+def test_merge_runs_equals_one_sort_in_memory(tmp_path):
+    rng = np.random.default_rng(3)
+    runs, tables, all_keys = [], [], []
+    for run, sizes in enumerate([(700, 300), (1,), (), (257, 256, 5)]):
+        parts = [_batch(rng, n) for n in sizes]
+        n = sum(sizes)
+        keys = np.stack([rng.integers(0, 50, size=n), rng.integers(0, 2**63, size=n), np.arange(n)], 1).astype(np.uint64)
+        order = np.lexsort(keys.T[::-1])  # small first keys: ties between runs, broken by the second
+        keys = keys[order]
+        table = (pa.Table.from_batches(parts, schema=shard_schema(VOCAB)).take(order).combine_chunks()
+                 if parts else shard_schema(VOCAB).empty_table())
+        paths = [spill_part(tmp_path / f"{run}-{i}.arrow", b) for i, b in enumerate(table.to_batches(max_chunksize=400))]
+        runs.append((keys, paths))
+        tables.append(table)
+        all_keys.append(keys)
+    info = merge_runs(tmp_path / "shard.arrow", shard_schema(VOCAB), runs, batch_rows=300)
+    expected = pa.concat_tables(tables).take(np.lexsort(np.concatenate(all_keys).T[::-1]))
+    got = _read(tmp_path / "shard.arrow")
+    assert info.rows == got.num_rows == 1519
+    assert got.equals(expected.combine_chunks())
+    assert max(b.num_rows for b in got.to_batches()) == 300
+
+
+def test_an_empty_merge_is_an_empty_shard(tmp_path):
+    merge_runs(tmp_path / "a.arrow", shard_schema(VOCAB), [], 64)
+    write_shard(tmp_path / "b.arrow", [], VOCAB, 64)
+    assert (tmp_path / "a.arrow").read_bytes() == (tmp_path / "b.arrow").read_bytes()
+
+
+def test_shard_batch_matches_row_dicts(tmp_path):
+    rng = np.random.default_rng(4)
+    batch = _batch(rng, 50, variants=3)
+    rows = pa.Table.from_batches([batch]).to_pylist()
+    write_shard(tmp_path / "rows.arrow", rows, VOCAB, 64)
+    assert _read(tmp_path / "rows.arrow").equals(pa.Table.from_batches([batch]))
