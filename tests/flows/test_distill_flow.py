@@ -1,0 +1,82 @@
+"""The `distill` flow (flows/distill_flow.py) on a tiny run (real text preprocessed by the pipeline, a tiny random
+teacher) and the real movie_sentiment task: it runs the distillation stage and stamps it, a rerun in the same
+state returns the recorded results without training, a changed config or a changed teacher reruns it, and a run
+directory without a teacher fails naming the missing file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from bertfactory.samples import sample_path
+from flows.distill_flow import distill
+from flows.recipe import load_recipe
+from flows.stages import run_stage
+from training.checkpoint import save_pretrained
+from training.models.bert import BertConfig, BertForPreTraining
+
+DISTILL = {
+    "finetune": {"epochs": 1, "num_seeds": 1, "batch_size": 16, "max_seq_len": 24, "max_train_examples": 32,
+                 "max_eval_examples": 16, "learning_rate": 1e-3, "eval_batch_size": 32},
+    "speed_repeats": 1, "num_threads": 1,
+    "distilbert": {"enabled": False}, "tinybert": {"enabled": False},
+    "pkd": {"student_layers": 1, "strategy": "skip", "alphas": [0.5], "temperatures": [2.0], "epochs": 1},
+}
+
+
+@pytest.fixture
+def run_with_teacher(tmp_path):
+    watch = tmp_path / "text"
+    watch.mkdir()
+    shutil.copy(sample_path("sotu") / "1790_george_washington_n.txt", watch)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "corpus": {"inputs": [str(watch)], "format": "text", "lang": "en", "min_doc_chars": 100},
+        "preprocess": {"seed": 3, "heldout_fraction": 0.0, "runner": {"preset": "in_process"},
+                       "tokenizer": {"vocab_size": 300, "min_frequency": 2, "limit_alphabet": 60},
+                       "instances": {"max_seq_len": 24, "dupe_factor": 1}, "masking": {"variants": 1},
+                       "shards": {"train_shards": 1, "heldout_shards": 1}}}))
+    run = tmp_path / "run"
+    manifest = run_stage("preprocess", load_recipe(recipe), run)["summary"]
+    cfg = BertConfig(vocab_size=manifest["tokenizer"]["vocab_size"], hidden_size=16, num_layers=2, num_heads=2,
+                     intermediate_size=32, max_position_embeddings=32)
+    torch.manual_seed(0)
+    save_pretrained(BertForPreTraining(cfg), cfg, run / "tokenizer/tokenizer.json", run / "pretrain/final")
+    config = tmp_path / "distill.yaml"
+    config.write_text(yaml.safe_dump(DISTILL))
+    return run, config
+
+
+def test_distill_flow_runs_once_then_is_up_to_date_until_config_or_teacher_change(run_with_teacher):
+    run, config = run_with_teacher
+    first = distill(str(config), str(run))
+    assert first["stage"] == "distill" and first["status"] == "ran"
+    assert set(first["summary"]["methods"]) == {"pkd_skip"}
+    results = (run / "distill/results.json").read_bytes()
+    assert json.loads(results)["methods"]["pkd_skip"]["student"]["params"] > 0
+
+    again = distill(str(config), str(run))  # a new flow run, same inputs: the stamp answers
+    assert again["status"] == "up-to-date" and again["key"] == first["key"]
+    assert again["summary"] == first["summary"] and (run / "distill/results.json").read_bytes() == results
+
+    changed = distill(str(config), str(run), ["pkd.epochs=2"])
+    assert changed["status"] == "ran" and changed["key"] != first["key"]
+    torch.manual_seed(1)
+    teacher = run / "pretrain/final"
+    cfg = BertConfig(vocab_size=json.loads((teacher / "config.json").read_text())["model"]["vocab_size"],
+                     hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, max_position_embeddings=32)
+    save_pretrained(BertForPreTraining(cfg), cfg, run / "tokenizer/tokenizer.json", teacher)
+    assert distill(str(config), str(run), ["pkd.epochs=2"])["status"] == "ran"  # another teacher
+
+
+def test_distill_flow_without_a_teacher_names_the_missing_file(tmp_path):
+    config = tmp_path / "distill.yaml"
+    config.write_text(yaml.safe_dump(DISTILL))
+    state = distill(str(config), str(tmp_path / "empty"), return_state=True)
+    assert state.is_failed()
+    with pytest.raises(Exception, match=r"distill needs .*empty/pretrain/final/model.safetensors, which does not exist"):
+        state.result()
