@@ -26,7 +26,10 @@ def test_twelve_layer_recipe_shapes(configs):
     m = recipe.model
     assert (m.num_layers, m.hidden_size, m.num_heads) == (12, 256, 4)
     assert cfg.finetune.max_seq_len <= recipe.preprocess.instances.max_seq_len <= m.max_position_embeddings
-    assert cfg.teacher.checkpoint == "pretrain/final" and cfg.teacher.hf is None
+    # the teacher is a checkpoint the recipe writes and keeps (keep_last 2: step 60 survives step 120)
+    step = int(cfg.teacher.checkpoint.removeprefix("pretrain/checkpoints/step-"))
+    p = recipe.pretrain
+    assert cfg.teacher.hf is None and step % p.save_every == 0 and p.max_steps // p.save_every <= p.keep_last
     assert every_other(m.num_layers) == [1, 3, 5, 7, 9, 11]
     assert cfg.distilbert.teacher_layers is None and cfg.distilbert.alpha_ce > 0
     assert pkd_map(m.num_layers, cfg.pkd.student_layers, cfg.pkd.strategy) == {1: 2, 2: 4, 3: 6, 4: 8, 5: 10}
