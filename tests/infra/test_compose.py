@@ -97,10 +97,7 @@ def test_database_and_api_urls_agree(compose):
 
 def test_worker_pool_is_the_process_pool_of_prefect_yaml(compose):
     """The compose worker polls the work pool that prefect.yaml's process deployments use."""
-    prefect_yaml = REPO / "prefect.yaml"
-    if not prefect_yaml.is_file():
-        pytest.skip("prefect.yaml not there yet")
-    deployments = yaml.safe_load(prefect_yaml.read_text(encoding="utf-8"))["deployments"]
+    deployments = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))["deployments"]
     pool = compose["services"]["worker"]["environment"]["PREFECT_WORK_POOL"]
     default = re.fullmatch(r"\$\{\w+:-([\w-]+)\}", pool).group(1)
     assert default in {d["work_pool"]["name"] for d in deployments}

@@ -2,6 +2,8 @@
 that kubernetes-validate ships; the worker Deployment's settings are real prefect-kubernetes settings; the RBAC
 covers what the worker does. Applying them needs a cluster, which this machine lacks."""
 
+import re
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -48,15 +50,14 @@ def test_one_worker_per_pool_of_prefect_yaml(repo):
     for container in containers:
         args = container["args"]
         assert args[:3] == ["prefect", "worker", "start"] and args[args.index("--type") + 1] == "kubernetes"
+        prefect_pin = re.search(r"^prefect==(\S+)$", (repo / "constraints.txt").read_text(), re.MULTILINE).group(1)
         image, tag = container["image"].rsplit(":", 1)
-        assert tag.startswith("3.8.8") and tag.endswith("-kubernetes"), container["image"]  # = the prefect pin
+        assert tag.startswith(prefect_pin + "-") and tag.endswith("-kubernetes"), container["image"]
         pools[args[args.index("--pool") + 1]] = container
     assert set(pools) == {"bertfactory-gpu", "bertfactory-tpu"}
-    prefect_yaml = repo / "prefect.yaml"
-    if prefect_yaml.is_file():
-        kube_pools = {d["work_pool"]["name"] for d in yaml.safe_load(prefect_yaml.read_text())["deployments"]
-                      if d["name"] in ("pretrain-gpu", "pretrain-tpu")}
-        assert kube_pools == set(pools)
+    kube_pools = {d["work_pool"]["name"] for d in yaml.safe_load((repo / "prefect.yaml").read_text())["deployments"]
+                  if d["name"] in ("pretrain-gpu", "pretrain-tpu")}
+    assert kube_pools == set(pools)
     ports = [c["env"][0]["value"] for c in containers]
     assert len(set(ports)) == len(ports), "two workers in one pod need distinct healthcheck ports"
 

@@ -127,10 +127,8 @@ def test_variables_reject_bad_values():
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_prefect_yaml_job_variables_fit_the_template(name):
     """The deployments of prefect.yaml pass job variables this pool accepts, and they render to a valid Job."""
-    path = REPO / "prefect.yaml"
-    if not path.is_file():
-        pytest.skip("prefect.yaml not there yet")
-    deployments = {d["name"]: d for d in yaml.safe_load(path.read_text(encoding="utf-8"))["deployments"]}
+    prefect_yaml = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))
+    deployments = {d["name"]: d for d in prefect_yaml["deployments"]}
     job_variables = deployments[DEPLOYMENTS[name]]["work_pool"].get("job_variables", {})
     jsonschema.validate(job_variables, _template(name)["variables"])
     image = job_variables.get("image", _template(name)["variables"]["properties"]["image"]["default"])
