@@ -18,7 +18,7 @@ not timed against the others) and then passed as preprocess.tokenizer.path, so n
 Every measurement runs in a fresh subprocess; tokens/s of all three = tokens of the input text under that
 tokenizer (encode_batch, no special tokens) / wall seconds of that subprocess's work (imports excluded).
 
-    python benchmarks/corpus_throughput.py throughput [--work DIR]
+    python benchmarks/corpus_throughput.py throughput [--work DIR] [--tokenizer T] [--repeats 3]
     python benchmarks/corpus_throughput.py rss --tokenizer DIR/train_run/tokenizer/tokenizer.json [--copies 10]
     python benchmarks/corpus_throughput.py profile --tokenizer DIR/train_run/tokenizer/tokenizer.json
 
@@ -40,6 +40,7 @@ import json
 import os
 import pstats
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -251,36 +252,67 @@ def train_tokenizer(work: Path) -> str:
     return str(run_dir / "tokenizer" / "tokenizer.json")
 
 
-def mode_throughput(work: Path, tokenizer: str | None) -> None:
+# the pipeline configurations timed against the peers (overrides of configs/local.yaml's preprocess section)
+PIPELINE_SETUPS = {
+    "pipeline (local.yaml: dupe_factor 5, 4 mask variants, dedup on)": [],
+    "pipeline (dupe_factor 1, 1 mask variant, dedup on)": ["preprocess.instances.dupe_factor=1",
+                                                           "preprocess.masking.variants=1"],
+}
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def mode_throughput(work: Path, tokenizer: str | None, repeats: int) -> None:
+    """`repeats` rounds, each running encode, hf and every pipeline setup one after the other (so load from
+    other jobs on the machine hits all of them alike); per path the median wall time, ratios of medians, and the
+    per-round ratios to show the spread."""
     print(machine_line())
     tokenizer = tokenizer or train_tokenizer(work)
     base = {"work": str(work), "tokenizer": tokenizer}
-    enc = in_subprocess("encode", base)
-    hf = in_subprocess("hf", base)
-    pipe = in_subprocess("pipeline", {**base, "inputs": ["sample:sotu"], "run_dir": str(work / "timed_run"),
-                                      "overrides": [f"preprocess.tokenizer.path={tokenizer}"]})
+    walls: dict[str, list[float]] = {}
+    last: dict[str, dict] = {}
+    for round_ in range(repeats):
+        print(f"round {round_ + 1}/{repeats}: load average {_load()}", flush=True)
+        runs = {"encode": lambda: in_subprocess("encode", base), "hf": lambda: in_subprocess("hf", base)}
+        for name, overrides in PIPELINE_SETUPS.items():
+            runs[name] = (lambda o=overrides: in_subprocess("pipeline", {
+                **base, "inputs": ["sample:sotu"], "run_dir": str(work / "timed_run"),
+                "overrides": [f"preprocess.tokenizer.path={tokenizer}", *o]}))
+        for name, run in runs.items():
+            last[name] = run()
+            walls.setdefault(name, []).append(last[name]["wall_s"])
+            print(f"  {name}: {last[name]['wall_s']:.1f} s", flush=True)
+    enc, hf = last["encode"], last["hf"]
     tokens = enc["text_tokens"]
+    print(f"load average at the end {_load()}")
     print(f"text: sotu, {enc['lines']} addresses, {enc['words']:,} words, {enc['chars']:,} chars, "
           f"{tokens:,} tokens (tokenizer {tokenizer})")
-    print(f"pipeline: {pipe['docs_read']} documents read, {pipe['docs_kept']} kept (dropped {pipe['docs_dropped']}, "
-          f"duplicates {pipe['duplicates_removed']}); {pipe['instances']} instances, {pipe['shard_tokens']:,} shard "
-          f"tokens, {pipe['masked_tokens']:,} masked positions; stages {pipe['timings_s']}")
+    for name in PIPELINE_SETUPS:
+        pipe = last[name]
+        print(f"{name}: {pipe['docs_read']} documents read, {pipe['docs_kept']} kept (dropped {pipe['docs_dropped']}, "
+              f"duplicates {pipe['duplicates_removed']}); {pipe['instances']} instances, {pipe['shard_tokens']:,} "
+              f"shard tokens, {pipe['masked_tokens']:,} masked positions; stages {pipe['timings_s']}")
     print(f"hf: {hf['blocks']:,} blocks of {SEQ_LEN}, {hf['tokens_with_specials']:,} tokens with [CLS]/[SEP]")
     print()
-    print("| path | wall s | M tokens/s | ratio pipeline / path | peak tree RSS MiB | processes |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, r in (("pipeline (run_preprocess, local, 2 workers)", pipe),
-                    ("hf datasets map + group_texts, num_proc 2", hf),
-                    ("tokenizers encode_batch, 1,000 lines/batch, all cores", enc)):
-        ratio = (tokens / pipe["wall_s"]) / (tokens / r["wall_s"])
-        print(f"| {name} | {r['wall_s']:.1f} | {tokens / r['wall_s'] / 1e6:.3f} | {ratio:.3f}x | "
-              f"{r['peak_tree_rss_mib']:,.0f} | {r['max_processes']} |")
-    print(f"\ntargets: pipeline/hf >= 1.2x: {pipe_vs(pipe, hf):.3f}x; pipeline/encode_batch >= 0.6x: "
-          f"{pipe_vs(pipe, enc):.3f}x")
-
-
-def pipe_vs(pipe: dict, other: dict) -> float:
-    return other["wall_s"] / pipe["wall_s"]
+    median = {name: statistics.median(w) for name, w in walls.items()}
+    print(f"| path | wall s (median of {repeats}; all) | M text tokens/s | vs hf | vs encode_batch | "
+          "peak tree RSS MiB (last) | processes |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    labels = {"encode": "tokenizers encode_batch, 1,000 lines/batch, all cores",
+              "hf": "hf datasets map + group_texts, num_proc 2 (no masks)"}
+    for name in [*PIPELINE_SETUPS, "hf", "encode"]:
+        r = last[name]
+        print(f"| {labels.get(name, name)} | {median[name]:.1f} ({', '.join(f'{w:.1f}' for w in walls[name])}) | "
+              f"{tokens / median[name] / 1e6:.3f} | {median['hf'] / median[name]:.3f}x | "
+              f"{median['encode'] / median[name]:.3f}x | {r['peak_tree_rss_mib']:,.0f} | {r['max_processes']} |")
+    for name in PIPELINE_SETUPS:
+        per_round_hf = [h / p for h, p in zip(walls["hf"], walls[name])]
+        per_round_enc = [e / p for e, p in zip(walls["encode"], walls[name])]
+        print(f"\n{name}: vs hf {median['hf'] / median[name]:.3f}x (target >= 1.2x; rounds "
+              f"{', '.join(f'{x:.3f}' for x in per_round_hf)}), vs encode_batch {median['encode'] / median[name]:.3f}x "
+              f"(target >= 0.6x; rounds {', '.join(f'{x:.3f}' for x in per_round_enc)})")
 
 
 def copies_dir(work: Path, copies: int) -> Path:
@@ -334,11 +366,11 @@ PROFILE_ROWS = [
     ("instances: TokenizeDoc.process", "preprocessing/pipeline.py", "process", "TokenizeDoc"),
     ("  tokenizers: encode_batch", "~", "<method 'encode_batch' of 'tokenizers.Tokenizer' objects>", None),
     ("instances: BuildInstances.process", "preprocessing/pipeline.py", "process", "BuildInstances"),
-    ("instances: DealToShards.process", "preprocessing/pipeline.py", "process", "DealToShards"),
-    ("instances: MaskInstance.process", "preprocessing/pipeline.py", "process", "MaskInstance"),
-    ("  masking: Masker.variants", "preprocessing/masking.py", "variants", None),
+    ("instances: DealAndMask.process", "preprocessing/pipeline.py", "process", "DealAndMask"),
+    ("  masking: Masker.variants_batch", "preprocessing/masking.py", "variants_batch", None),
+    ("  shards: shard_batch", "preprocessing/shards.py", "shard_batch", None),
     ("instances: WriteShardFn.process", "preprocessing/pipeline.py", "process", "WriteShardFn"),
-    ("  shards: write_shard", "preprocessing/shards.py", "write_shard", None),
+    ("  shards: write_shard_table", "preprocessing/shards.py", "write_shard_table", None),
     ("json dumps+loads (everywhere)", "json/", None, None),
     ("beam coders (encode/decode, tottime)", "apache_beam/coders", None, None),
     ("pickle (loads/dumps, tottime)", "~", "pickle", None),
@@ -410,12 +442,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="keep the runs here (default: a temporary directory, removed)")
     parser.add_argument("--tokenizer", help="a tokenizer.json from an earlier pipeline run (else one is trained)")
     parser.add_argument("--copies", type=int, default=10, help="rss: copies of the text in the large run")
+    parser.add_argument("--repeats", type=int, default=3, help="throughput: rounds of all paths, interleaved")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     work = args.work or Path(tempfile.mkdtemp(prefix="corpus-throughput-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        {"throughput": lambda: mode_throughput(work, args.tokenizer),
+        {"throughput": lambda: mode_throughput(work, args.tokenizer, args.repeats),
          "rss": lambda: mode_rss(work, args.tokenizer, args.copies),
          "profile": lambda: mode_profile(work, args.tokenizer)}[args.mode]()
     finally:

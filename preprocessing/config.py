@@ -213,6 +213,10 @@ class InstancesConfig(StrictModel):
     docs_per_bucket: int = Field(
         10000, ge=2, description="documents per random-document bucket; NotNext B segments come from the same bucket"
     )
+    max_bucket_chars: int = Field(
+        16_000_000, ge=1000, description="characters of text per bucket at most (more buckets when the documents "
+        "are long): one worker holds a bucket's token ids while it builds its instances, so this bounds its memory "
+        "(~10 bytes per character) whatever the corpus size")
 
 
 class MaskingConfig(StrictModel):

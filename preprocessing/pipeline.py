@@ -50,12 +50,12 @@ from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, p
 from . import hashing
 from .config import CorpusConfig, PreprocessConfig
 from .documents import build_documents_pipeline
-from .instances import build_bucket_instances
+from .instances import iter_bucket_instances
 from .segments import Row, build_rows
 from .masking import Masker
 from .runners import describe, run_pipeline
-from .shards import (SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, shard_batch,
-                     shard_schema, write_manifest, write_shard, write_shard_table)
+from .shards import (SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, merge_runs,
+                     shard_batch, shard_schema, spill_part, write_manifest, write_shard)
 from .inputs import expand_inputs
 from .lineage import plan_increment
 from .sources import validate_file
@@ -153,11 +153,11 @@ class BuildInstances(beam.DoFn):
     rows travel through Beam in lists rather than one element each (Beam's per-element cost dominated otherwise).
     A row tuple is ROW_FIELDS in order; the sort key is (row key, doc_id, index)."""
 
-    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int, num_shards: dict[str, int]):
+    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int, preshards: dict[str, int]):
         self.cfg = cfg
         self.cls_id = cls_id
         self.sep_id = sep_id
-        self.num_shards = num_shards
+        self.preshards = preshards
 
     def _rows(self, split: str, bucket: int, docs: list) -> Iterator[Row]:
         inst = self.cfg.instances
@@ -166,7 +166,7 @@ class BuildInstances(beam.DoFn):
             return
         rng = random.Random(hashing.seed_of(self.cfg.seed, "instances", split, bucket))
         langs = {doc_id: lang for doc_id, _ids, lang in docs}
-        for instance in build_bucket_instances(
+        for instance in iter_bucket_instances(
             [(doc_id, ids) for doc_id, ids, _lang in docs], rng, max_seq_len=inst.max_seq_len,
             short_seq_prob=inst.short_seq_prob, nsp_random_prob=inst.nsp_random_prob, dupe_factor=inst.dupe_factor,
             cls_id=self.cls_id, sep_id=self.sep_id, sentence_order=inst.format == "sop-pairs",
@@ -181,19 +181,24 @@ class BuildInstances(beam.DoFn):
         by_preshard: dict[tuple[str, int], list] = {}
         for row in self._rows(split, bucket, list(docs)):
             key = hashing.row_key(row.doc_id, row.index)
-            by_preshard.setdefault(preshard(split, key, self.num_shards), []).append(
-                ((key, row.doc_id, row.index), (row.doc_id, row.index, row.input_ids, row.len_a, row.nsp_label,
-                                                row.lang_a, row.lang_b, row.segment_index)))
+            pre = preshard(split, key, self.preshards)
+            rows = by_preshard.setdefault(pre, [])
+            rows.append(((key, row.doc_id, row.index), (row.doc_id, row.index, row.input_ids, row.len_a,
+                                                        row.nsp_label, row.lang_a, row.lang_b, row.segment_index)))
+            if len(rows) == ROWS_PER_ELEMENT:  # pass them on: the bucket's rows are never all held at once
+                yield pre, by_preshard.pop(pre)
         for pre in sorted(by_preshard):
             yield pre, by_preshard[pre]
 
 
+# rows per element leaving BuildInstances: few elements for Beam, a bounded list in the worker
+ROWS_PER_ELEMENT = 2048
 ROW_FIELDS = ("doc_id", "index", "input_ids", "len_a", "nsp_label", "lang_a", "lang_b", "segment_index")
 
 
-def preshard(split: str, key: int, num_shards: dict[str, int]) -> tuple[str, int]:
-    """Where an instance waits to be numbered: its row key modulo the shard count."""
-    return split, key % num_shards[split]
+def preshard(split: str, key: int, preshards: dict[str, int]) -> tuple[str, int]:
+    """Where an instance waits to be numbered: its row key modulo the split's pre-shard count (preshard_counts)."""
+    return split, key % preshards[split]
 
 
 # rows masked and turned into one record batch at a time (bounds the masker's [rows * K, max_seq_len] arrays)
@@ -253,7 +258,10 @@ def shard_name(index: int) -> str:
 
 
 class WriteShardFn(beam.DoFn):
-    """All record batches of one shard -> the shard file (rows sorted by their sort key) -> a summary line."""
+    """All record batches of one shard -> the shard file (rows sorted by their sort key) -> a summary line.
+    Each part (sorted by key; a pre-shard's parts cover consecutive key ranges) is spilled to disk as it is read,
+    then the pre-shards' runs are merged by key into the shard (shards.merge_runs): the worker holds the sort keys
+    and a few hundred rows per pre-shard, not the shard."""
 
     def __init__(self, shard_dir: str, vocab_size: int, batch_rows: int):
         self.shard_dir = shard_dir
@@ -262,12 +270,20 @@ class WriteShardFn(beam.DoFn):
 
     def process(self, item) -> Iterator[str]:
         (split, shard), parts = item
-        parts = sorted(parts, key=lambda part: part[:2])  # (pre-shard, first row): arrival order never matters
-        keys = np.concatenate([part[2].reshape(-1, 3) for part in parts]) if parts else np.zeros((0, 3), np.uint64)
-        table = pa.Table.from_batches([part[3] for part in parts], schema=shard_schema(self.vocab_size))
-        table = table.take(pa.array(np.lexsort(keys.T[::-1]), pa.int64()))
-        info = write_shard_table(Path(self.shard_dir) / split / shard_name(shard), table, self.batch_rows)
-        tokens, masked, nsp_random = (sum(part[4][i] for part in parts) for i in range(3))
+        path = Path(self.shard_dir) / split / shard_name(shard)
+        spill = path.parent / f".spill-{path.stem}"
+        shutil.rmtree(spill, ignore_errors=True)  # a retried bundle starts over
+        spill.mkdir(parents=True)
+        runs: dict[int, list] = {}
+        tokens = masked = nsp_random = 0
+        for pre, start, keys, batch, (n_tokens, n_masked, n_random) in parts:
+            runs.setdefault(pre, []).append((start, keys, spill_part(spill / f"{pre}-{start}.arrow", batch)))
+            tokens, masked, nsp_random = tokens + n_tokens, masked + n_masked, nsp_random + n_random
+        ordered = [sorted(runs[pre], key=lambda part: part[0]) for pre in sorted(runs)]
+        info = merge_runs(path, shard_schema(self.vocab_size),
+                          [(np.concatenate([k.reshape(-1, 3) for _, k, _ in run]), [p for _, _, p in run])
+                           for run in ordered], self.batch_rows)
+        shutil.rmtree(spill)
         yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
                           "tokens": tokens, "masked_tokens": masked, "nsp_random": nsp_random})
 
@@ -282,7 +298,8 @@ def _sum_pairs(pairs) -> tuple[int, int]:
 
 def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokenizer_path: Path, shard_dir: Path,
                              buckets: dict[str, int], vocab_size: int, specials: dict[str, int],
-                             copy_rates: dict[str, float] | None = None, lang_ids: dict[str, int] | None = None) -> None:
+                             copy_rates: dict[str, float] | None = None, lang_ids: dict[str, int] | None = None,
+                             preshards: dict[str, int] | None = None) -> None:
     tokenized = (
         pipeline
         | "ReadDocs" >> ReadFromText(str(work / "docs" / "part*.jsonl"))
@@ -301,7 +318,7 @@ def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokeni
     instances = (
         tokenized.docs
         | "ByBucket" >> beam.GroupByKey()
-        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"], num_shards))
+        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"], preshards or num_shards))
     )
     sizes = (
         instances
@@ -521,16 +538,38 @@ def corpus_languages(counts: dict) -> list[str]:
     return sorted({code for lang in counts["languages"] for code in lang.split("-")})
 
 
+def split_chars(counts: dict) -> dict[str, int]:
+    """Characters of text per split: the training documents' (counted per language by the documents stage), the
+    held-out split's estimated from its share of documents."""
+    train = sum(info.get("train_chars", 0) for info in counts["languages"].values())
+    per_doc = train / max(1, counts["docs"]["train"])
+    return {"train": train, "heldout": round(per_doc * counts["docs"]["heldout"])}
+
+
+# instance text (characters x dupe_factor) per pre-shard at most: what DealAndMask sorts in one worker at a time
+PRESHARD_CHARS = 16_000_000
+
+
+def preshard_counts(cfg: PreprocessConfig, chars: dict[str, int]) -> dict[str, int]:
+    """Pre-shards per split: a multiple of the split's shard count, growing with its text, so a pre-shard holds
+    about PRESHARD_CHARS of instance text at most whatever the corpus size (peak memory stays flat)."""
+    shards = {"train": cfg.shards.train_shards, "heldout": cfg.shards.heldout_shards}
+    return {s: shards[s] * max(1, math.ceil(chars[s] * cfg.instances.dupe_factor / (PRESHARD_CHARS * shards[s])))
+            for s in SPLITS}
+
+
 def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, vocab_size: int,
                      specials: dict[str, int]) -> tuple[dict[str, SplitInfo], dict]:
     """Run the instances pipeline; fill in empty shards; return the splits and the instance counts (and move
     documents without tokens from kept to dropped in `counts`)."""
-    buckets = {s: max(1, math.ceil(counts["docs"][s] / cfg.instances.docs_per_bucket)) for s in SPLITS}
+    chars = split_chars(counts)
+    buckets = {s: max(1, math.ceil(counts["docs"][s] / cfg.instances.docs_per_bucket),
+                      math.ceil(chars[s] / cfg.instances.max_bucket_chars)) for s in SPLITS}
     rates = language_copy_rates(cfg, counts)
     lang_ids = {lang: i for i, lang in enumerate(corpus_languages(counts))}
     run_pipeline(
         lambda p: build_instances_pipeline(p, cfg, staging.work, staging.tokenizer, staging.shards, buckets,
-                                           vocab_size, specials, rates, lang_ids),
+                                           vocab_size, specials, rates, lang_ids, preshard_counts(cfg, chars)),
         cfg.runner, "instances",
     )
     if rates:
