@@ -9,7 +9,6 @@ import json
 import shutil
 
 import pytest
-import yaml
 from safetensors.torch import load_file
 
 from bertfactory.errors import ConfigError
@@ -22,31 +21,21 @@ SOTU = ("1790_george_washington_n.txt", "1791_george_washington_n.txt", "1792_ge
         "1793_george_washington_n.txt")
 
 
-def recipe(tmp_path, watch):
-    doc = {
-        "name": "continued-test",
-        "corpus": {"inputs": [str(watch)], "format": "text", "lang": "en", "min_doc_chars": 100},
-        "preprocess": {"seed": 3, "heldout_fraction": 0.0, "runner": {"preset": "in_process"},
-                       "tokenizer": {"vocab_size": 300, "min_frequency": 2, "limit_alphabet": 60},
-                       "instances": {"max_seq_len": 32, "dupe_factor": 1}, "masking": {"variants": 1},
-                       "shards": {"train_shards": 1, "heldout_shards": 1}},
-        "model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
-                  "max_position_embeddings": 32},
-        "pretrain": {"device": "cpu", "seed": 1, "batch_size": 2, "max_steps": 4, "warmup_steps": 1,
-                     "log_every": 1, "save_every": 2, "num_threads": 1},
-        "refresh": {"continue_steps": 3},
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    return path
+def recipe(tiny_recipe, tmp_path, watch):
+    return tiny_recipe(
+        tmp_path / "recipe.yaml", [watch], name="continued-test",
+        model={"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32},
+        pretrain={"device": "cpu", "seed": 1, "batch_size": 2, "max_steps": 4, "warmup_steps": 1, "log_every": 1,
+                  "save_every": 2, "num_threads": 1},
+        refresh={"continue_steps": 3})
 
 
-def test_refresh_continues_pretraining_from_the_latest_checkpoint(tmp_path, capsys):
+def test_refresh_continues_pretraining_from_the_latest_checkpoint(tmp_path, capsys, tiny_recipe):
     watch = tmp_path / "watch"
     watch.mkdir()
     for name in SOTU[:2]:
         shutil.copy(sample_path("sotu") / name, watch / name)
-    config = recipe(tmp_path, watch)
+    config = recipe(tiny_recipe, tmp_path, watch)
     run = tmp_path / "run"
     refresh = ["refresh", str(config), "--run-dir", str(run), "--continue-pretraining", "--no-prefect"]
     assert main(refresh) == 0
@@ -76,11 +65,11 @@ def test_refresh_continues_pretraining_from_the_latest_checkpoint(tmp_path, caps
     assert not (run / "continued/v3").exists()
 
 
-def test_a_start_model_of_another_tokenizer_is_refused(tmp_path):
+def test_a_start_model_of_another_tokenizer_is_refused(tmp_path, tiny_recipe):
     watch = tmp_path / "watch"
     watch.mkdir()
     shutil.copy(sample_path("sotu") / SOTU[0], watch / SOTU[0])
-    config = recipe(tmp_path, watch)
+    config = recipe(tiny_recipe, tmp_path, watch)
     assert main(["refresh", str(config), "--run-dir", str(tmp_path / "a"), "--continue-pretraining", "--no-prefect"]) == 0
     shutil.copy(sample_path("sotu") / SOTU[1], watch / SOTU[1])
     other = load_recipe(config, ["preprocess.tokenizer.vocab_size=200"])

@@ -29,17 +29,11 @@ DISTILL = {
 
 
 @pytest.fixture
-def run_with_teacher(tmp_path):
+def run_with_teacher(tmp_path, tiny_recipe):
     watch = tmp_path / "text"
     watch.mkdir()
     shutil.copy(sample_path("sotu") / "1790_george_washington_n.txt", watch)
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "corpus": {"inputs": [str(watch)], "format": "text", "lang": "en", "min_doc_chars": 100},
-        "preprocess": {"seed": 3, "heldout_fraction": 0.0, "runner": {"preset": "in_process"},
-                       "tokenizer": {"vocab_size": 300, "min_frequency": 2, "limit_alphabet": 60},
-                       "instances": {"max_seq_len": 24, "dupe_factor": 1}, "masking": {"variants": 1},
-                       "shards": {"train_shards": 1, "heldout_shards": 1}}}))
+    recipe = tiny_recipe(tmp_path / "recipe.yaml", [watch])
     run = tmp_path / "run"
     manifest = run_stage("preprocess", load_recipe(recipe), run)["summary"]
     cfg = BertConfig(vocab_size=manifest["tokenizer"]["vocab_size"], hidden_size=16, num_layers=2, num_heads=2,

@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from bertfactory.errors import ConfigError, ContractError
 from bertfactory.samples import sample_path
@@ -23,22 +22,6 @@ ADDRESSES = ("1790_george_washington_n.txt", "1791_george_washington_n.txt", "17
 NEW = "1793_george_washington_n.txt"
 
 
-def write_recipe(path: Path, inputs: list[str]) -> Path:
-    """A tiny text-corpus recipe (in-process Beam, small tokenizer and shards)."""
-    recipe = {
-        "name": "refresh-test",
-        "corpus": {"inputs": inputs, "format": "text", "lang": "en", "min_doc_chars": 100, "min_doc_sentences": 2},
-        "preprocess": {
-            "seed": 3, "heldout_fraction": 0.2, "runner": {"preset": "in_process"},
-            "tokenizer": {"vocab_size": 300, "min_frequency": 2, "limit_alphabet": 60},
-            "instances": {"max_seq_len": 32, "dupe_factor": 1, "docs_per_bucket": 8},
-            "masking": {"variants": 1}, "shards": {"train_shards": 1, "heldout_shards": 1, "batch_rows": 50},
-        },
-    }
-    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def watched(tmp_path):
     sotu = sample_path("sotu")
@@ -49,8 +32,8 @@ def watched(tmp_path):
     return watch
 
 
-def test_refresh_flow_builds_versions_from_new_files_only_and_then_says_nothing_new(tmp_path, watched):
-    config = write_recipe(tmp_path / "recipe.yaml", [str(watched)])
+def test_refresh_flow_builds_versions_from_new_files_only_and_then_says_nothing_new(tmp_path, watched, tiny_recipe):
+    config = tiny_recipe(tmp_path / "recipe.yaml", [str(watched)])
     run = tmp_path / "run"
     first = corpus_refresh(str(config), str(run))
     assert first["status"] == "new_version" and first["version"] == 1 and first["pretrain"] is None
@@ -80,8 +63,8 @@ def test_refresh_flow_builds_versions_from_new_files_only_and_then_says_nothing_
     assert not list((run / "corpora").glob(".build-*"))
 
 
-def test_a_renamed_file_is_not_new_and_sources_override_the_recipe(tmp_path, watched):
-    config = write_recipe(tmp_path / "recipe.yaml", ["/nonexistent/never/read"])
+def test_a_renamed_file_is_not_new_and_sources_override_the_recipe(tmp_path, watched, tiny_recipe):
+    config = tiny_recipe(tmp_path / "recipe.yaml", ["/nonexistent/never/read"])
     recipe = load_recipe(config)
     run = tmp_path / "run"
     assert refresh_corpus(recipe, run, [str(watched)])["version"] == 1
@@ -90,8 +73,8 @@ def test_a_renamed_file_is_not_new_and_sources_override_the_recipe(tmp_path, wat
     assert again["status"] == "nothing_new" and again["version"] == 1
 
 
-def test_missing_or_altered_manifest_is_refused_naming_it(tmp_path, watched):
-    recipe = load_recipe(write_recipe(tmp_path / "recipe.yaml", [str(watched)]))
+def test_missing_or_altered_manifest_is_refused_naming_it(tmp_path, watched, tiny_recipe):
+    recipe = load_recipe(tiny_recipe(tmp_path / "recipe.yaml", [str(watched)]))
     run = tmp_path / "run"
     refresh_corpus(recipe, run)
     manifest = run / "corpora/v1/manifest.json"
@@ -112,8 +95,8 @@ def test_missing_or_altered_manifest_is_refused_naming_it(tmp_path, watched):
         refresh_corpus(recipe, run)
 
 
-def test_an_unrecorded_version_left_by_an_interrupted_refresh_is_adopted(tmp_path, watched):
-    recipe = load_recipe(write_recipe(tmp_path / "recipe.yaml", [str(watched)]))
+def test_an_unrecorded_version_left_by_an_interrupted_refresh_is_adopted(tmp_path, watched, tiny_recipe):
+    recipe = load_recipe(tiny_recipe(tmp_path / "recipe.yaml", [str(watched)]))
     run = tmp_path / "run"
     refresh_corpus(recipe, run)
     (run / "corpora" / LEDGER).unlink()  # died after publishing v1, before recording it
@@ -121,8 +104,8 @@ def test_an_unrecorded_version_left_by_an_interrupted_refresh_is_adopted(tmp_pat
     assert json.loads((run / "corpora" / LEDGER).read_text())["versions"][0]["version"] == 1
 
 
-def test_bad_parameters_fail_the_flow_run_with_a_message_naming_them(tmp_path, watched):
-    config = write_recipe(tmp_path / "recipe.yaml", [str(watched)])
+def test_bad_parameters_fail_the_flow_run_with_a_message_naming_them(tmp_path, watched, tiny_recipe):
+    config = tiny_recipe(tmp_path / "recipe.yaml", [str(watched)])
     state = corpus_refresh(str(tmp_path / "missing.yaml"), str(tmp_path / "run"), return_state=True)
     assert state.is_failed()
     with pytest.raises(ConfigError, match=r"parameters of flow 'corpus_refresh'[\s\S]*'config': .*no such file"):

@@ -85,7 +85,7 @@ def test_wikipedia_dumps_layout_counts_only_finished_jobs(tmp_path):
         discover(str(root), CorpusConfig(format="text"), FAST)
 
 
-def test_a_dumps_layout_refresh_reads_a_finished_dump_and_waits_for_an_unfinished_one(tmp_path):
+def test_a_dumps_layout_refresh_reads_a_finished_dump_and_waits_for_an_unfinished_one(tmp_path, tiny_recipe):
     root = tmp_path / "testwiki"
     (root / "20240601").mkdir(parents=True)
     done = mediawiki_dump(root / "20240601/testwiki-20240601-pages-articles1.xml.bz2", ["Alpha", "Beta", "Gamma"])
@@ -93,13 +93,7 @@ def test_a_dumps_layout_refresh_reads_a_finished_dump_and_waits_for_an_unfinishe
     (root / "20240701").mkdir()
     later = mediawiki_dump(root / "20240701/testwiki-20240701-pages-articles1.xml.bz2", ["Delta"])
     dump_dir(root, "20240701", {"articlesdump": ("in-progress", [later])})
-    config = tmp_path / "recipe.yaml"
-    config.write_text(json.dumps({
-        "corpus": {"inputs": [str(root)], "format": "wikipedia", "lang": "en", "min_doc_chars": 100},
-        "preprocess": {"seed": 3, "heldout_fraction": 0.0, "runner": {"preset": "in_process"},
-                       "tokenizer": {"vocab_size": 300, "min_frequency": 2, "limit_alphabet": 60},
-                       "instances": {"max_seq_len": 32, "dupe_factor": 1}, "masking": {"variants": 1},
-                       "shards": {"train_shards": 1, "heldout_shards": 1}}}))
+    config = tiny_recipe(tmp_path / "recipe.yaml", [root], fmt="wikipedia")
     recipe = load_recipe(config)
     first = refresh_corpus(recipe, tmp_path / "run")
     assert first["status"] == "new_version" and first["new_inputs"] == [f"{root}/20240601/{done.name}"]
