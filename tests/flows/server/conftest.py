@@ -1,7 +1,10 @@
 """A real Prefect server for the deployment tests: `prefect server start` on 127.0.0.1 at a free port with its own
-PREFECT_HOME (SQLite there, or the PostgreSQL URL a test passes), waited for with a timeout and stopped with its
-whole process group. Everything talks to it as a user would: the `prefect` and `bertfactory` commands in their
+PREFECT_HOME (SQLite there, or a PostgreSQL cluster this file starts), waited for with a timeout and stopped with
+its whole process group. Everything talks to it as a user would: the `prefect` and `bertfactory` commands in their
 own processes, and the REST API for reading back flow runs.
+
+PostgreSQL (Debian's postgresql package) missing: its test is skipped on a developer machine (`apt-get install
+postgresql` to run it) and fails in CI (CI=true or BERTFACTORY_REQUIRE_POSTGRES=1; .ci/run installs it).
 
     .venv/bin/python -m pytest -q tests/flows/server
 """
@@ -9,6 +12,7 @@ own processes, and the REST API for reading back flow runs.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 import shutil
@@ -16,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -156,10 +161,75 @@ def prefect_server(home: Path, database_url: str | None = None):
         server.stop()
 
 
+class PostgresCluster:
+    """A throwaway PostgreSQL cluster: initdb + pg_ctl from Debian's /usr/lib/postgresql/*/bin in a temporary
+    directory, on a free port of 127.0.0.1 with trust auth for the one role `prefect` (run as the `postgres` user
+    when we are root: the server refuses to run as root)."""
+
+    def __init__(self, bindir: Path):
+        self.bindir = bindir
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="bertfactory-pg-"))
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            import pwd
+
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.url = f"postgresql+asyncpg://prefect@127.0.0.1:{self.port}/prefect"
+
+    def _run(self, tool: str, *args: str, timeout: float = 120) -> str:
+        proc = subprocess.run([*self.as_user, str(self.bindir / tool), *args], capture_output=True, text=True,
+                              timeout=timeout, cwd=self.root)
+        assert proc.returncode == 0, f"{tool} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    def start(self) -> None:
+        data = self.root / "data"
+        self._run("initdb", "-D", str(data), "-U", "prefect", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self._run("pg_ctl", "-D", str(data), "-l", str(self.root / "postgres.log"), "-w", "-t", "60", "-o",
+                  f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off", "start")
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "prefect", "prefect")
+
+    def sql(self, query: str) -> str:
+        return self._run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "prefect", "-d", "prefect",
+                         "-tAc", query).strip()
+
+    def stop(self) -> None:
+        with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+            self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "fast", "-w", "-t", "30", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def postgres_bindir() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(found[-1]).parent if found else None
+
+
 @pytest.fixture(scope="session")
-def server_factory():
-    """prefect_server as a fixture value, for tests that start their own (PostgreSQL)."""
-    return prefect_server
+def postgres():
+    bindir = postgres_bindir()
+    if bindir is None:
+        message = ("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): "
+                   "`apt-get update && apt-get install -y postgresql`")
+        if os.environ.get("CI") == "true" or os.environ.get("BERTFACTORY_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message + " (required in CI)")
+        pytest.skip(message)
+    cluster = PostgresCluster(bindir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(postgres, tmp_path_factory):
+    """A Prefect server whose database is the PostgreSQL cluster, with the pools and every deployment."""
+    with prefect_server(tmp_path_factory.mktemp("prefect-postgres"), postgres.url) as server:
+        server.deploy_output = server.run("bertfactory", "deploy", "--pool-setup").stdout
+        yield server
 
 
 @pytest.fixture(scope="session")
@@ -176,16 +246,42 @@ def fast_overrides() -> list[str]:
     return list(FAST)
 
 
-@pytest.fixture
-def sotu_corpus(tmp_path):
-    """A directory of 4 real State of the Union addresses (one document per file) and the rest of the sample, to
-    add from."""
+@pytest.fixture(scope="session")
+def sotu_files() -> list[Path]:
     from bertfactory.samples import sample_path
 
     files = sorted(Path(sample_path("sotu")).rglob("*.txt"))
     assert len(files) > 10, "the sotu sample is incomplete; run `bertfactory samples fetch sotu`"
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
+    return files
+
+
+def sotu_dir(path: Path, files: list[Path]) -> Path:
+    """A text corpus: 4 real State of the Union addresses, one document per file."""
+    path.mkdir(parents=True)
     for f in files[200:204]:
-        shutil.copy(f, corpus / f.name)
-    return corpus, files[204:]
+        shutil.copy(f, path / f.name)
+    return path
+
+
+@pytest.fixture
+def sotu_corpus(tmp_path, sotu_files):
+    """The 4-address corpus directory and the other addresses of the sample, to add from."""
+    return sotu_dir(tmp_path / "corpus", sotu_files), sotu_files[204:]
+
+
+@pytest.fixture(scope="session")
+def pipeline_runs(sqlite_server, sotu_files, tmp_path_factory):
+    """Two `pipeline/pipeline-local` runs triggered with `prefect deployment run` and executed by one
+    `prefect worker start --run-once` pass: `good` on the fast tiny recipe, `bad` with an invalid override."""
+    import json
+
+    root = tmp_path_factory.mktemp("pipeline-runs")
+    corpus = sotu_dir(root / "corpus", sotu_files)
+    # a quoted list: `prefect deployment run` prints the parameters through rich, which reads `[/path]` as markup
+    overrides = [*FAST, f"corpus.inputs={json.dumps([str(corpus)])}"]
+    good = sqlite_server.trigger("pipeline/pipeline-local", run_dir=str(root / "run"), overrides=overrides)
+    bad = sqlite_server.trigger("pipeline/pipeline-local", run_dir=str(root / "bad"),
+                                overrides=["pretrain.max_steps=-3"])
+    output = sqlite_server.work_once()
+    return {"good": good, "bad": bad, "run_dir": root / "run", "bad_dir": root / "bad", "overrides": overrides,
+            "worker_output": output}

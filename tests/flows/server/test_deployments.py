@@ -6,13 +6,11 @@ timezone; bad parameters are refused with a message naming them."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
@@ -48,16 +46,11 @@ def test_deploy_creates_pools_and_every_deployment(sqlite_server):
     assert steps[0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(REPO)
 
 
-def test_pipeline_local_run_completes_with_its_outputs(sqlite_server, fast_overrides, sotu_corpus, tmp_path):
-    corpus, _ = sotu_corpus
-    # a quoted list: `prefect deployment run` prints the parameters through rich, which reads `[/path]` as markup
-    run_dir = tmp_path / "run"
-    flow_run_id = sqlite_server.trigger("pipeline/pipeline-local", run_dir=str(run_dir),
-                                        overrides=[*fast_overrides, f"corpus.inputs={json.dumps([str(corpus)])}"])
-    worker_output = sqlite_server.work_once()
-    run = sqlite_server.flow_run(flow_run_id)
-    assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{worker_output[-6000:]}"
+def test_pipeline_local_run_completes_with_its_outputs(sqlite_server, pipeline_runs):
+    run = sqlite_server.flow_run(pipeline_runs["good"])
+    assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{pipeline_runs['worker_output'][-6000:]}"
     assert run["name"] == "pipeline:local@run"  # flow:recipe@run-directory
+    run_dir = pipeline_runs["run_dir"]
     for rel in ("shards/manifest.json", "pretrain/final/model.safetensors", "eval/results.json", "eval/report.md"):
         assert (run_dir / rel).is_file(), rel
     from preprocessing.shards import read_manifest
@@ -66,7 +59,7 @@ def test_pipeline_local_run_completes_with_its_outputs(sqlite_server, fast_overr
     assert len(manifest.inputs_seen) == 4 and manifest.tokenizer.vocab_size <= 1000
     # every stage published its markdown artifact to the server
     artifacts = sqlite_server.api("POST", "/artifacts/filter",
-                                  json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}})
+                                  json={"artifacts": {"flow_run_id": {"any_": [pipeline_runs["good"]]}}})
     keys = {a["key"] for a in artifacts}
     assert {"preprocess-summary", "pretrain-summary", "evaluate-summary"} <= keys, keys
 
@@ -116,29 +109,10 @@ def test_a_parameter_of_the_wrong_type_is_refused_naming_it(sqlite_server):
     assert "Validation failed for field 'overrides'" in text, text
 
 
-def test_an_invalid_override_fails_the_run_with_a_clear_message(sqlite_server, tmp_path):
-    flow_run_id = sqlite_server.trigger("pipeline/pipeline-local", run_dir=str(tmp_path / "bad"),
-                                        overrides=["pretrain.max_steps=-3"])
-    sqlite_server.work_once()
-    run = sqlite_server.flow_run(flow_run_id)
+def test_an_invalid_override_fails_the_run_with_a_clear_message(sqlite_server, pipeline_runs):
+    run = sqlite_server.flow_run(pipeline_runs["bad"])
     assert run["state"]["type"] == "FAILED", run["state"]
     message = run["state"]["message"]
     assert "max_steps" in message and "configs/local.yaml" in message, message
     assert run["run_count"] == 1  # a config error is not retried
-    assert not (tmp_path / "bad" / "shards").exists()
-
-
-@pytest.mark.parametrize("missing", ["project", "region", "temp_location"])
-def test_dataflow_deployment_without_its_cloud_settings_fails_naming_them(missing):
-    """preprocess-dataflow's own parameters name the Dataflow preset but not the user's project: the recipe
-    validation the flow runs first names what is missing (checked without a server: it is the flow's first step)."""
-    from bertfactory.errors import ConfigError
-    from flows.recipe import load_recipe
-
-    spec = next(d for d in yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
-                if d["name"] == "preprocess-dataflow")
-    given = {"project": "p", "region": "europe-west1", "temp_location": "gs://b/tmp"}
-    given.pop(missing)
-    overrides = spec["parameters"]["overrides"] + [f"preprocess.runner.dataflow.{k}={v}" for k, v in given.items()]
-    with pytest.raises(ConfigError, match=missing):
-        load_recipe(REPO / spec["parameters"]["config"], overrides)
+    assert not (pipeline_runs["bad_dir"] / "shards").exists()

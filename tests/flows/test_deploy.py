@@ -1,0 +1,85 @@
+"""flows/deploy.py and prefect.yaml without a server: every deployment's parameters are a valid recipe (what its
+first run would check), the pools they name are known with their templates present, names are checked, and
+deploying to the ephemeral API is refused. The server tests are tests/flows/server/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertfactory.errors import ConfigError
+from flows.deploy import PREFECT_FILE, REPO, WORK_POOLS, DeployError, api_url, describe, pool_command, \
+    read_deployments, select
+from flows.recipe import load_recipe
+
+
+def _spec(name: str) -> dict:
+    return next(d for d in read_deployments() if d["name"] == name)
+
+
+def test_every_deployment_has_valid_recipe_parameters():
+    names = [d["name"] for d in read_deployments()]
+    assert names == ["pipeline-local", "corpus-refresh-weekly", "pretrain-gpu", "pretrain-tpu", "preprocess-dataflow"]
+    for d in read_deployments():
+        p = d["parameters"]
+        if d["name"] == "preprocess-dataflow":
+            continue  # needs the user's cloud project: below
+        recipe = load_recipe(REPO / p["config"], p["overrides"])
+        if d["name"] == "pretrain-tpu":
+            assert recipe.pretrain.device == "xla" and recipe.pretrain.xla_spmd
+        if d["name"] == "pretrain-gpu":
+            assert recipe.pretrain.device == "cuda"
+
+
+@pytest.mark.parametrize("missing", ["project", "region", "temp_location"])
+def test_dataflow_deployment_without_its_cloud_settings_fails_naming_them(missing):
+    spec = _spec("preprocess-dataflow")
+    given = {"project": "p", "region": "europe-west1", "temp_location": "gs://b/tmp"}
+    given.pop(missing)
+    overrides = spec["parameters"]["overrides"] + [f"preprocess.runner.dataflow.{k}={v}" for k, v in given.items()]
+    with pytest.raises(ConfigError, match=missing):
+        load_recipe(REPO / spec["parameters"]["config"], overrides)
+    given[missing] = "x" if missing != "temp_location" else "gs://b/tmp"
+    overrides = spec["parameters"]["overrides"] + [f"preprocess.runner.dataflow.{k}={v}" for k, v in given.items()]
+    assert load_recipe(REPO / spec["parameters"]["config"], overrides).preprocess.runner.preset == "dataflow"
+
+
+def test_pools_and_their_templates():
+    for pool in WORK_POOLS.values():
+        cmd = pool_command(pool)
+        assert cmd[:5] == ["work-pool", "create", pool.name, "--type", pool.type]
+        if pool.base_job_template:
+            assert Path(cmd[-1]).is_file()
+    missing = WORK_POOLS["bertfactory-gpu"].model_copy(update={"base_job_template": "infra/prefect/nope.json"})
+    with pytest.raises(DeployError, match="nope.json does not exist"):
+        pool_command(missing)
+
+
+def test_select_checks_names():
+    deployments = read_deployments()
+    assert [d["name"] for d in select(deployments, ["pretrain-tpu"])] == ["pretrain-tpu"]
+    assert len(select(deployments, [])) == len(deployments)
+    with pytest.raises(ConfigError, match="no deployment named 'pretrain-cpu'"):
+        select(deployments, ["pretrain-cpu"])
+
+
+def test_unknown_pool_is_refused(tmp_path):
+    data = yaml.safe_load(PREFECT_FILE.read_text())
+    data["deployments"][0]["work_pool"] = {"name": "somewhere-else"}
+    bad = tmp_path / "prefect.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="work pool 'somewhere-else'"):
+        read_deployments(bad)
+
+
+def test_ephemeral_api_is_refused(monkeypatch):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    with pytest.raises(DeployError, match="PREFECT_API_URL"):
+        api_url()
+
+
+def test_list_names_the_schedule():
+    text = describe()
+    assert "corpus_refresh/corpus-refresh-weekly" in text and "cron '30 2 * * 1' Europe/Berlin" in text
