@@ -294,9 +294,11 @@ class _ConfirmBucket(beam.DoFn):
 
     def process(self, item) -> Iterator:
         _, members = item
+        # a GroupByKey value is an iterable, not always a list (Beam's _ConcatSequence when the bucket mixes
+        # the prior index and new documents)
+        members = sorted(members, key=lambda m: m.rank)
         if len(members) < 2:
             return
-        members = sorted(members, key=lambda m: m.rank)
         signatures = np.stack([np.frombuffer(m.signature, dtype="<u4") for m in members])
         for k in range(1, len(members)):
             if members[k].prior:
