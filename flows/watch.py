@@ -22,7 +22,7 @@ import time
 from typing import Callable, TypeVar
 
 from bertfactory.errors import BertfactoryError, ConfigError, InputError
-from preprocessing.inputs import InputFile, ListingError, expand_inputs, is_url
+from preprocessing.inputs import InputFile, ListingError, companion_file, expand_inputs, is_url
 
 from .recipe import RefreshConfig
 
@@ -134,6 +134,8 @@ def wikipedia_dump_files(dump_dir: str, cfg: RefreshConfig) -> list[InputFile]:
             logger.info("%s: job %r is %s, its files are not read yet", status_path, job, info.get("status"))
             continue
         for name, meta in sorted((info.get("files") or {}).items()):
+            if companion_file("wikipedia", name):  # a multistream index: read through its dump, not as one
+                continue
             location = _join(dump_dir, name)
             if not _exists(location, cfg):
                 raise InputError(f"{location}: listed by the finished job {job!r} in {status_path} but not there "

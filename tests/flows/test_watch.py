@@ -69,6 +69,10 @@ def test_wikipedia_dumps_layout_counts_only_finished_jobs(tmp_path):
     # one dump directory on its own; another job list
     jobs = FAST.model_copy(update={"wikipedia_jobs": ["articlesmultistreamdump"]})
     assert discover(str(root / "20240601"), WIKI, jobs) == []
+    index = root / "20240601/testwiki-20240601-pages-articles-multistream-index.txt.bz2"
+    index.write_bytes(b"")
+    dump_dir(root, "20240601", {"articlesdump": ("done", [done]), "articlesmultistreamdump": ("done", [running, index])})
+    assert [Path(f.location).name for f in discover(str(root / "20240601"), WIKI, jobs)] == [running.name]  # no index
     dump_dir(root, "20240701", {"articlesdump": ("done", [later])})
     assert [Path(f.location).name for f in discover(str(root), WIKI, FAST)] == [done.name, later.name]
 
