@@ -10,7 +10,6 @@ student.params, speedup, student_direct.score) and RUN/distill/report.md; see tr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
