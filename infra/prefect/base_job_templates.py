@@ -7,8 +7,9 @@ Each template is the Kubernetes worker's own default (prefect-kubernetes: job_co
   Kubernetes Job schema) to the Job spec; the run volume (a PersistentVolumeClaim mounted at /runs, where the
   deployments' run_dir lives) and a memory-backed /dev/shm (DataLoader workers and NCCL need more than the
   container runtime's 64 MB);
-- gpu: `nvidia.com/gpu` limit from the `gpus` variable, the NVIDIA taint tolerated, an optional node selector
-  (e.g. cloud.google.com/gke-accelerator), the CUDA image (infra/docker/Dockerfile.cuda);
+- gpu: `nvidia.com/gpu` limit from the `gpus` variable, the container command `torchrun --nproc_per_node=<gpus>
+  infra/docker/torchrun_flow_run.py` (rank 0 is the flow run), the NVIDIA taint tolerated, an optional node
+  selector (e.g. cloud.google.com/gke-accelerator), the CUDA image (infra/docker/Dockerfile.cuda);
 - tpu: `google.com/tpu` limit from `tpu_chips`, GKE's TPU node selectors (accelerator + topology; single-host
   slices), PJRT_DEVICE=TPU in the container, the torch-xla image (infra/docker/Dockerfile.tpu).
 
@@ -33,6 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 IMAGE_TAG = "0.1.0"  # the project version (pyproject.toml); images are never referenced as `latest`
 RUNS_MOUNT = "/runs"
+IMAGE_WORKDIR = "/opt/bertfactory"  # WORKDIR of infra/docker/Dockerfile.*
 
 
 def default_template() -> dict[str, Any]:
@@ -94,8 +96,8 @@ def gpu_template(base: dict[str, Any]) -> dict[str, Any]:
     template = _pretrain_template(base, "gpu", f"bertfactory-cuda:{IMAGE_TAG}", "GPUs, node selection")
     _add_variables(template, {
         "gpus": {"title": "GPUs", "type": "integer", "minimum": 1, "default": 1,
-                 "description": "NVIDIA GPUs of the pod (the nvidia.com/gpu limit); the flow run trains on the "
-                                "first (infra/README.md: multi-GPU training under a flow run is not wired yet)"},
+                 "description": "NVIDIA GPUs of the pod (the nvidia.com/gpu limit) and torchrun processes: one "
+                                "per GPU, rank 0 the flow run (infra/docker/torchrun_flow_run.py)"},
         "node_selector": {"title": "Node selector", "type": "object", "additionalProperties": {"type": "string"},
                           "default": {},
                           "description": "node labels the pod requires, e.g. "
@@ -105,7 +107,12 @@ def gpu_template(base: dict[str, Any]) -> dict[str, Any]:
                         "description": "taints of GPU nodes the pod tolerates (GKE and the NVIDIA GPU operator "
                                        "taint GPU nodes with nvidia.com/gpu)"},
     })
-    _container(template)["resources"]["limits"]["nvidia.com/gpu"] = "{{ gpus }}"
+    container = _container(template)
+    container["resources"]["limits"]["nvidia.com/gpu"] = "{{ gpus }}"
+    # one process per GPU, rank 0 the flow run itself (infra/docker/torchrun_flow_run.py); replaces the worker's
+    # `prefect flow-run execute`, which that script runs on rank 0
+    container["args"] = ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node={{ gpus }}",
+                         f"{IMAGE_WORKDIR}/infra/docker/torchrun_flow_run.py"]
     pod = _pod_spec(template)
     pod["nodeSelector"] = "{{ node_selector }}"
     pod["tolerations"] = "{{ tolerations }}"

@@ -85,7 +85,11 @@ def test_rendered_job_is_valid_kubernetes(name):
     manifest = _render(name, {})
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
     container = _container(manifest)
-    assert container["args"] == ["prefect", "flow-run", "execute"]  # the worker's command: the flow run itself
+    if name == "tpu":  # the worker's command: the flow run itself
+        assert container["args"] == ["prefect", "flow-run", "execute"]
+    else:  # under torchrun, one process per GPU (tests/infra/test_torchrun_flow_run.py runs this command)
+        assert container["args"] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=1",
+                                     "/opt/bertfactory/infra/docker/torchrun_flow_run.py"]
     assert {"mountPath": "/runs", "name": "runs"} in container["volumeMounts"]
     assert manifest["spec"]["completions"] == 1 and manifest["spec"]["parallelism"] == 1
 
@@ -95,7 +99,7 @@ def test_gpu_resources():
                                "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"}})
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
     container, pod = _container(manifest), manifest["spec"]["template"]["spec"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 4 and "--nproc_per_node=4" in container["args"]
     assert container["image"] == "registry.example.com/bertfactory-cuda:0.1.0"
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
