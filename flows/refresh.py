@@ -1,7 +1,8 @@
 """The `corpus_refresh` flow: watch source locations, build a new corpus version from the inputs no version has
 read yet, and optionally continue pretraining on it.
 
-    RUN/corpora/tokenizer/tokenizer.json   the tokenizer of version 1, adopted byte for byte by every later version
+    RUN/corpora/tokenizer/tokenizer.json   the tokenizer of version 1 (RUN/tokenizer's when the run directory has one),
+                                       adopted byte for byte by every later version
     RUN/corpora/v1/                        a shards directory (manifest.json, train/, heldout/, dedup_index.arrow)
     RUN/corpora/v2/                        version 2: its new documents only; manifest.parent names v1
     RUN/corpora/versions.json              per version: manifest sha256, inputs read, time (the refresh's ledger)
@@ -144,9 +145,17 @@ def refresh_corpus(recipe: Recipe, run_dir: Path, sources: list[str] | None = No
     build = root / f".build-v{version}"
     shutil.rmtree(build, ignore_errors=True)  # a refresh that died mid-build: its staging is never complete
     corpus = recipe.corpus.model_copy(update={"inputs": new_inputs, "parent": str(parent) if parent else None})
+    preprocess = recipe.preprocess
+    run_tokenizer = run_dir / "tokenizer" / "tokenizer.json"
+    if version == 1 and preprocess.tokenizer.path is None and run_tokenizer.is_file():
+        # the run directory's own pipeline made a tokenizer (and maybe a model with it): keep its token ids, so
+        # continued pretraining can start from RUN/pretrain/final
+        logger.info("corpus_refresh: version 1 adopts the run directory's tokenizer %s", run_tokenizer)
+        tokenizer_cfg = preprocess.tokenizer.model_copy(update={"path": str(run_tokenizer.resolve())})
+        preprocess = preprocess.model_copy(update={"tokenizer": tokenizer_cfg})
     from preprocessing.pipeline import run_preprocess
 
-    manifest = run_preprocess(corpus, recipe.preprocess, build)
+    manifest = run_preprocess(corpus, preprocess, build)
     tokenizer = root / "tokenizer" / "tokenizer.json"
     if version == 1:
         publish_dir(build / "tokenizer", root / "tokenizer")

@@ -1,7 +1,8 @@
 """Continued pretraining after a corpus refresh (flows/continued.py, `bertfactory refresh --continue-pretraining`):
 version 1 trains the base model from scratch, version 2 continues from version 1's final weights
-(pretrain.init_from) on the new documents only, a refresh with nothing new does not train again, and a start
-model of another tokenizer is refused."""
+(pretrain.init_from) on the new documents only, a refresh with nothing new does not train again; a run directory
+made by the pipeline gives version 1 its tokenizer and is continued from its model; a start model of another
+tokenizer is refused."""
 
 from __future__ import annotations
 
@@ -65,15 +66,26 @@ def test_refresh_continues_pretraining_from_the_latest_checkpoint(tmp_path, caps
     assert not (run / "continued/v3").exists()
 
 
-def test_a_start_model_of_another_tokenizer_is_refused(tmp_path, tiny_recipe):
+def test_a_pipeline_run_directory_is_continued_and_another_tokenizer_refused(tmp_path, tiny_recipe):
     watch = tmp_path / "watch"
     watch.mkdir()
     shutil.copy(sample_path("sotu") / SOTU[0], watch / SOTU[0])
     config = recipe(tiny_recipe, tmp_path, watch)
-    assert main(["refresh", str(config), "--run-dir", str(tmp_path / "a"), "--continue-pretraining", "--no-prefect"]) == 0
+    run = tmp_path / "run"
+    pipeline = load_recipe(config, ["preprocess.tokenizer.vocab_size=200"])
+    for stage in ("preprocess", "pretrain"):  # what `bertfactory run` leaves (evaluation aside)
+        run_stage(stage, pipeline, run)
     shutil.copy(sample_path("sotu") / SOTU[1], watch / SOTU[1])
-    other = load_recipe(config, ["preprocess.tokenizer.vocab_size=200"])
-    run_stage("preprocess", other, tmp_path / "b")  # another tokenizer
-    start = load_recipe(config, [f"pretrain.init_from={(tmp_path / 'a/continued/v1/pretrain/final').resolve()}"])
+    assert main(["refresh", str(config), "--run-dir", str(run), "--continue-pretraining", "--no-prefect"]) == 0
+    # version 1 keeps the run's token ids, so it continues the run's model
+    assert (run / "corpora/tokenizer/tokenizer.json").read_bytes() == (run / "tokenizer/tokenizer.json").read_bytes()
+    continued = run / "continued/v1/pretrain"
+    fingerprint = json.loads((continued / "final/config.json").read_text())["training"]["fingerprint"]
+    assert fingerprint["pretrain"]["init_from"] == str((run / "pretrain/final").resolve())
+    assert json.loads((continued / "summary.json").read_text())["steps"] == 3
+
+    other = tmp_path / "other"
+    run_stage("preprocess", load_recipe(config), other)  # a 300-token tokenizer
+    start = load_recipe(config, [f"pretrain.init_from={(continued / 'final').resolve()}"])
     with pytest.raises(ConfigError, match=r"pretrain.init_from .* was trained with another tokenizer"):
-        run_stage("pretrain", start, tmp_path / "b")
+        run_stage("pretrain", start, other)
