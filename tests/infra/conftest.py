@@ -81,7 +81,8 @@ def entrypoint_server(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-server")
     port, log = free_port(), home / "server.log"
     env = base_env(home / "home")
-    proc = start(["bash", str(ENTRYPOINT), "server"], {**env, "PREFECT_SERVER_PORT": str(port)}, log)
+    proc = start(["bash", str(ENTRYPOINT), "server"],
+                 {**env, "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_PORT": str(port)}, log)
     try:
         api = f"http://127.0.0.1:{port}/api"
         wait_healthy(health_command(f"{api}/health"), proc, log)
