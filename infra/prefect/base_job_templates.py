@@ -7,9 +7,9 @@ Each template is the Kubernetes worker's own default (prefect-kubernetes: job_co
   Kubernetes Job schema) to the Job spec; the run volume (a PersistentVolumeClaim mounted at /runs, where the
   deployments' run_dir lives) and a memory-backed /dev/shm (DataLoader workers and NCCL need more than the
   container runtime's 64 MB);
-- gpu: `nvidia.com/gpu` limit from the `gpus` variable, the container command `torchrun --nproc_per_node=<gpus>
-  infra/docker/torchrun_flow_run.py` (rank 0 is the flow run), the NVIDIA taint tolerated, an optional node
-  selector (e.g. cloud.google.com/gke-accelerator), the CUDA image (infra/docker/Dockerfile.cuda);
+- gpu: `nvidia.com/gpu` limit from the `gpus` variable, the default command `torchrun --nproc_per_node=gpu
+  infra/docker/torchrun_flow_run.py` (a process per GPU, rank 0 the flow run), the NVIDIA taint tolerated, an
+  optional node selector (e.g. cloud.google.com/gke-accelerator), the CUDA image (infra/docker/Dockerfile.cuda);
 - tpu: `google.com/tpu` limit from `tpu_chips`, GKE's TPU node selectors (accelerator + topology; single-host
   slices), PJRT_DEVICE=TPU in the container, the torch-xla image (infra/docker/Dockerfile.tpu).
 
@@ -35,6 +35,8 @@ HERE = Path(__file__).resolve().parent
 IMAGE_TAG = "0.1.0"  # the project version (pyproject.toml); images are never referenced as `latest`
 RUNS_MOUNT = "/runs"
 IMAGE_WORKDIR = "/opt/bertfactory"  # WORKDIR of infra/docker/Dockerfile.*
+TORCHRUN_COMMAND = (f"torchrun --standalone --nnodes=1 --nproc_per_node=gpu "
+                    f"{IMAGE_WORKDIR}/infra/docker/torchrun_flow_run.py")
 
 
 def default_template() -> dict[str, Any]:
@@ -96,8 +98,8 @@ def gpu_template(base: dict[str, Any]) -> dict[str, Any]:
     template = _pretrain_template(base, "gpu", f"bertfactory-cuda:{IMAGE_TAG}", "GPUs, node selection")
     _add_variables(template, {
         "gpus": {"title": "GPUs", "type": "integer", "minimum": 1, "default": 1,
-                 "description": "NVIDIA GPUs of the pod (the nvidia.com/gpu limit) and torchrun processes: one "
-                                "per GPU, rank 0 the flow run (infra/docker/torchrun_flow_run.py)"},
+                 "description": "NVIDIA GPUs of the pod (the nvidia.com/gpu limit); the default command starts "
+                                "one torchrun process per GPU (infra/docker/torchrun_flow_run.py)"},
         "node_selector": {"title": "Node selector", "type": "object", "additionalProperties": {"type": "string"},
                           "default": {},
                           "description": "node labels the pod requires, e.g. "
@@ -107,12 +109,13 @@ def gpu_template(base: dict[str, Any]) -> dict[str, Any]:
                         "description": "taints of GPU nodes the pod tolerates (GKE and the NVIDIA GPU operator "
                                        "taint GPU nodes with nvidia.com/gpu)"},
     })
-    container = _container(template)
-    container["resources"]["limits"]["nvidia.com/gpu"] = "{{ gpus }}"
-    # one process per GPU, rank 0 the flow run itself (infra/docker/torchrun_flow_run.py); replaces the worker's
-    # `prefect flow-run execute`, which that script runs on rank 0
-    container["args"] = ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node={{ gpus }}",
-                         f"{IMAGE_WORKDIR}/infra/docker/torchrun_flow_run.py"]
+    _container(template)["resources"]["limits"]["nvidia.com/gpu"] = "{{ gpus }}"
+    # the default command: one process per GPU the pod sees, rank 0 the flow run itself (it runs the worker's
+    # `prefect flow-run execute`); a deployment may still set `command`
+    command = template["variables"]["properties"]["command"]
+    command["default"] = TORCHRUN_COMMAND
+    command["description"] = ("The command of the flow run's container; by default torchrun with one process per "
+                              "GPU, rank 0 the flow run (infra/docker/torchrun_flow_run.py)")
     pod = _pod_spec(template)
     pod["nodeSelector"] = "{{ node_selector }}"
     pod["tolerations"] = "{{ tolerations }}"

@@ -88,7 +88,7 @@ def test_rendered_job_is_valid_kubernetes(name):
     if name == "tpu":  # the worker's command: the flow run itself
         assert container["args"] == ["prefect", "flow-run", "execute"]
     else:  # under torchrun, one process per GPU (tests/infra/test_torchrun_flow_run.py runs this command)
-        assert container["args"] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=1",
+        assert container["args"] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=gpu",
                                      "/opt/bertfactory/infra/docker/torchrun_flow_run.py"]
     assert {"mountPath": "/runs", "name": "runs"} in container["volumeMounts"]
     assert manifest["spec"]["completions"] == 1 and manifest["spec"]["parallelism"] == 1
@@ -99,7 +99,10 @@ def test_gpu_resources():
                                "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"}})
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
     container, pod = _container(manifest), manifest["spec"]["template"]["spec"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 4 and "--nproc_per_node=4" in container["args"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 4  # torchrun: a rank per GPU the pod sees
+    assert "--nproc_per_node=gpu" in container["args"]
+    custom = _container(_render("gpu", {"command": "python -m prefect.engine"}))["args"]
+    assert custom == ["python", "-m", "prefect.engine"]  # a deployment's own command wins
     assert container["image"] == "registry.example.com/bertfactory-cuda:0.1.0"
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]

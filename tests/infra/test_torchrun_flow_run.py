@@ -1,7 +1,7 @@
 """infra/docker/torchrun_flow_run.py, the command of the GPU pool's job template, for real on the CPU: a flow run of
 a `pretrain` deployment on a real Prefect server, executed under `torchrun --nproc_per_node 2` (gloo), ends
-Completed with both ranks in one process group (world size 2) and the final model written. On a GPU node the same
-command trains on every GPU of the pod. The run directory is the training tests' synthetic one (real shards)."""
+Completed with both ranks in one process group (world size 2) and the final model written. On a GPU node the
+template's `--nproc_per_node=gpu` starts a rank per GPU of the pod; here, without GPUs, two CPU ranks. The run directory is the training tests' synthetic one (real shards)."""
 
 from __future__ import annotations
 
