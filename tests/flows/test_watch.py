@@ -1,7 +1,7 @@
 """Source watchers (flows/watch.py): a Wikipedia dumps directory counts only finished jobs' files (checked against
 their recorded size), a CC-News warc.paths.gz month listing resolves against the crawl root, fsspec URLs are listed
-with retries on transient failures and then fail naming the URL, and a dumps-layout refresh builds a version from a
-finished job and ignores an unfinished one."""
+with retries on transient failures and then fail naming the URL (and an fsspec source refreshes end to end), and a
+dumps-layout refresh builds a version from a finished job and ignores an unfinished one."""
 
 from __future__ import annotations
 
@@ -175,3 +175,22 @@ def test_fsspec_urls_are_listed_with_retries_then_fail_naming_the_url(flaky, cap
     fs_class.failures, fs_class.calls = 0, 0
     with pytest.raises(InputError, match="no input file at this URL"):  # lists fine, holds nothing: not retried
         discover_all([url + "-nothing"], text, FAST)
+
+
+def test_an_fsspec_url_source_is_refreshed_end_to_end(tmp_path, tiny_recipe):
+    """Objects under a memory:// prefix (fsspec's in-process store, standing in for s3:// or gs://): version 1 from
+    two objects, version 2 from the one written since, then nothing new."""
+    fs = fsspec.filesystem("memory")
+    prefix = f"/bucket-{tmp_path.name}/news"
+    sotu = sample_path("sotu")
+    for name in ("1790_george_washington_n.txt", "1791_george_washington_n.txt"):
+        fs.pipe(f"{prefix}/{name}", (sotu / name).read_bytes())
+    recipe = load_recipe(tiny_recipe(tmp_path / "recipe.yaml", [f"memory://{prefix}/"]))
+    try:
+        assert refresh_corpus(recipe, tmp_path / "run")["counts"]["docs_kept"] == 2
+        fs.pipe(f"{prefix}/1792_george_washington_n.txt", (sotu / "1792_george_washington_n.txt").read_bytes())
+        second = refresh_corpus(recipe, tmp_path / "run")
+        assert second["version"] == 2 and second["new_inputs"] == [f"memory://{prefix}/1792_george_washington_n.txt"]
+        assert refresh_corpus(recipe, tmp_path / "run")["status"] == "nothing_new"
+    finally:
+        fs.rm(f"/bucket-{tmp_path.name}", recursive=True)
