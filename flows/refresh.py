@@ -1,8 +1,8 @@
 """The `corpus_refresh` flow: watch source locations, build a new corpus version from the inputs no version has
 read yet, and optionally continue pretraining on it.
 
-    RUN/corpora/tokenizer/tokenizer.json   the tokenizer of version 1 (RUN/tokenizer's when the run directory has one),
-                                       adopted byte for byte by every later version
+    RUN/corpora/tokenizer/tokenizer.json   the tokenizer of version 1 (RUN/tokenizer's when the run directory has
+                                           one), adopted byte for byte by every later version
     RUN/corpora/v1/                        a shards directory (manifest.json, train/, heldout/, dedup_index.arrow)
     RUN/corpora/v2/                        version 2: its new documents only; manifest.parent names v1
     RUN/corpora/versions.json              per version: manifest sha256, inputs read, time (the refresh's ledger)
