@@ -10,6 +10,9 @@ takes it over and logs whose it was. The holder (pid, host, flow, flow run, star
 that a refused flow can say who holds it. The lock is re-entrant within one process (a flow calling another
 flow's code on the same run directory), and taken per real path, so `runs/x` and `./runs/../runs/x` are one lock.
 
+Under `torchrun` only rank 0 takes the lock: the ranks of one job write one run directory together (rank 0 writes
+checkpoints and stamps), so ranks 1..N-1 (RANK > 0 with WORLD_SIZE set, as torchrun sets them) enter without it.
+
 On a network file system `flock` is only as good as the file system's lock support (NFSv4 and Lustre with
 `flock` mounted honour it); run directories on object storage are not supported as lock targets.
 """
@@ -118,8 +121,19 @@ def release(run_dir: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def secondary_rank() -> bool:
+    """A rank > 0 of a distributed launch (torchrun sets RANK and WORLD_SIZE): its rank 0 holds the lock."""
+    try:
+        return "WORLD_SIZE" in os.environ and int(os.environ.get("RANK", "0")) > 0
+    except ValueError:
+        return False
+
+
 @contextmanager
 def run_dir_lock(run_dir: str | os.PathLike, flow: str) -> Iterator[Path]:
+    if secondary_rank():  # the job's rank 0 holds it for every rank
+        yield lock_path(run_dir)
+        return
     path = acquire(run_dir, flow)
     try:
         yield path

@@ -78,3 +78,16 @@ def test_a_flow_on_a_locked_run_directory_fails_before_writing(holder, tmp_path)
         state.result()
     assert sorted(p.name for p in run.iterdir()) == [".bertfactory"]
     assert json.loads(lock_path(run).read_text())["flow"] == "pipeline"
+
+
+def test_ranks_above_zero_of_a_distributed_job_enter_the_lock_their_rank_0_holds(holder, monkeypatch):
+    # torchrun ... bertfactory pretrain: every rank runs the same command; only rank 0 may take the lock
+    run, proc = holder
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with run_dir_lock(run, "pretrain"):
+        assert read_holder(lock_path(run))["pid"] == proc.pid  # still rank 0's
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(RunDirLocked):
+        with run_dir_lock(run, "pretrain"):
+            pass
