@@ -83,3 +83,18 @@ def test_ephemeral_api_is_refused(monkeypatch):
 def test_list_names_the_schedule():
     text = describe()
     assert "corpus_refresh/corpus-refresh-weekly" in text and "cron '30 2 * * 1' Europe/Berlin" in text
+
+
+def test_container_deployments_name_files_of_their_image():
+    """The images copy the repository to /opt/bertfactory (infra/docker): what a container deployment's command
+    and pull step name there must exist here."""
+    gpu = _spec("pretrain-gpu")
+    (pull,) = gpu["pull"]
+    assert pull["prefect.deployments.steps.set_working_directory"]["directory"] == "/opt/bertfactory"
+    command = gpu["work_pool"]["job_variables"]["command"].split()
+    assert command[0] == "torchrun" and "--nproc_per_node=gpu" in command
+    script = command[-1]
+    assert script.startswith("/opt/bertfactory/") and (REPO / script.removeprefix("/opt/bertfactory/")).is_file()
+    for name, dockerfile in (("pretrain-gpu", "Dockerfile.cuda"), ("pretrain-tpu", "Dockerfile.tpu")):
+        assert "WORKDIR /opt/bertfactory" in (REPO / "infra" / "docker" / dockerfile).read_text(), dockerfile
+        assert _spec(name)["pull"] == gpu["pull"]
