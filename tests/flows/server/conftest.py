@@ -226,9 +226,11 @@ def postgres():
 
 @pytest.fixture(scope="session")
 def postgres_server(postgres, tmp_path_factory):
-    """A Prefect server whose database is the PostgreSQL cluster, with the pools and every deployment."""
+    """A Prefect server whose database is the PostgreSQL cluster, with the process pool and its two deployments
+    (the Kubernetes pools and deployments are the same rows whatever the database; SQLite covers them)."""
     with prefect_server(tmp_path_factory.mktemp("prefect-postgres"), postgres.url) as server:
-        server.deploy_output = server.run("bertfactory", "deploy", "--pool-setup").stdout
+        server.deploy_output = server.run("bertfactory", "deploy", "--pool-setup", "--name", "pipeline-local",
+                                          "--name", "corpus-refresh-weekly").stdout
         yield server
 
 

@@ -33,7 +33,8 @@ def test_deploy_creates_pools_and_every_deployment(sqlite_server):
     gpu, tpu = pools["bertfactory-gpu"], pools["bertfactory-tpu"]
     assert gpu["type"] == tpu["type"] == "kubernetes"
     # the pools carry infra/'s templates, and the deployments' job variables fit them
-    container = gpu["base_job_template"]["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]["containers"][0]
+    job = gpu["base_job_template"]["job_configuration"]["job_manifest"]
+    container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "{{ gpus }}"
     assert "tpu_chips" in tpu["base_job_template"]["variables"]["properties"]
     gpu_vars = sqlite_server.deployment("pretrain/pretrain-gpu")["job_variables"]

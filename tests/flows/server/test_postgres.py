@@ -1,6 +1,7 @@
 """The Prefect server on PostgreSQL, the database production servers use (the cluster and server are started by
-conftest.py): `bertfactory deploy --pool-setup` deploys prefect.yaml, the weekly schedule gets its upcoming runs,
-and a pipeline-local run executed by a worker completes; the rows are read back from PostgreSQL itself.
+conftest.py): `bertfactory deploy --pool-setup --name ...` deploys prefect.yaml's process deployments, the weekly
+schedule gets its upcoming runs, and a pipeline-local run executed by a worker completes; the rows are read back
+from PostgreSQL itself.
 
 The run reuses the run directory of the SQLite pipeline run with the same parameters, so every stage is up to
 date and the run checks the orchestration (flow run, task runs, states, artifacts in PostgreSQL) in seconds.
@@ -13,10 +14,10 @@ import time
 
 def test_deploy_schedule_and_run_on_postgres(postgres, postgres_server, pipeline_runs):
     server = postgres_server
-    for name in ("pipeline/pipeline-local", "corpus_refresh/corpus-refresh-weekly", "pretrain/pretrain-gpu",
-                 "pretrain/pretrain-tpu", "preprocess/preprocess-dataflow"):
+    for name in ("pipeline/pipeline-local", "corpus_refresh/corpus-refresh-weekly"):
         assert server.deployment(name)["name"] == name.split("/")[1]
-    assert postgres.sql("select count(*) from deployment") == "5"
+    assert postgres.sql("select count(*) from deployment") == "2"
+    assert postgres.sql("select type from work_pool where name = 'bertfactory-process'") == "process"
 
     refresh = server.deployment("corpus_refresh/corpus-refresh-weekly")
     query = f"select count(*) from flow_run where deployment_id = '{refresh['id']}' and state_type = 'SCHEDULED'"
