@@ -29,6 +29,7 @@ import random
 import shutil
 import sys
 import time
+from array import array
 from collections import Counter
 from itertools import chain
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from tqdm import tqdm
 
 from bertfactory import __version__
 from bertfactory.errors import ConfigError, InputError
-from bertfactory.io import atomic_write_json, atomic_write_text, content_hash, publish_dir, sha256_file
+from bertfactory.io import AtomicFile, atomic_write_json, atomic_write_text, content_hash, publish_dir, sha256_file
 
 from . import hashing
 from .config import CorpusConfig, PreprocessConfig
@@ -210,14 +211,16 @@ class DealAndMask(beam.DoFn):
     split are numbered in (pre-shard, sort key) order and dealt round-robin, so every shard holds N/S rows +-1
     (ranks of a data-parallel job get equal work) and the layout depends only on the keys, never on bundles.
     Each shard's part of the pre-shard is masked by the vectorised core (Masker.variants_batch) in batches of
-    MASK_BATCH_ROWS and leaves as ((split, shard), (pre-shard, first row, sort keys [n, 3] uint64, RecordBatch,
-    (tokens, masked positions, NotNext/swapped rows)))."""
+    MASK_BATCH_ROWS, written to a spill file (shards.spill_part) and announced as ((split, shard), (pre-shard,
+    first row, sort keys [n, 3] uint64, spill file, (tokens, masked positions, NotNext/swapped rows)))."""
 
-    def __init__(self, cfg: PreprocessConfig, tokenizer_path: str, num_shards: dict[str, int], vocab_size: int):
+    def __init__(self, cfg: PreprocessConfig, tokenizer_path: str, num_shards: dict[str, int], vocab_size: int,
+                 shard_dir: str):
         self.cfg = cfg
         self.tokenizer_path = tokenizer_path
         self.num_shards = num_shards
         self.vocab_size = vocab_size
+        self.shard_dir = shard_dir
 
     def setup(self) -> None:
         # special ids, word boundaries and (entity policy) token texts, all from the tokenizer itself
@@ -226,15 +229,24 @@ class DealAndMask(beam.DoFn):
 
     def process(self, item, sizes: dict) -> Iterator:
         (split, pre), parts = item
-        keyed = sorted((kr for part in parts for kr in part), key=lambda kr: kr[0])
+        # token ids as 4-byte machine ints while the pre-shard waits to be sorted and masked (a Python list of ints
+        # costs ~36 bytes a token): the worker's memory per pre-shard, and what it leaves fragmented, ~9x smaller
+        keyed = sorted(((key, (doc_id, index, array("i", ids), *rest)) for part in parts
+                        for key, (doc_id, index, ids, *rest) in part), key=lambda kr: kr[0])
         offset = sum(n for (s, p), n in sizes.items() if s == split and p < pre)
         shards = self.num_shards[split]
         for shard in range(shards):
             mine = keyed[(shard - offset) % shards::shards]
             for start in range(0, len(mine), MASK_BATCH_ROWS):
                 chunk = mine[start:start + MASK_BATCH_ROWS]
-                yield (split, shard), (pre, start, np.array([k for k, _ in chunk], dtype=np.uint64),
-                                       *self._batch([row for _, row in chunk]))
+                batch, totals = self._batch([row for _, row in chunk])
+                # the rows go to disk here, only their keys and file through the shuffle: a local runner hands a
+                # group to one worker whole, and a shard's group would otherwise be a fixed share of the corpus
+                path = spill_dir(self.shard_dir, split, shard) / f"{pre}-{start}.arrow"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with AtomicFile(path) as tmp:  # a retried bundle rewrites the same bytes
+                    spill_part(tmp, batch)
+                yield (split, shard), (pre, start, np.array([k for k, _ in chunk], dtype=np.uint64), str(path), totals)
 
     def _batch(self, rows: list[tuple]) -> tuple[pa.RecordBatch, tuple[int, int, int]]:
         doc_id, index, input_ids, len_a, nsp_label, lang_a, lang_b, segment_index = zip(*rows)
@@ -257,11 +269,17 @@ def shard_name(index: int) -> str:
     return f"part-{index:05d}.arrow"
 
 
+def spill_dir(shard_dir: str | Path, split: str, shard: int) -> Path:
+    """Where DealAndMask leaves a shard's masked parts for WriteShardFn to merge (inside the staging shards
+    directory, removed once the shard is written)."""
+    return Path(shard_dir) / split / f".spill-{Path(shard_name(shard)).stem}"
+
+
 class WriteShardFn(beam.DoFn):
-    """All record batches of one shard -> the shard file (rows sorted by their sort key) -> a summary line.
-    Each part (sorted by key; a pre-shard's parts cover consecutive key ranges) is spilled to disk as it is read,
-    then the pre-shards' runs are merged by key into the shard (shards.merge_runs): the worker holds the sort keys
-    and a few hundred rows per pre-shard, not the shard."""
+    """All parts of one shard (their keys and spill files) -> the shard file (rows sorted by their sort key) -> a
+    summary line. Each part is sorted by key and a pre-shard's parts cover consecutive key ranges, so the
+    pre-shards' runs are merged by key into the shard (shards.merge_runs): the worker holds the sort keys and a
+    few hundred rows per pre-shard, not the shard."""
 
     def __init__(self, shard_dir: str, vocab_size: int, batch_rows: int):
         self.shard_dir = shard_dir
@@ -271,19 +289,16 @@ class WriteShardFn(beam.DoFn):
     def process(self, item) -> Iterator[str]:
         (split, shard), parts = item
         path = Path(self.shard_dir) / split / shard_name(shard)
-        spill = path.parent / f".spill-{path.stem}"
-        shutil.rmtree(spill, ignore_errors=True)  # a retried bundle starts over
-        spill.mkdir(parents=True)
         runs: dict[int, list] = {}
         tokens = masked = nsp_random = 0
-        for pre, start, keys, batch, (n_tokens, n_masked, n_random) in parts:
-            runs.setdefault(pre, []).append((start, keys, spill_part(spill / f"{pre}-{start}.arrow", batch)))
+        for pre, start, keys, part, (n_tokens, n_masked, n_random) in parts:
+            runs.setdefault(pre, []).append((start, keys, Path(part)))
             tokens, masked, nsp_random = tokens + n_tokens, masked + n_masked, nsp_random + n_random
         ordered = [sorted(runs[pre], key=lambda part: part[0]) for pre in sorted(runs)]
         info = merge_runs(path, shard_schema(self.vocab_size),
                           [(np.concatenate([k.reshape(-1, 3) for _, k, _ in run]), [p for _, _, p in run])
                            for run in ordered], self.batch_rows)
-        shutil.rmtree(spill)
+        shutil.rmtree(spill_dir(self.shard_dir, split, shard), ignore_errors=True)
         yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
                           "tokens": tokens, "masked_tokens": masked, "nsp_random": nsp_random})
 
@@ -328,7 +343,7 @@ def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokeni
     (
         instances
         | "ByPreshard" >> beam.GroupByKey()
-        | "DealAndMask" >> beam.ParDo(DealAndMask(cfg, str(tokenizer_path), num_shards, vocab_size),
+        | "DealAndMask" >> beam.ParDo(DealAndMask(cfg, str(tokenizer_path), num_shards, vocab_size, str(shard_dir)),
                                       sizes=beam.pvalue.AsDict(sizes))
         | "ByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows))

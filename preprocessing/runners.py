@@ -85,9 +85,7 @@ def load_preset(path) -> RunnerConfig:
 
 def make_runner(cfg: RunnerConfig) -> PipelineRunner:
     if cfg.preset in ("local", "in_process"):
-        # GroupByKey values reach the DoFn as a lazily paged iterable (the state API) instead of one decoded list,
-        # so a DoFn that streams a large group (the shard writer) does not hold it in the worker
-        return FnApiRunner(use_state_iterables=True)
+        return FnApiRunner()
     return create_runner(RUNNER_NAMES[cfg.preset])
 
 
