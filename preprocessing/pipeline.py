@@ -271,7 +271,8 @@ def shard_name(index: int) -> str:
 
 def spill_dir(shard_dir: str | Path, split: str, shard: int) -> Path:
     """Where DealAndMask leaves a shard's masked parts for WriteShardFn to merge (inside the staging shards
-    directory, removed once the shard is written)."""
+    directory). The driver removes them after the instances job has finished, not WriteShardFn: a runner that
+    retries a WriteShards bundle (Dataflow, Flink) must find its parts again."""
     return Path(shard_dir) / split / f".spill-{Path(shard_name(shard)).stem}"
 
 
@@ -298,7 +299,6 @@ class WriteShardFn(beam.DoFn):
         info = merge_runs(path, shard_schema(self.vocab_size),
                           [(np.concatenate([k.reshape(-1, 3) for _, k, _ in run]), [p for _, _, p in run])
                            for run in ordered], self.batch_rows)
-        shutil.rmtree(spill_dir(self.shard_dir, split, shard), ignore_errors=True)
         yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
                           "tokens": tokens, "masked_tokens": masked, "nsp_random": nsp_random})
 
@@ -587,6 +587,8 @@ def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, voc
                                            vocab_size, specials, rates, lang_ids, preshard_counts(cfg, chars)),
         cfg.runner, "instances",
     )
+    for spilled in sorted(staging.shards.glob("*/.spill-*")):  # merged into their shards; never published
+        shutil.rmtree(spilled)
     if rates:
         copies = {lang: {"docs": d, "copies": c, "rate": round(rates.get(lang, 1.0), 6)}
                   for lang, d, c in sorted(map(json.loads, _read_lines(str(staging.work / "copies" / "part*.jsonl"))))}

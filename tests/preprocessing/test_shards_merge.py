@@ -2,9 +2,13 @@
 time) writes the same rows in the same order as sorting everything in memory, for empty, uneven and tied runs;
 shard_batch builds the schema's columns from flat arrays as write_shard does from row dicts."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 
+from preprocessing.pipeline import WriteShardFn, spill_dir
 from preprocessing.shards import merge_runs, shard_batch, shard_schema, spill_part, write_shard
 
 VOCAB = 1000
@@ -60,3 +64,21 @@ def test_shard_batch_matches_row_dicts(tmp_path):
     rows = pa.Table.from_batches([batch]).to_pylist()
     write_shard(tmp_path / "rows.arrow", rows, VOCAB, 64)
     assert _read(tmp_path / "rows.arrow").equals(pa.Table.from_batches([batch]))
+
+
+def test_a_retried_write_shards_bundle_finds_its_parts_and_writes_the_same_shard(tmp_path):
+    # Dataflow/Flink retry a failed bundle: WriteShardFn must not consume its spill files (the driver removes them)
+    rng = np.random.default_rng(5)
+    parts = []
+    for pre in range(2):
+        batch = _batch(rng, 40)
+        keys = np.stack([np.full(40, pre), np.arange(40), np.arange(40)], 1).astype(np.uint64)
+        path = spill_dir(tmp_path, "train", 0) / f"{pre}-0.arrow"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        spill_part(path, batch)
+        parts.append((pre, 0, keys.reshape(-1), str(path), (100, 10, 1)))
+    fn = WriteShardFn(str(tmp_path), VOCAB, 64)
+    first = json.loads(next(iter(fn.process((("train", 0), parts)))))
+    second = json.loads(next(iter(fn.process((("train", 0), parts)))))
+    assert first == second and first["rows"] == 80
+    assert all(Path(p).exists() for _, _, _, p, _ in parts)
