@@ -115,7 +115,7 @@ def test_config_round_trip_and_errors_name_the_field():
 # ---------------------------------------------------------------------------------- structure and sampling
 
 
-def test_shared_embeddings_are_one_module_stored_once():
+def test_shared_embeddings_are_one_module_stored_once(tmp_path):
     model = ElectraForPreTraining(_tiny())
     assert model.generator.embeddings is model.discriminator.embeddings
     state = model.state_dict()
@@ -123,7 +123,8 @@ def test_shared_embeddings_are_one_module_stored_once():
     pointers = [v.untyped_storage().data_ptr() for v in state.values()]
     assert len(set(pointers)) == len(pointers)  # no aliased tensors
     assert sum(v.numel() for v in state.values()) == model.num_parameters()
-    save_file({k: v.contiguous() for k, v in state.items()}, "/dev/null")  # safetensors accepts it
+    # safetensors refuses aliased tensors; never save to /dev/null: save_file replaces its target (a regular file)
+    save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "model.safetensors")
     # each side projects the shared E = 16 embeddings to its own width (the generator's is 16: no projection)
     assert model.discriminator.embeddings_project.weight.shape == (32, 16)
     assert not hasattr(model.generator, "embeddings_project")
