@@ -31,14 +31,21 @@ from .tokenizer import special_ids
 
 # Scripts written without spaces between words.
 _UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0eff\u1780-\u17ff\u1000-\u109f]")
-_LETTER = re.compile(r"[^\W\d_]")
+# runs rather than single characters: counting by len(text) - len(sub("", text)) makes no list of every letter
+_UNSPACED_RUN = re.compile(_UNSPACED.pattern + "+")
+_LETTER_RUN = re.compile(r"[^\W\d_]+")
 _BATCH = 256
+
+
+def _count(run: re.Pattern, text: str) -> int:
+    """Characters of `text` that `run`'s character class matches."""
+    return len(text) - len(run.sub("", text))
 
 
 def is_spaced(texts: Sequence[str]) -> bool:
     """Whether most letters of the texts are in scripts that put spaces between words."""
-    letters = sum(len(_LETTER.findall(t)) for t in texts)
-    unspaced = sum(len(_UNSPACED.findall(t)) for t in texts)
+    letters = sum(_count(_LETTER_RUN, t) for t in texts)
+    unspaced = sum(_count(_UNSPACED_RUN, t) for t in texts)
     return letters == 0 or unspaced * 2 < letters
 
 
@@ -49,8 +56,10 @@ def fertility(tokenizer: Tokenizer, texts_by_lang: Mapping[str, Sequence[str]]) 
     out: dict[str, dict] = {}
     for lang in sorted(texts_by_lang):
         texts = list(texts_by_lang[lang])
-        chars = sum(len(t) - sum(1 for c in t if c.isspace()) for t in texts)
-        words = sum(len(t.split()) for t in texts)
+        split = [t.split() for t in texts]  # str.split() splits on exactly the characters str.isspace() accepts
+        chars = sum(len(w) for ws in split for w in ws)
+        words = sum(map(len, split))
+        del split
         tokens = unknown = 0
         for start in range(0, len(texts), _BATCH):
             for enc in tokenizer.encode_batch(texts[start:start + _BATCH], add_special_tokens=False):
@@ -66,6 +75,25 @@ def fertility(tokenizer: Tokenizer, texts_by_lang: Mapping[str, Sequence[str]]) 
             "spaced": spaced,
         }
     return out
+
+
+def first_chars(texts: list[str], budget: int) -> list[str]:
+    """The texts in order up to `budget` characters in all (a bounded sample to measure fertility on); the text
+    that crosses the budget is cut there, at the last whitespace before it where the cut would split a word."""
+    out = []
+    for text in texts:
+        if budget <= 0:
+            break
+        if len(text) > budget:
+            cut = text[:budget]
+            if not cut[-1].isspace() and not text[budget].isspace():  # the cut falls inside a word
+                words = cut.rsplit(None, 1)
+                cut = words[0] if len(words) == 2 else cut
+            out.append(cut)
+            break
+        out.append(text)
+        budget -= len(text)
+    return [t for t in out if t]
 
 
 def format_table(table: Mapping[str, Mapping]) -> str:

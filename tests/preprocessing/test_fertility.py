@@ -6,7 +6,7 @@ import re
 import pytest
 
 from preprocessing.config import TokenizerConfig
-from preprocessing.fertility import fertility, format_table, is_spaced
+from preprocessing.fertility import first_chars, fertility, format_table, is_spaced
 from preprocessing.tokenizer import train_tokenizer
 from preprocessing.tokenizer_sample import training_sample
 
@@ -82,3 +82,13 @@ def test_sane_multilingual_fertility(texts, tokenizers, kind):
     else:
         pieces = [n for n in lengths if n]
         assert max(pieces) <= 12 and sum(n > 8 for n in pieces) <= 0.01 * len(pieces)
+
+
+def test_first_chars_bounds_the_sample_without_half_words():
+    texts = ["alpha beta", "gamma delta", "epsilon"]
+    assert first_chars(texts, 100) == texts
+    assert first_chars(texts, 10) == ["alpha beta"]  # exactly full: nothing of the next text
+    assert first_chars(texts, 18) == ["alpha beta", "gamma"]  # "gamma de" would split "delta"
+    assert first_chars(texts, 16) == ["alpha beta", "gamma "]  # the cut falls on a space
+    assert first_chars(["一二三四五六"], 4) == ["一二三四"]  # no spaces: cut at the character
+    assert sum(map(len, first_chars(texts * 1000, 5000))) <= 5000
