@@ -117,11 +117,9 @@ def exact_hash(normalised: str) -> int:
 
 def _token_hashes(tokens: list[str]) -> np.ndarray:
     """A stable 64-bit hash per token (blake2b of each distinct token once)."""
-    codes: dict[str, int] = {}
-    for token in tokens:
-        if token not in codes:
-            codes[token] = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
-    return np.fromiter((codes[t] for t in tokens), dtype=np.uint64, count=len(tokens))
+    codes = {token: int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
+             for token in set(tokens)}
+    return np.fromiter(map(codes.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
 
 
 _ROLL = np.uint64(0x100000001B3)

@@ -37,6 +37,7 @@ import functools
 import re
 import sys
 import unicodedata
+from collections import Counter
 from typing import Literal
 
 import numpy as np
@@ -250,21 +251,26 @@ def _tables() -> dict:
     return {
         "controls": controls,
         "punctuation": punctuation,
-        # group 1: one character of an unsegmented script with its marks; group 2: any other run of non-space
-        "token": re.compile(f"([{unseg}][{mark}]*)|([^\\s{unseg}]+)"),
+        # a token: one character of an unsegmented script with its marks, or any other run of non-space (no
+        # groups: findall then returns the tokens themselves, not tuples to pick from)
+        "token": re.compile(f"[{unseg}][{mark}]*|[^\\s{unseg}]+"),
+        # a token of the first kind (the second kind never starts with such a character)
+        "unsegmented": re.compile(f"[{unseg}]").match,
     }
 
 
 def tokenize(text: str) -> list[str]:
     """Word tokens of `text`: whitespace-separated runs, and one token per character (with its combining marks)
     of the scripts written without spaces."""
-    return [a or b for a, b in _tables()["token"].findall(text)]
+    return _tables()["token"].findall(text)
 
 
 def _tokens_and_scripts(text: str) -> tuple[list[str], list[bool]]:
     """tokenize(text) and, per token, whether it is a character of a script without spaces."""
-    pairs = _tables()["token"].findall(text)
-    return [a or b for a, b in pairs], [bool(a) for a, _ in pairs]
+    tables = _tables()
+    tokens = tables["token"].findall(text)
+    unsegmented = {t: bool(tables["unsegmented"](t)) for t in set(tokens)}
+    return tokens, list(map(unsegmented.__getitem__, tokens))
 
 
 def strip_punctuation_table() -> dict[int, None]:
@@ -312,7 +318,12 @@ def _is_boilerplate_line(line: str, cfg: FiltersConfig, phrase_search) -> bool:
         return True
     if cfg.line_terminal_punctuation and not _ends_sentence(line):
         return True
-    return cfg.line_min_words > 0 and len(tokenize(line)) < cfg.line_min_words
+    if cfg.line_min_words <= 0:
+        return False
+    # every whitespace-separated run gives at least one token: a line with enough runs needs no tokenising (a
+    # one-line document would otherwise be tokenised once more here)
+    return len(line.split(None, cfg.line_min_words - 1)) < cfg.line_min_words and \
+        len(tokenize(line)) < cfg.line_min_words
 
 
 # ------------------------------------------------------------------------------------------------- n-gram rules
@@ -325,8 +336,8 @@ _ROLL = np.uint64(0x100000001B3)  # FNV prime: the multiplier of the rolling n-g
 def _token_codes(tokens: list[str]) -> np.ndarray:
     """One pseudo-random 64-bit code per distinct token (ids in first-seen order, then mixed): equal tokens, equal
     codes; the same in every process."""
-    ids: dict[str, int] = {}
-    raw = np.fromiter((ids.setdefault(t, len(ids)) for t in tokens), dtype=np.uint64, count=len(tokens))
+    ids = {t: i for i, t in enumerate(dict.fromkeys(tokens))}  # dict.fromkeys keeps first-seen order
+    raw = np.fromiter(map(ids.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
     x = (raw + np.uint64(1)) * _MIX
     x ^= x >> np.uint64(31)
     return x * _MIX2
@@ -429,7 +440,9 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
         return [], "too_long"
     text = "\n".join(cleaned)
     tokens, unsegmented = _tokens_and_scripts(text)
-    is_word = [bool(_HAS_WORD_CHAR(t)) for t in tokens]  # punctuation-only tokens are not words
+    # predicates once per distinct token (a text repeats its words: ~5-10 % of the tokens are distinct)
+    word_like = {t: bool(_HAS_WORD_CHAR(t)) for t in set(tokens)}
+    is_word = list(map(word_like.__getitem__, tokens))  # punctuation-only tokens are not words
     words = [t for t, w in zip(tokens, is_word) if w]
     n_words = len(words)
     if cfg.min_words is not None and n_words < cfg.min_words:
@@ -438,6 +451,7 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
         return [], "too_long"
     if n_words == 0:
         return [], "too_short"
+    word_counts = Counter(words)
 
     # Gopher quality rules
     if cfg.max_symbol_word_ratio is not None:
@@ -453,7 +467,7 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
             if not lo <= mean <= hi:
                 return [], "mean_word_length"
     if cfg.min_alphabetic_word_fraction is not None:
-        alphabetic = sum(1 for w in words if _HAS_LETTER(w))
+        alphabetic = sum(n for w, n in word_counts.items() if _HAS_LETTER(w))
         if alphabetic / n_words < cfg.min_alphabetic_word_fraction:
             return [], "alphabetic_words"
     if _over(sum(1 for line in lines if line.lstrip()[:1] in BULLETS) / len(lines), cfg.max_bullet_line_fraction):
@@ -463,7 +477,7 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
         return [], "ellipsis_lines"
     if cfg.stop_words is not None and lang == "en":
         stop = set(cfg.stop_words)
-        found = sum(1 for w in words if w.lower().strip(".,;:!?\"'()[]“”‘’") in stop)
+        found = sum(n for w, n in word_counts.items() if w.lower().strip(".,;:!?\"'()[]“”‘’") in stop)
         if found < cfg.min_stop_words:
             return [], "stop_words"
 
