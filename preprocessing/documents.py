@@ -227,7 +227,8 @@ def _write_index_part(part: int, entries, directory: str, cfg) -> str:
 def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: float, files: list[str], work: Path,
                              prior_index: str | None = None) -> None:
     """Documents -> work/docs/part*.jsonl, work/outcomes (per-source counts), work/quarantine, and
-    work/duplicates (which document each removed duplicate duplicated)."""
+    work/duplicates (which document each removed duplicate duplicated). Returns the kept documents as the JSON
+    lines written to work/docs (what the instances pipeline reads, when both run as one job)."""
     from .dedup import Deduplicate, read_prior_index
 
     from .sources import work_items
@@ -255,11 +256,8 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: f
     )
     prior = read_prior_index(pipeline, prior_index) if prior_index else None
     deduped = unique.docs | "Deduplicate" >> Deduplicate(corpus.dedup, prior=prior)
-    (
-        deduped.kept
-        | "ToJson" >> beam.Map(lambda kv: json.dumps(kv[1], sort_keys=True, ensure_ascii=False))
-        | "WriteDocs" >> WriteToText(str(work / "docs" / "part"), file_name_suffix=".jsonl")
-    )
+    docs = deduped.kept | "ToJson" >> beam.Map(lambda kv: json.dumps(kv[1], sort_keys=True, ensure_ascii=False))
+    docs | "WriteDocs" >> WriteToText(str(work / "docs" / "part"), file_name_suffix=".jsonl")
     (
         deduped.index
         | "IndexByPart" >> beam.Map(lambda entry: (int(entry[0]) % INDEX_PARTS, entry))
@@ -283,3 +281,4 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: f
         | "Quarantine" >> beam.Flatten()
         | "WriteQuarantine" >> WriteToText(str(work / "quarantine" / "part"), file_name_suffix=".jsonl")
     )
+    return docs

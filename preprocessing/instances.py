@@ -26,6 +26,7 @@ mixing a topic signal into label 1).
 from __future__ import annotations
 
 import random
+from itertools import chain
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -44,13 +45,17 @@ class PairInstance:
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
-    """Truncate in place to a total of at most `max_num_tokens`, as BERT does."""
-    while len(tokens_a) + len(tokens_b) > max_num_tokens:
-        trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        if rng.random() < 0.5:
-            del trunc[0]
+    """Truncate in place to a total of at most `max_num_tokens`, as BERT does (one token at a time from the longer
+    side, front or back by a coin flip). The flips move bounds and the lists are cut once: deleting the first
+    element one at a time moved the whole list each time."""
+    a_lo, a_hi, b_lo, b_hi = 0, len(tokens_a), 0, len(tokens_b)
+    while a_hi - a_lo + b_hi - b_lo > max_num_tokens:
+        front = rng.random() < 0.5
+        if a_hi - a_lo > b_hi - b_lo:
+            a_lo, a_hi = (a_lo + 1, a_hi) if front else (a_lo, a_hi - 1)
         else:
-            trunc.pop()
+            b_lo, b_hi = (b_lo + 1, b_hi) if front else (b_lo, b_hi - 1)
+    del tokens_a[a_hi:], tokens_a[:a_lo], tokens_b[b_hi:], tokens_b[:b_lo]
 
 
 def instances_from_document(
@@ -82,13 +87,13 @@ def instances_from_document(
         if i == len(document) - 1 or current_length >= target_seq_length:
             if current_chunk:
                 a_end = rng.randint(1, len(current_chunk) - 1) if len(current_chunk) >= 2 else 1
-                tokens_a = [t for seg in current_chunk[:a_end] for t in seg]
+                tokens_a = list(chain.from_iterable(current_chunk[:a_end]))
                 tokens_b: list[int] = []
                 can_draw_other = len(documents) > 1
                 if sentence_order:
                     is_random_next = 0  # here: 1 = swapped
                     if len(current_chunk) >= 2:
-                        tokens_b = [t for seg in current_chunk[a_end:] for t in seg]
+                        tokens_b = list(chain.from_iterable(current_chunk[a_end:]))
                         if rng.random() < 0.5:
                             tokens_a, tokens_b = tokens_b, tokens_a
                             is_random_next = 1
@@ -110,7 +115,7 @@ def instances_from_document(
                     i -= len(current_chunk) - a_end
                 elif len(current_chunk) >= 2:
                     is_random_next = 0
-                    tokens_b = [t for seg in current_chunk[a_end:] for t in seg]
+                    tokens_b = list(chain.from_iterable(current_chunk[a_end:]))
                 else:
                     # one sentence left and no other document to pair it with: no valid instance
                     tokens_b = []

@@ -448,13 +448,25 @@ class Masker:
     def mask_rows(self, rows: Sequence[Sequence[int]], seeds: np.ndarray) -> "MaskedBatch":
         """The core, over a batch: `rows` of token ids and `seeds` [N, K] uint64 row seeds -> a MaskedBatch (K
         variants per row, flat arrays). The result for a row and seed depends on nothing else in the batch."""
-        seeds = np.asarray(seeds, dtype=np.uint64).reshape(len(rows), -1)
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        values = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        return self._mask(lengths, values, seeds, lambda: rows)
+
+    def mask_flat(self, offsets: np.ndarray, values: np.ndarray, seeds: np.ndarray) -> "MaskedBatch":
+        """mask_rows for rows given as flat arrays: row i is values[offsets[i]:offsets[i + 1]] (what the pipeline
+        holds; no Python list per row unless the policy lists its units in Python)."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        return self._mask(np.diff(offsets), values, seeds,
+                          lambda: [values[a:b].tolist() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())])
+
+    def _mask(self, lengths: np.ndarray, values: np.ndarray, seeds: np.ndarray, rows) -> "MaskedBatch":
+        """The core on rows of `lengths` whose ids are `values` end to end; `rows()` lists them (listed policies)."""
+        seeds = np.asarray(seeds, dtype=np.uint64).reshape(len(lengths), -1)
         n, k = seeds.shape
-        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
         width = max(int(lengths.max(initial=0)), 1)
         ids = np.full((n, width), -1, dtype=np.int64)
         valid = np.arange(width)[None, :] < lengths[:, None]
-        ids[valid] = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        ids[valid] = values
         special = ~valid | np.isin(ids, np.fromiter(self.special_ids, dtype=np.int64))
         budget = np.minimum(self.cfg.max_predictions_per_seq,
                             np.maximum(1, np.round(lengths * self.cfg.masked_lm_prob).astype(np.int64)))
@@ -462,7 +474,7 @@ class Masker:
         if self.cfg.policy in PARTITION_POLICIES:
             chosen, unit_of = self._choose_partition(ids, special, budget, k, flat_seeds)
         else:
-            chosen, unit_of = self._choose_listed(rows, k, flat_seeds, width)
+            chosen, unit_of = self._choose_listed(rows(), k, flat_seeds, width)
         chosen &= ~np.repeat(special, k, axis=0)
         at_row, at_col = np.nonzero(chosen)  # row-major: each row-variant's positions ascending
         unit = unit_of[at_row, at_col]
@@ -598,6 +610,11 @@ class Masker:
         same result as variants() row by row, at array speed."""
         seeds = variant_seeds(self.seed, [d for _, d, _ in rows], [i for _, _, i in rows], self.cfg.variants)
         return self.mask_rows([ids for ids, _, _ in rows], seeds)
+
+    def variants_flat(self, offsets: np.ndarray, values: np.ndarray, doc_ids: np.ndarray,
+                      indexes: np.ndarray) -> MaskedBatch:
+        """variants_batch for rows as flat arrays (mask_flat): the same result."""
+        return self.mask_flat(offsets, values, variant_seeds(self.seed, doc_ids, indexes, self.cfg.variants))
 
     def variants(self, input_ids: Sequence[int], doc_id: int, index: int) -> tuple[list[list[int]], list[list[int]]]:
         """K variants for instance `index` of document `doc_id`: (mask_positions, mask_tokens)."""

@@ -7,9 +7,14 @@ Two Beam pipelines with the tokenizer training between them (it needs every trai
              clean + split sentences + hold out by title hash -> one record per doc_id (duplicates quarantined)
              -> docs JSONL, per-reason outcome counts, quarantine records
   tokenizer  (driver) WordPiece trained on the training documents only, deterministically (preprocessing.tokenizer)
-  instances  tokenise -> group into random-document buckets -> BERT pairs (preprocessing.instances), in lists
-             per pre-shard -> group by pre-shard -> deal to shards + K masks each, in batches of rows by the
-             vectorised core (preprocessing.masking) as Arrow record batches -> group by shard -> write sorted shards
+  instances  tokenise -> group into random-document buckets -> BERT pairs (preprocessing.instances), as
+             arrays per pre-shard (RowBlock) -> group by pre-shard -> deal to shards + K masks each, in batches of
+             rows by the vectorised core (preprocessing.masking) as Arrow record batches -> group by shard -> write
+             sorted shards
+
+With a tokenizer given (preprocess.tokenizer.path, or a corpus version's parent's) there is nothing to train, and
+the two pipelines run as one Beam job (_one_job): the instances part plans its buckets and pre-shards from a tally
+of the kept documents made inside the job, so the outputs are byte for byte those of two jobs.
 
 Everything is written into RUN/.preprocess-staging first and published (renamed) into RUN/tokenizer and
 RUN/shards at the end, so a crash never leaves half a stage behind and a rerun replaces the outputs cleanly.
@@ -29,9 +34,7 @@ import random
 import shutil
 import sys
 import time
-from array import array
 from collections import Counter
-from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -52,7 +55,7 @@ from . import hashing
 from .config import CorpusConfig, PreprocessConfig
 from .documents import build_documents_pipeline
 from .instances import iter_bucket_instances
-from .segments import Row, build_rows
+from .segments import Row, RowBlock, build_rows, row_block
 from .masking import Masker
 from .runners import describe, run_pipeline
 from .shards import (SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, merge_runs,
@@ -101,36 +104,34 @@ class TokenizeDoc(beam.DoFn):
     tokenises to nothing (text made only of what the normalizer strips) goes to the `no_tokens` output, to be
     counted as dropped. With language sampling, a training document is emitted as many times as
     preprocessing.language_sampling.copies says (0 = left out), each copy with its own id so its instances and
-    masks differ; the `copies` output counts them per language."""
+    masks differ; the `copies` output counts them per language. Buckets, copy rates and language ids come from
+    the instance plan (a side input: instance_plan)."""
 
-    def __init__(self, tokenizer_path: str, buckets: dict[str, int], copy_rates: dict[str, float] | None = None,
-                 seed: int = 0, lang_ids: dict[str, int] | None = None):
+    def __init__(self, tokenizer_path: str, seed: int = 0):
         self.tokenizer_path = tokenizer_path
-        self.buckets = buckets
-        self.copy_rates = copy_rates or {}
         self.seed = seed
-        self.lang_ids = lang_ids or {}
 
-    def _copies(self, doc: dict) -> list[int]:
+    def _copies(self, doc: dict, copy_rates: dict[str, float]) -> list[int]:
         lang = doc.get("lang") or "und"
-        if doc["split"] != "train" or lang not in self.copy_rates:
+        if doc["split"] != "train" or lang not in copy_rates:
             return [doc["doc_id"]]
         from .language_sampling import copies
 
-        n = copies(str(doc["doc_id"]), lang, self.copy_rates, self.seed)
+        n = copies(str(doc["doc_id"]), lang, copy_rates, self.seed)
         return [doc["doc_id"] if c == 0 else hashing.hash64("copy", doc["doc_id"], c) for c in range(n)]
 
     def setup(self) -> None:
         self.tokenizer = Tokenizer.from_file(self.tokenizer_path)
 
-    def process(self, line: str) -> Iterator:
+    def process(self, line: str, plan: dict) -> Iterator:
+        buckets, copy_rates, lang_ids = plan["buckets"], plan["copy_rates"], plan["lang_ids"]
         doc = json.loads(line)
         split = doc["split"]
         if doc.get("kind") == "pair":  # both sides, each with its language
             src, tgt = (e.ids for e in self.tokenizer.encode_batch([doc["src"], doc["tgt"]], add_special_tokens=False))
             if src and tgt:
-                langs = (self.lang_ids.get(doc["src_lang"], 0), self.lang_ids.get(doc["tgt_lang"], 0))
-                yield (split, hashing.bucket_of(doc["doc_id"], self.buckets[split])), (doc["doc_id"], [src, tgt], langs)
+                langs = (lang_ids.get(doc["src_lang"], 0), lang_ids.get(doc["tgt_lang"], 0))
+                yield (split, hashing.bucket_of(doc["doc_id"], buckets[split])), (doc["doc_id"], [src, tgt], langs)
             else:
                 yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
             return
@@ -138,27 +139,26 @@ class TokenizeDoc(beam.DoFn):
         encoded = self.tokenizer.encode_batch(sentences, add_special_tokens=False)
         ids = [e.ids for e in encoded if e.ids]
         if ids:
-            lang = self.lang_ids.get(doc.get("lang") or "und", 0)
-            copy_ids = self._copies(doc)
-            if self.copy_rates:
+            lang = lang_ids.get(doc.get("lang") or "und", 0)
+            copy_ids = self._copies(doc, copy_rates)
+            if copy_rates:
                 yield TaggedOutput("copies", json.dumps([doc.get("lang") or "und", len(copy_ids)]))
             for doc_id in copy_ids:
-                yield (split, hashing.bucket_of(doc_id, self.buckets[split])), (doc_id, ids, lang)
+                yield (split, hashing.bucket_of(doc_id, buckets[split])), (doc_id, ids, lang)
         else:
             yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
 
 
 class BuildInstances(beam.DoFn):
     """One bucket of documents -> its instances (see preprocessing.instances for the seeding), grouped by
-    pre-shard: one element ((split, pre-shard), [(sort key, row tuple), ...]) per pre-shard the bucket reaches, so
-    rows travel through Beam in lists rather than one element each (Beam's per-element cost dominated otherwise).
-    A row tuple is ROW_FIELDS in order; the sort key is (row key, doc_id, index)."""
+    pre-shard: elements ((split, pre-shard), RowBlock of up to ROWS_PER_ELEMENT rows) per pre-shard the bucket
+    reaches, so rows travel through Beam as a few numpy arrays rather than one element (or one list of Python ints)
+    each: Beam's per-element cost and its coder's per-int cost dominated otherwise."""
 
-    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int, preshards: dict[str, int]):
+    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int):
         self.cfg = cfg
         self.cls_id = cls_id
         self.sep_id = sep_id
-        self.preshards = preshards
 
     def _rows(self, split: str, bucket: int, docs: list) -> Iterator[Row]:
         inst = self.cfg.instances
@@ -177,24 +177,24 @@ class BuildInstances(beam.DoFn):
             yield Row(instance.doc_id, instance.index, instance.input_ids, instance.len_a, instance.nsp_label,
                       lang, lang)
 
-    def process(self, item) -> Iterator:
+    def process(self, item, plan: dict) -> Iterator:
         (split, bucket), docs = item
+        preshards = plan["preshards"]
         by_preshard: dict[tuple[str, int], list] = {}
         for row in self._rows(split, bucket, list(docs)):
             key = hashing.row_key(row.doc_id, row.index)
-            pre = preshard(split, key, self.preshards)
+            pre = preshard(split, key, preshards)
             rows = by_preshard.setdefault(pre, [])
-            rows.append(((key, row.doc_id, row.index), (row.doc_id, row.index, row.input_ids, row.len_a,
-                                                        row.nsp_label, row.lang_a, row.lang_b, row.segment_index)))
+            rows.append(((key, row.doc_id, row.index), row.input_ids,
+                         (row.len_a, row.nsp_label, row.lang_a, row.lang_b, row.segment_index)))
             if len(rows) == ROWS_PER_ELEMENT:  # pass them on: the bucket's rows are never all held at once
-                yield pre, by_preshard.pop(pre)
+                yield pre, row_block(by_preshard.pop(pre))
         for pre in sorted(by_preshard):
-            yield pre, by_preshard[pre]
+            yield pre, row_block(by_preshard[pre])
 
 
-# rows per element leaving BuildInstances: few elements for Beam, a bounded list in the worker
+# rows per element leaving BuildInstances: few elements for Beam, bounded arrays in the worker
 ROWS_PER_ELEMENT = 2048
-ROW_FIELDS = ("doc_id", "index", "input_ids", "len_a", "nsp_label", "lang_a", "lang_b", "segment_index")
 
 
 def preshard(split: str, key: int, preshards: dict[str, int]) -> tuple[str, int]:
@@ -210,7 +210,7 @@ class DealAndMask(beam.DoFn):
     """One pre-shard's rows -> each numbered and dealt to its shard, masked, as record batches. The rows of a
     split are numbered in (pre-shard, sort key) order and dealt round-robin, so every shard holds N/S rows +-1
     (ranks of a data-parallel job get equal work) and the layout depends only on the keys, never on bundles.
-    Each shard's part of the pre-shard is masked by the vectorised core (Masker.variants_batch) in batches of
+    Each shard's part of the pre-shard is masked by the vectorised core (Masker.variants_flat) in batches of
     MASK_BATCH_ROWS, written to a spill file (shards.spill_part) and announced as ((split, shard), (pre-shard,
     first row, sort keys [n, 3] uint64, spill file, (tokens, masked positions, NotNext/swapped rows)))."""
 
@@ -229,40 +229,36 @@ class DealAndMask(beam.DoFn):
 
     def process(self, item, sizes: dict) -> Iterator:
         (split, pre), parts = item
-        # token ids as 4-byte machine ints while the pre-shard waits to be sorted and masked (a Python list of ints
-        # costs ~36 bytes a token): the worker's memory per pre-shard, and what it leaves fragmented, ~9x smaller
-        keyed = sorted(((key, (doc_id, index, array("i", ids), *rest)) for part in parts
-                        for key, (doc_id, index, ids, *rest) in part), key=lambda kr: kr[0])
+        block = RowBlock.concat(list(parts))
+        # sorted by (row key, doc_id, index): numbered and dealt in that order whatever the bundles
+        order = np.lexsort(block.keys.T[::-1])
         offset = sum(n for (s, p), n in sizes.items() if s == split and p < pre)
         shards = self.num_shards[split]
         for shard in range(shards):
-            mine = keyed[(shard - offset) % shards::shards]
+            mine = order[(shard - offset) % shards::shards]
             for start in range(0, len(mine), MASK_BATCH_ROWS):
-                chunk = mine[start:start + MASK_BATCH_ROWS]
-                batch, totals = self._batch([row for _, row in chunk])
+                chunk, offsets = block.take(mine[start:start + MASK_BATCH_ROWS])
+                batch, totals = self._batch(chunk, offsets)
                 # the rows go to disk here, only their keys and file through the shuffle: a local runner hands a
                 # group to one worker whole, and a shard's group would otherwise be a fixed share of the corpus
                 path = spill_dir(self.shard_dir, split, shard) / f"{pre}-{start}.arrow"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with AtomicFile(path) as tmp:  # a retried bundle rewrites the same bytes
                     spill_part(tmp, batch)
-                yield (split, shard), (pre, start, np.array([k for k, _ in chunk], dtype=np.uint64), str(path), totals)
+                yield (split, shard), (pre, start, chunk.keys, str(path), totals)
 
-    def _batch(self, rows: list[tuple]) -> tuple[pa.RecordBatch, tuple[int, int, int]]:
-        doc_id, index, input_ids, len_a, nsp_label, lang_a, lang_b, segment_index = zip(*rows)
-        lengths = np.fromiter(map(len, input_ids), dtype=np.int64, count=len(rows))
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        values = np.fromiter(chain.from_iterable(input_ids), dtype=np.int64, count=int(offsets[-1]))
+    def _batch(self, rows: RowBlock, offsets: np.ndarray) -> tuple[pa.RecordBatch, tuple[int, int, int]]:
+        values = rows.ids.astype(np.int64)
+        doc_id, index = rows.keys[:, 1], rows.keys[:, 2]
+        len_a, nsp_label, lang_a, lang_b, segment_index = rows.fields.T
         if self.cfg.masking.dynamic:  # the loader masks at read time
             variants, counts, positions, tokens = 0, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         else:
-            masked = self.masker.variants_batch(list(zip(input_ids, doc_id, index)))
+            masked = self.masker.variants_flat(offsets, values, doc_id, index)
             variants, counts, positions, tokens = masked.variants, masked.counts, masked.positions, masked.tokens
-        batch = shard_batch(self.vocab_size, offsets, values, np.array(len_a), np.array(nsp_label), counts, positions,
-                            tokens, variants, np.array(doc_id, dtype=np.uint64), np.array(lang_a), np.array(lang_b),
-                            np.array(segment_index))
-        return batch, (int(offsets[-1]), len(positions), int(sum(nsp_label)))
+        batch = shard_batch(self.vocab_size, offsets, values, len_a, nsp_label, counts, positions, tokens, variants,
+                            doc_id, lang_a, lang_b, segment_index)
+        return batch, (int(offsets[-1]), len(positions), int(nsp_label.sum()))
 
 
 def shard_name(index: int) -> str:
@@ -311,14 +307,14 @@ def _sum_pairs(pairs) -> tuple[int, int]:
     return docs, copies
 
 
-def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokenizer_path: Path, shard_dir: Path,
-                             buckets: dict[str, int], vocab_size: int, specials: dict[str, int],
-                             copy_rates: dict[str, float] | None = None, lang_ids: dict[str, int] | None = None,
-                             preshards: dict[str, int] | None = None) -> None:
+def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, tokenizer_path: Path, shard_dir: Path,
+                             vocab_size: int, specials: dict[str, int]) -> None:
+    """Document JSON lines (`docs`) -> shards, with `plan` a one-element PCollection holding instance_plan's dict
+    (computed by the driver between two jobs, or inside the one job from the documents' tally)."""
+    plan = beam.pvalue.AsSingleton(plan)
     tokenized = (
-        pipeline
-        | "ReadDocs" >> ReadFromText(str(work / "docs" / "part*.jsonl"))
-        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), buckets, copy_rates, cfg.seed, lang_ids))
+        docs
+        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), cfg.seed), plan)
         .with_outputs("no_tokens", "copies", main="docs")
     )
     tokenized.no_tokens | "WriteNoTokens" >> WriteToText(str(work / "no_tokens" / "part"), file_name_suffix=".jsonl")
@@ -333,11 +329,11 @@ def build_instances_pipeline(pipeline, cfg: PreprocessConfig, work: Path, tokeni
     instances = (
         tokenized.docs
         | "ByBucket" >> beam.GroupByKey()
-        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"], preshards or num_shards))
+        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"]), plan)
     )
     sizes = (
         instances
-        | "PreshardSizes" >> beam.MapTuple(lambda pre, rows: (pre, len(rows)))
+        | "PreshardSizes" >> beam.MapTuple(lambda pre, rows: (pre, len(rows.lengths)))
         | "SumPreshardSizes" >> beam.CombinePerKey(sum)
     )
     (
@@ -416,54 +412,109 @@ def _outcome_counts(outcomes: Counter) -> dict:
             "duplicates_removed": by("duplicate")}
 
 
+class DocTally:
+    """What the kept document records say in sum: documents per split, per language (and split), training
+    characters per language, sentences, pairs, documents per source. The driver tallies the docs files with it;
+    inside a single job (TallyDocs) it gives the instance plan the same figures before any document is tokenised."""
+
+    def __init__(self) -> None:
+        self.split_docs: Counter = Counter()
+        self.lang_docs: dict[str, Counter] = {}
+        self.lang_chars: Counter = Counter()
+        self.kept_by_source: Counter = Counter()
+        self.sentences = self.pairs = 0
+
+    def add(self, doc: dict) -> None:
+        self.split_docs[doc["split"]] += 1
+        self.kept_by_source[doc["source"]] += 1
+        if doc.get("kind") == "pair":
+            self.pairs += 1
+            lang = f"{doc['src_lang']}-{doc['tgt_lang']}"
+        else:
+            self.sentences += sum(len(p) for p in doc["paragraphs"])
+            lang = doc.get("lang") or "und"
+            if doc["split"] == "train":
+                self.lang_chars[lang] += sum(len(s) for p in doc["paragraphs"] for s in p)
+        self.lang_docs.setdefault(lang, Counter())[doc["split"]] += 1
+
+    def merge(self, other: "DocTally") -> "DocTally":
+        self.split_docs += other.split_docs
+        for lang, c in other.lang_docs.items():
+            self.lang_docs.setdefault(lang, Counter()).update(c)
+        self.lang_chars += other.lang_chars
+        self.kept_by_source += other.kept_by_source
+        self.sentences += other.sentences
+        self.pairs += other.pairs
+        return self
+
+    def counts(self) -> dict:
+        """The manifest's `docs` and `languages` counts (what instance_plan reads)."""
+        return {
+            "docs": {s: self.split_docs[s] for s in SPLITS},
+            "languages": {lang: {"docs": sum(c.values()), "train_docs": c["train"],
+                                 **({"train_chars": self.lang_chars[lang]} if lang in self.lang_chars else {})}
+                          for lang, c in sorted(self.lang_docs.items())},
+        }
+
+
+class TallyDocs(beam.CombineFn):
+    """Document JSON lines -> DocTally.counts() over all of them."""
+
+    def create_accumulator(self) -> DocTally:
+        return DocTally()
+
+    def add_input(self, tally: DocTally, line: str) -> DocTally:
+        tally.add(json.loads(line))
+        return tally
+
+    def merge_accumulators(self, tallies) -> DocTally:
+        merged = DocTally()
+        for tally in tallies:
+            merged.merge(tally)
+        return merged
+
+    def extract_output(self, tally: DocTally) -> dict:
+        return tally.counts()
+
+
 def _documents_stage(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: _Staging,
                      prior_index: str | None = None) -> dict:
     """Run the documents pipeline; write quarantine.jsonl and duplicates.jsonl; return the document counts."""
     run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index),
                  cfg.runner, "documents")
+    return _document_counts(files, staging)
+
+
+def _document_counts(files: list[str], staging: _Staging) -> dict:
+    """The documents pipeline's outputs -> the document counts; quarantine.jsonl and duplicates.jsonl written."""
     total: Counter = Counter()
     per_source: dict[int, Counter] = {}
     for line in _read_lines(str(staging.work / "outcomes" / "part*.jsonl")):
         (source, what), n = json.loads(line)
         total[what] += n
         per_source.setdefault(source, Counter())[what] += n
-    split_docs: Counter = Counter()
-    lang_docs: dict[str, Counter] = {}
-    lang_chars: Counter = Counter()
-    kept_by_source: Counter = Counter()
-    sentences = pairs = 0
+    tally = DocTally()
     for doc in _docs(staging.work):
-        split_docs[doc["split"]] += 1
-        kept_by_source[doc["source"]] += 1
-        if doc.get("kind") == "pair":
-            pairs += 1
-            lang = f"{doc['src_lang']}-{doc['tgt_lang']}"
-        else:
-            sentences += sum(len(p) for p in doc["paragraphs"])
-            lang = doc.get("lang") or "und"
-            if doc["split"] == "train":
-                lang_chars[lang] += sum(len(s) for p in doc["paragraphs"] for s in p)
-        lang_docs.setdefault(lang, Counter())[doc["split"]] += 1
+        tally.add(doc)
     quarantine = sorted(_read_lines(str(staging.work / "quarantine" / "part*.jsonl")))
     atomic_write_text(staging.shards / QUARANTINE_FILE, "".join(quarantine))
     duplicates = sorted(_read_lines(str(staging.work / "duplicates" / "part*.jsonl")))
     atomic_write_text(staging.shards / DUPLICATES_FILE, "".join(duplicates))
     counts = _outcome_counts(total)
-    kept = sum(split_docs.values())
+    kept = sum(tally.split_docs.values())
     removed = sum(counts["duplicates_removed"].values())
+    tallied = tally.counts()
     counts.update({
         "docs_kept": kept,
-        "docs": {s: split_docs[s] for s in SPLITS},
-        "sentences": sentences,
+        "docs": tallied["docs"],
+        "sentences": tally.sentences,
         "dedup_rate": round(removed / max(1, kept + removed), 6),
-        "languages": {lang: {"docs": sum(c.values()), "train_docs": c["train"],
-                             **({"train_chars": lang_chars[lang]} if lang in lang_chars else {})}
-                      for lang, c in sorted(lang_docs.items())},
+        "languages": tallied["languages"],
         "sources": [{"file": Path(f).name, **_outcome_counts(per_source.get(i, Counter())),
-                     "docs_kept": kept_by_source[i]} for i, f in enumerate(files)],
+                     "docs_kept": tally.kept_by_source[i]} for i, f in enumerate(files)],
     })
-    if pairs:
-        counts["pairs"] = pairs
+    if tally.pairs:
+        counts["pairs"] = tally.pairs
     return counts
 
 
@@ -539,11 +590,15 @@ def _fertility(tokenizer: Tokenizer, work: Path, seed: int) -> dict:
     return fertility(tokenizer, texts)
 
 
-def _tokenizer_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, adopt: Path | None = None) -> Tokenizer:
-    if adopt is not None:  # an incremental version keeps its parent's token ids
-        return adopt_tokenizer(adopt, staging.tokenizer)
-    if cfg.tokenizer.path:
-        return adopt_tokenizer(Path(cfg.tokenizer.path).expanduser(), staging.tokenizer)
+def _given_tokenizer(cfg: PreprocessConfig, increment) -> Path | None:
+    """The tokenizer to adopt rather than train: an incremental version's parent's (it keeps its token ids), else
+    preprocess.tokenizer.path; None when one is to be trained."""
+    if increment is not None:
+        return increment.tokenizer_path
+    return Path(cfg.tokenizer.path).expanduser() if cfg.tokenizer.path else None
+
+
+def _train_tokenizer_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging) -> Tokenizer:
     total = sum(counts["docs"].values())
     plan = _tokenizer_sample(cfg, staging.work)
     counts["tokenizer_sample_chars"] = dict(sorted(plan.chars.items()))
@@ -579,20 +634,56 @@ def preshard_counts(cfg: PreprocessConfig, chars: dict[str, int]) -> dict[str, i
             for s in SPLITS}
 
 
+def instance_plan(cfg: PreprocessConfig, counts: dict) -> dict:
+    """What the instances pipeline needs to know of the whole corpus before it starts, from the document counts
+    (`docs` and `languages`: DocTally.counts()): random buckets and pre-shards per split, language copy rates
+    (language sampling) and language ids."""
+    chars = split_chars(counts)
+    return {
+        "buckets": {s: max(1, math.ceil(counts["docs"][s] / cfg.instances.docs_per_bucket),
+                           math.ceil(chars[s] / cfg.instances.max_bucket_chars)) for s in SPLITS},
+        "copy_rates": language_copy_rates(cfg, counts),
+        "lang_ids": {lang: i for i, lang in enumerate(corpus_languages(counts))},
+        "preshards": preshard_counts(cfg, chars),
+    }
+
+
 def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: _Staging, vocab_size: int,
                      specials: dict[str, int]) -> tuple[dict[str, SplitInfo], dict]:
-    """Run the instances pipeline; fill in empty shards; return the splits and the instance counts (and move
-    documents without tokens from kept to dropped in `counts`)."""
-    chars = split_chars(counts)
-    buckets = {s: max(1, math.ceil(counts["docs"][s] / cfg.instances.docs_per_bucket),
-                      math.ceil(chars[s] / cfg.instances.max_bucket_chars)) for s in SPLITS}
-    rates = language_copy_rates(cfg, counts)
-    lang_ids = {lang: i for i, lang in enumerate(corpus_languages(counts))}
+    """Run the instances pipeline on the documents pipeline's docs files (a second Beam job); see
+    _instance_results for what it returns."""
+    plan = instance_plan(cfg, counts)
     run_pipeline(
-        lambda p: build_instances_pipeline(p, cfg, staging.work, staging.tokenizer, staging.shards, buckets,
-                                           vocab_size, specials, rates, lang_ids, preshard_counts(cfg, chars)),
+        lambda p: build_instances_pipeline(p | "ReadDocs" >> ReadFromText(str(staging.work / "docs" / "part*.jsonl")),
+                                           p | "Plan" >> beam.Create([plan]), cfg, staging.work, staging.tokenizer,
+                                           staging.shards, vocab_size, specials),
         cfg.runner, "instances",
     )
+    return _instance_results(cfg, counts, staging, vocab_size)
+
+
+def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: _Staging,
+             prior_index: str | None, vocab_size: int, specials: dict[str, int]) -> None:
+    """Both pipelines as one Beam job (the tokenizer is given, so nothing has to happen between them): the kept
+    documents go on to the instances pipeline, whose plan is computed inside the job from their tally (TallyDocs,
+    the same figures the driver would compute), saving a second job's start-up (~5 s of worker processes on the
+    local runner)."""
+    def build(p):
+        docs = build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index)
+        plan = (docs
+                | "TallyDocs" >> beam.CombineGlobally(TallyDocs())
+                | "InstancePlan" >> beam.Map(lambda counts: instance_plan(cfg, counts)))
+        build_instances_pipeline(docs, plan, cfg, staging.work, staging.tokenizer, staging.shards, vocab_size, specials)
+
+    run_pipeline(build, cfg.runner, "documents+instances")
+
+
+def _instance_results(cfg: PreprocessConfig, counts: dict, staging: _Staging,
+                      vocab_size: int) -> tuple[dict[str, SplitInfo], dict]:
+    """The instances pipeline's outputs -> the splits and the instance counts; empty shards filled in, spill files
+    removed, documents without tokens moved from kept to dropped in `counts`."""
+    plan = instance_plan(cfg, counts)  # the counts the job planned with: the buckets and copy rates it used
+    buckets, rates = plan["buckets"], plan["copy_rates"]
     for spilled in sorted(staging.shards.glob("*/.spill-*")):  # merged into their shards; never published
         shutil.rmtree(spilled)
     if rates:
@@ -700,6 +791,12 @@ def check_recipe(corpus: CorpusConfig, cfg: PreprocessConfig) -> None:
                           "tlm-pairs need sentence pairs; set both or neither")
 
 
+def _log_documents(counts: dict, seconds: float) -> None:
+    logger.info("documents: %d pages read, %d kept %s, %d sentences; dropped %s; quarantined %s (%.1f s)",
+                counts["docs_read"], counts["docs_kept"], counts["docs"], counts["sentences"],
+                counts["docs_dropped"], counts["quarantined"], seconds)
+
+
 def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -> dict:
     """Run the whole stage into RUN/tokenizer and RUN/shards; return the manifest as a dict."""
     t_start = time.perf_counter()
@@ -718,31 +815,47 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
     staging.create()
     timings = {"validate": time.perf_counter() - t_start}
     try:
-        t0 = time.perf_counter()
         prior = increment.dedup_index_path if increment is not None else None
-        counts = _documents_stage(corpus, cfg, files, staging, str(prior) if prior else None)
-        timings["documents"] = time.perf_counter() - t0
-        logger.info("documents: %d pages read, %d kept %s, %d sentences; dropped %s; quarantined %s (%.1f s)",
-                    counts["docs_read"], counts["docs_kept"], counts["docs"], counts["sentences"],
-                    counts["docs_dropped"], counts["quarantined"], timings["documents"])
-        if counts["docs"]["train"] == 0:
-            raise _empty_corpus_error(files, corpus, counts)
-
-        t0 = time.perf_counter()
-        tokenizer = _tokenizer_stage(cfg, counts, staging, increment.tokenizer_path if increment else None)
-        specials = special_ids(tokenizer, str(cfg.tokenizer.path or staging.tokenizer))
-        counts["fertility"] = _fertility(tokenizer, staging.work, cfg.seed)
-        timings["tokenizer"] = time.perf_counter() - t0
-        logger.info("tokenizer: %d tokens (%.1f s)", tokenizer.get_vocab_size(), timings["tokenizer"])
-
-        t0 = time.perf_counter()
-        vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-        splits, instance_counts = _instances_stage(cfg, counts, staging, vocab_size, specials)
+        prior = str(prior) if prior else None
+        given = _given_tokenizer(cfg, increment)
+        if given is None:  # the tokenizer learns from the clean documents: two jobs, the training between them
+            t0 = time.perf_counter()
+            counts = _documents_stage(corpus, cfg, files, staging, prior)
+            timings["documents"] = time.perf_counter() - t0
+            _log_documents(counts, timings["documents"])
+            if counts["docs"]["train"] == 0:
+                raise _empty_corpus_error(files, corpus, counts)
+            t0 = time.perf_counter()
+            tokenizer = _train_tokenizer_stage(cfg, counts, staging)
+            specials = special_ids(tokenizer, str(staging.tokenizer))
+            counts["fertility"] = _fertility(tokenizer, staging.work, cfg.seed)
+            timings["tokenizer"] = time.perf_counter() - t0
+            logger.info("tokenizer: %d tokens (%.1f s)", tokenizer.get_vocab_size(), timings["tokenizer"])
+            t0 = time.perf_counter()
+            vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+            splits, instance_counts = _instances_stage(cfg, counts, staging, vocab_size, specials)
+            timings["instances"] = time.perf_counter() - t0
+        else:  # nothing to learn between the pipelines: one job
+            t0 = time.perf_counter()
+            tokenizer = adopt_tokenizer(given, staging.tokenizer)
+            specials = special_ids(tokenizer, str(cfg.tokenizer.path or staging.tokenizer))
+            vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+            timings["tokenizer"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _one_job(corpus, cfg, files, staging, prior, vocab_size, specials)
+            counts = _document_counts(files, staging)
+            timings["documents+instances"] = time.perf_counter() - t0
+            _log_documents(counts, timings["documents+instances"])
+            if counts["docs"]["train"] == 0:
+                raise _empty_corpus_error(files, corpus, counts)
+            t0 = time.perf_counter()
+            counts["fertility"] = _fertility(tokenizer, staging.work, cfg.seed)
+            timings["tokenizer"] += time.perf_counter() - t0
+            splits, instance_counts = _instance_results(cfg, counts, staging, vocab_size)
         buckets = instance_counts.pop("random_buckets")
         counts.update(instance_counts)
-        timings["instances"] = time.perf_counter() - t0
-        logger.info("instances: %s, %d tokens, %d masked positions over %d variants (%.1f s)", counts["instances"],
-                    counts["tokens"], counts["masked_tokens"], cfg.masking.variants, timings["instances"])
+        logger.info("instances: %s, %d tokens, %d masked positions over %d variants", counts["instances"],
+                    counts["tokens"], counts["masked_tokens"], cfg.masking.variants)
 
         manifest = _manifest(corpus, cfg, tokenizer, sha256_file(staging.tokenizer), specials, counts, buckets,
                              splits, sources)
@@ -756,10 +869,11 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             manifest.inputs_seen = sorted({s.sha256 for s in sources})
         write_manifest(staging.shards, manifest)
         timings["total"] = time.perf_counter() - t_start
+        one_job = timings.get("documents+instances", 0.0)
         atomic_write_json(staging.shards / STATS_FILE, {
             "timings_s": {k: round(v, 3) for k, v in timings.items()},
-            "pages_per_s": round(counts["docs_read"] / max(timings["documents"], 1e-9), 1),
-            "instances_per_s": round(sum(counts["instances"].values()) / max(timings["instances"], 1e-9), 1),
+            "pages_per_s": round(counts["docs_read"] / max(timings.get("documents", one_job), 1e-9), 1),
+            "instances_per_s": round(sum(counts["instances"].values()) / max(timings.get("instances", one_job), 1e-9), 1),
             "counts": counts,
             "runner": describe(cfg.runner),
         })

@@ -25,7 +25,10 @@ apply: these formats are fixed cuttings of the text (the K mask variants vary th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from itertools import chain
+from typing import Iterator, NamedTuple, Sequence
+
+import numpy as np
 
 TokenDoc = tuple[int, Sequence[Sequence[int]], int]  # (doc_id, sentences of token ids, language id)
 
@@ -42,6 +45,52 @@ class Row:
     lang_a: int = 0
     lang_b: int = 0
     segment_index: int = 0
+
+
+# the small integer fields of a row, the columns of RowBlock.fields
+ROW_FIELDS = ("len_a", "nsp_label", "lang_a", "lang_b", "segment_index")
+
+
+class RowBlock(NamedTuple):
+    """Rows as arrays, how the pipeline moves them through Beam (a few buffers, not a Python int per token):
+    `keys` [n, 3] uint64 sort keys (row key, doc_id, index), `lengths` [n] and `ids` (int32, end to end) the token
+    ids, `fields` [n, len(ROW_FIELDS)] int64."""
+
+    keys: np.ndarray
+    lengths: np.ndarray
+    ids: np.ndarray
+    fields: np.ndarray
+
+    @property
+    def offsets(self) -> np.ndarray:
+        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=offsets[1:])
+        return offsets
+
+    @staticmethod
+    def concat(blocks: list["RowBlock"]) -> "RowBlock":
+        if not blocks:
+            return RowBlock(np.zeros((0, 3), np.uint64), np.zeros(0, np.int32), np.zeros(0, np.int32),
+                            np.zeros((0, len(ROW_FIELDS)), np.int64))
+        return RowBlock(*(np.concatenate(column) for column in zip(*blocks)))
+
+    def take(self, rows: np.ndarray) -> tuple["RowBlock", np.ndarray]:
+        """The given rows in that order, and their offsets into the new block's ids."""
+        lengths = self.lengths[rows].astype(np.int64)
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # every taken id's index in self.ids: its row's start there, plus its place in the row
+        where = np.repeat(self.offsets[rows] - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
+        return RowBlock(self.keys[rows], self.lengths[rows], self.ids[where], self.fields[rows]), offsets
+
+
+def row_block(rows: list[tuple]) -> RowBlock:
+    """[(sort key, input_ids, ROW_FIELDS values), ...] -> a RowBlock."""
+    keys, ids, fields = zip(*rows)
+    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+    return RowBlock(np.array(keys, dtype=np.uint64).reshape(-1, 3), lengths,
+                    np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum(dtype=np.int64))),
+                    np.array(fields, dtype=np.int64).reshape(-1, len(ROW_FIELDS)))
 
 
 def _pieces(sentence: Sequence[int], size: int) -> Iterator[Sequence[int]]:

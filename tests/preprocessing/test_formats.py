@@ -94,11 +94,16 @@ def _udhr_jsonl(path, plan: dict[str, int]):
                 f.write(json.dumps({"id": f"{code}/{key}", "lang": d.lang, "text": text}) + "\n")
 
 
-def test_language_sampling_smooths_the_mix(tmp_path, wiki):
+def _udhr_corpus(tmp_path) -> CorpusConfig:
+    """31 English, 8 French and 8 German UDHR articles, one JSONL document each."""
     path = tmp_path / "udhr.jsonl"
     _udhr_jsonl(path, {"eng": 31, "fra": 8, "deu_1996": 8})
-    corpus = CorpusConfig(inputs=[str(path)], format="jsonl", min_doc_chars=20, min_doc_sentences=1,
-                          filters={"min_words": None, "stop_words": None})
+    return CorpusConfig(inputs=[str(path)], format="jsonl", min_doc_chars=20, min_doc_sentences=1,
+                        filters={"min_words": None, "stop_words": None})
+
+
+def test_language_sampling_smooths_the_mix(tmp_path, wiki):
+    corpus = _udhr_corpus(tmp_path)
     cfg = wiki.config(preset="in_process").model_copy(deep=True)
     cfg.heldout_fraction = 0.0
     plain = run_preprocess(corpus, cfg, tmp_path / "plain")["counts"]
@@ -114,6 +119,25 @@ def test_language_sampling_smooths_the_mix(tmp_path, wiki):
     after = table["en"]["copies"] * chars["en"] / table["en"]["docs"] / sum(
         table[l]["copies"] * chars[l] / table[l]["docs"] for l in table)
     assert after < before - 0.1  # English gives up share to the smaller languages
+
+
+def test_a_given_tokenizer_runs_one_job_with_the_two_jobs_outputs(tmp_path, wiki):
+    # with nothing to train both pipelines run as one Beam job, the instance plan (buckets, pre-shards, language
+    # copy rates and ids) computed inside it; a two-job run with the tokenizer it trained is the reference
+    corpus = _udhr_corpus(tmp_path)
+    cfg = wiki.config(preset="in_process").model_copy(deep=True)
+    cfg.language_sampling = cfg.language_sampling.model_copy(update={"enabled": True, "alpha": 0.3, "min_docs": 5})
+    two = run_preprocess(corpus, cfg, tmp_path / "two")
+    cfg.tokenizer.path = str(tmp_path / "two" / "tokenizer" / "tokenizer.json")
+    one = run_preprocess(corpus, cfg, tmp_path / "one")
+    assert "documents+instances" in json.loads((tmp_path / "one/shards/stats.json").read_text())["timings_s"]
+    assert "documents" in json.loads((tmp_path / "two/shards/stats.json").read_text())["timings_s"]
+    assert two["counts"].pop("tokenizer_sample_chars") and one["counts"] == two["counts"]
+    assert one["counts"]["language_sampling"] and one["counts"]["instances"]["heldout"] > 0
+    assert one["instance_format"] == two["instance_format"] and one["splits"] == two["splits"]
+    files = {run: {str(f.relative_to(tmp_path / run)): f.read_bytes() for f in (tmp_path / run).rglob("*")
+                   if f.is_file() and f.name not in ("manifest.json", "stats.json")} for run in ("one", "two")}
+    assert files["one"].keys() == files["two"].keys() and files["one"] == files["two"]
 
 
 def test_a_parallel_corpus_needs_tlm_pairs(tmp_path, wiki):

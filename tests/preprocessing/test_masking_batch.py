@@ -45,6 +45,12 @@ def test_a_rows_masks_do_not_depend_on_its_batch(policy):
         positions, tokens, units = masker.variants_with_units(*items[i])
         assert [(p, t, u) for p, t, u in whole[i]] == list(zip(positions, tokens, units))
 
+    # rows as flat arrays (what the pipeline holds): the same masks
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    flat = masker.variants_flat(offsets, np.array([t for r in rows for t in r]), np.arange(len(rows)) + 1000,
+                                np.arange(len(rows)) % 7)
+    assert flat.rows() == whole
+
 
 def test_whole_word_fills_the_budget_greedily_past_a_unit_that_does_not_fit():
     # words of 3 pieces and one-piece words: when a 3-piece word no longer fits, later one-piece words still do
