@@ -15,9 +15,10 @@ samples: setup
 demo: samples
 	$(BF) run configs/local.yaml --run-dir $(RUN_DIR)
 
-## test: the test suite (uses the real samples)
+## test: the test suite (uses the real samples) on 2 xdist workers, a test file (or a group of files sharing a
+## server, tests/conftest.py) whole to one worker
 test: samples
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
 
 setup-xla:
 	bash scripts/xla_env.sh

@@ -18,8 +18,11 @@ from flows.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = str(REPO / "configs" / "local.yaml")
+pytestmark = pytest.mark.slow  # the whole pipeline, four times
 
-# Small enough for CI, large enough that every stage does its real work.
+# Small enough for CI, large enough that every stage does its real work. Evaluation: one task, one seed, no
+# feature-based table (the other tasks, seeds and the feature-based table through the evaluate stage are
+# tests/evaluation/test_run.py's; here the pipeline's caching and contracts are under test).
 TINY = [
     "preprocess.tokenizer.vocab_size=2000",
     "preprocess.instances.dupe_factor=1",
@@ -27,8 +30,10 @@ TINY = [
     "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
     "pretrain.max_steps=20", "pretrain.batch_size=8", "pretrain.warmup_steps=2",
     "pretrain.log_every=5", "pretrain.save_every=10",
-    "evaluate.intrinsic.max_batches=4",
-    "evaluate.finetune.max_train_examples=300", "evaluate.finetune.epochs=1",
+    "evaluate.intrinsic.max_batches=4", "evaluate.intrinsic.pseudo_perplexity_instances=4",
+    "evaluate.tasks={movie_sentiment: {}}", "evaluate.feature_based.enabled=false",
+    "evaluate.finetune.num_seeds=1", "evaluate.finetune.max_train_examples=300",
+    "evaluate.finetune.max_eval_examples=200", "evaluate.finetune.epochs=1",
     "evaluate.finetune.batch_size=16", "evaluate.finetune.max_seq_len=32",
 ]
 

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,7 @@ def _files(directory: Path) -> dict[str, bytes]:
             if p.is_file() and p.name != "stats.json"}  # stats.json holds timings, outside the contract
 
 
+@pytest.mark.slow
 def test_sigkill_in_the_instances_stage_then_rerun_is_byte_identical(tmp_path, wiki):
     recipe = _recipe(tmp_path, wiki)
     reference = tmp_path / "reference"

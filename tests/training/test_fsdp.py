@@ -27,6 +27,8 @@ from training.pretrain import pretrain
 
 from .conftest import make_run
 
+pytestmark = pytest.mark.slow  # torchrun-style process groups: several 2-rank runs
+
 REPO = Path(__file__).resolve().parents[2]
 # no dropout: the ranks' dropout masks over B rows cannot be the one process's masks over 2B rows
 NO_DROPOUT = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=32,

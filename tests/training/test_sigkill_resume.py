@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from training.checkpoint import list_checkpoints
@@ -39,6 +40,7 @@ def _curve(run: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "mfu")} for line in lines]
 
 
+@pytest.mark.slow
 def test_sigkilled_pretrain_resumes_to_the_uninterrupted_loss_curve(run_factory, tmp_path):
     straight, killed = run_factory("straight"), run_factory("killed")
     threads = torch.get_num_threads()

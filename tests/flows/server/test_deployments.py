@@ -11,7 +11,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.slow  # real servers and pipeline runs
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOYMENTS = {  # flow/deployment -> work pool, as prefect.yaml says

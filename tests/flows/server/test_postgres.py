@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+pytestmark = pytest.mark.slow  # real servers and pipeline runs
+
 
 def test_deploy_schedule_and_run_on_postgres(postgres, postgres_server, pipeline_runs):
     server = postgres_server

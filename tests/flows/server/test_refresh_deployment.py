@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
+pytestmark = pytest.mark.slow  # real servers and pipeline runs
+
 
 def _refresh(server, run_dir, corpus, overrides) -> tuple[str, dict]:
     flow_run_id = server.trigger("corpus_refresh/corpus-refresh-weekly", run_dir=str(run_dir),
