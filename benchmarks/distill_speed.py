@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from evaluation.finetune import prepare_task
     from evaluation.heads import TaskModel
     from evaluation.tasks.registry import BUILTIN_TASKS
-    from training.distill.stage import inference_seconds, load_distill_config, load_teacher
+    from training.distill.stage import inference_clock, inference_seconds, load_distill_config, load_teacher
     from training.distill.models import distilbert_student, first_layers_student, narrow_student, num_parameters
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = dict(zip(models, inference_seconds(list(models.values()), task, cfg, text_encoder.pad_id)))
     print(f"task {cfg.task}: {len(task.test.features.ids)} test inputs, max_seq_len {cfg.finetune.max_seq_len}, "
           f"batch {cfg.finetune.eval_batch_size}, median of {cfg.speed_repeats} passes, {args.threads} thread(s), "
-          f"teacher {teacher.source}")
+          f"{inference_clock(torch.device(cfg.device))[1]}, teacher {teacher.source}")
     print("| model | layers x hidden (heads) | params | non-embedding params | seconds / pass | speed-up |")
     print("|---|---|---|---|---|---|")
     for name, model in models.items():

@@ -100,11 +100,23 @@ def _score(model: TaskModel, task: PreparedTask, cfg: DistillConfig, pad_id: int
     return float(metrics[task.spec.primary_metric])
 
 
+def inference_clock(device: torch.device):
+    """The clock inference is timed with: on a CPU with one intra-op thread the ops run in the calling thread, so its
+    CPU time (`time.thread_time`) measures the work without the time the thread waited for a core another process
+    held (on a shared machine wall-clock ratios swung 1.7-2.6x between runs of the same two models); elsewhere
+    (several threads, CUDA) wall-clock time."""
+    if device.type == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time, "thread CPU time (1 intra-op thread)"
+    return time.perf_counter, "wall-clock time"
+
+
 @torch.no_grad()
 def inference_seconds(models: list[TaskModel], task: PreparedTask, cfg: DistillConfig, pad_id: int) -> list[float]:
     """Per model, the median over `speed_repeats` of the seconds one pass over the test inputs takes (after one
-    warm-up pass). The models take turns inside every repeat, so a busy shared machine slows them alike."""
+    warm-up pass), on `inference_clock`'s clock. The models take turns inside every repeat, so a busy shared machine
+    slows them alike."""
     device = torch.device(cfg.device)
+    clock, _ = inference_clock(device)
     features, size = task.test.features, cfg.finetune.eval_batch_size
     batches = [{k: v.to(device) for k, v in collate(features, list(range(s, min(len(features), s + size))), pad_id).items()}
                for s in range(0, len(features), size)]
@@ -113,13 +125,13 @@ def inference_seconds(models: list[TaskModel], task: PreparedTask, cfg: DistillC
         model.eval()
     for repeat in range(cfg.speed_repeats + 1):
         for model, model_times in zip(models, times):
-            started = time.perf_counter()
+            started = clock()
             for batch in batches:
                 model(batch)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if repeat:
-                model_times.append(time.perf_counter() - started)
+                model_times.append(clock() - started)
     return [statistics.median(t) for t in times]
 
 
@@ -180,6 +192,7 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     metrics = out_dir / "metrics.jsonl"
     results: dict = {"task": cfg.task, "primary_metric": task.spec.primary_metric, "teacher_source": teacher.source,
                      "teacher_has_mlm_head": teacher.has_mlm_head, "device": str(device),
+                     "speed_clock": inference_clock(device)[1],
                      "majority_accuracy": majority_accuracy(task), "methods": {}}
     n_teacher = pretrainer.config.num_layers
 
@@ -310,6 +323,6 @@ def render_report(results: dict) -> str:
                   f"| full | {results['methods']['tinybert']['student']['score']:.4f} |"]
         lines += [f"| {names[k]} | {v:.4f} |" for k, v in ablations.items()]
     lines += ["", "Retention = student / teacher score; speed-up = teacher / student inference time over the test "
-              "inputs (median of repeated passes, same batches). Attention maps are distilled pre-softmax "
+              "inputs (median of repeated passes, same batches; " + results.get("speed_clock", "wall-clock time") + "). Attention maps are distilled pre-softmax "
               "(TinyBERT). Multi-piece words are augmented with teacher-embedding neighbours (no GloVe here).", ""]
     return "\n".join(lines)

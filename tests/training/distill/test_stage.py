@@ -119,3 +119,23 @@ def test_majority_accuracy_by_hand():
     split = lambda labels: SimpleNamespace(features=SimpleNamespace(labels=labels))  # noqa: E731
     task = SimpleNamespace(train=split([2, 0, 2, 1, 2]), test=split([2, 1, 1, 2]))
     assert majority_accuracy(task) == 0.5  # the training majority (2) on the test labels, not the test majority
+
+
+def test_inference_clock_counts_one_threads_work_not_its_waits():
+    import time
+
+    from training.distill.stage import inference_clock
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        clock, name = inference_clock(torch.device("cpu"))
+        assert clock is time.thread_time and "thread CPU" in name
+        started = clock()
+        time.sleep(0.3)  # waiting, as for a core another process holds, is not counted
+        assert clock() - started < 0.1
+        torch.set_num_threads(2)
+        clock, name = inference_clock(torch.device("cpu"))
+        assert clock is time.perf_counter and name == "wall-clock time"
+    finally:
+        torch.set_num_threads(threads)
