@@ -10,11 +10,11 @@ Thin wrapper around training.distill.stage.run_distill; prints the report and wr
     # our local demo run's teacher with configs/distill-local.yaml
     python benchmarks/distill_movie.py --run-dir runs/local --config configs/distill-local.yaml
     # the 12-layer teacher of configs/teacher-12layer.yaml: DistilBERT 6-of-12, TinyBERT 4 x 312 (+ ablations), on the
-    # movie-review sentences and (in a run directory of its own) the TREC questions
-    python benchmarks/distill_movie.py --run-dir runs/teacher-12layer --config configs/distill-12layer.yaml
-    python benchmarks/distill_movie.py --run-dir runs/teacher-12layer-trec --config configs/distill-12layer.yaml \
-        --set task=trec_coarse --set teacher.checkpoint=../teacher-12layer/pretrain/final \
-        --set shards=../teacher-12layer/shards
+    # TREC questions and (in a run directory of its own) the movie-review sentences
+    python benchmarks/distill_movie.py --run-dir runs/teacher12 --config configs/distill-12layer.yaml --threads 1
+    python benchmarks/distill_movie.py --run-dir runs/teacher12-movie --config configs/distill-12layer.yaml --threads 1 \
+        --set task=movie_sentiment --set teacher.checkpoint=../teacher12/pretrain/checkpoints/step-500 \
+        --set shards=../teacher12/shards --set tinybert.ablations=false
 
 --set KEY=VALUE overrides any config field (training/distill/config.py). --threads sets torch's CPU threads
 (1 on a shared machine). Speed-up = teacher / student seconds for one pass over the test inputs (median of

@@ -5,7 +5,7 @@ trained here: this is the speed half of the issue's goal (>= 1.8x for the 6-laye
 stage's own timing (training.distill.stage.inference_seconds: the models take turns inside every repeat, median of
 `speed_repeats`, one warm-up pass).
 
-    python benchmarks/distill_speed.py --run-dir runs/teacher-12layer --config configs/distill-12layer.yaml \\
+    python benchmarks/distill_speed.py --run-dir runs/teacher12 --config configs/distill-12layer.yaml \\
         --set task=trec_coarse --set speed_repeats=5
 """
 
