@@ -791,10 +791,13 @@ def check_recipe(corpus: CorpusConfig, cfg: PreprocessConfig) -> None:
                           "tlm-pairs need sentence pairs; set both or neither")
 
 
-def _log_documents(counts: dict, seconds: float) -> None:
+def _documents_done(counts: dict, seconds: float, files: list[str], corpus: CorpusConfig) -> None:
+    """Log the document counts; refuse a corpus left without training documents."""
     logger.info("documents: %d pages read, %d kept %s, %d sentences; dropped %s; quarantined %s (%.1f s)",
                 counts["docs_read"], counts["docs_kept"], counts["docs"], counts["sentences"],
                 counts["docs_dropped"], counts["quarantined"], seconds)
+    if counts["docs"]["train"] == 0:
+        raise _empty_corpus_error(files, corpus, counts)
 
 
 def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -> dict:
@@ -822,9 +825,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             t0 = time.perf_counter()
             counts = _documents_stage(corpus, cfg, files, staging, prior)
             timings["documents"] = time.perf_counter() - t0
-            _log_documents(counts, timings["documents"])
-            if counts["docs"]["train"] == 0:
-                raise _empty_corpus_error(files, corpus, counts)
+            _documents_done(counts, timings["documents"], files, corpus)
             t0 = time.perf_counter()
             tokenizer = _train_tokenizer_stage(cfg, counts, staging)
             specials = special_ids(tokenizer, str(staging.tokenizer))
@@ -845,9 +846,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             _one_job(corpus, cfg, files, staging, prior, vocab_size, specials)
             counts = _document_counts(files, staging)
             timings["documents+instances"] = time.perf_counter() - t0
-            _log_documents(counts, timings["documents+instances"])
-            if counts["docs"]["train"] == 0:
-                raise _empty_corpus_error(files, corpus, counts)
+            _documents_done(counts, timings["documents+instances"], files, corpus)
             t0 = time.perf_counter()
             counts["fertility"] = _fertility(tokenizer, staging.work, cfg.seed)
             timings["tokenizer"] += time.perf_counter() - t0
