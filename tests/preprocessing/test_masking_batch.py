@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from preprocessing.config import MaskingConfig
-from preprocessing.masking import POLICIES, Masker, counter_hash, variant_seeds
+from preprocessing.masking import POLICIES, STREAM_ORDER, Masker, counter_hash, variant_seeds
 
 SPECIALS = frozenset({0, 1, 2, 3, 4})
 CONTINUATION = frozenset(range(500, 1000))  # ids 500.. continue the word before them
@@ -89,3 +89,19 @@ def test_pinned_masks_of_one_row():
 
 PINNED_POSITIONS = [[1, 19, 21, 24, 30, 40, 43, 45], [2, 11, 24, 25, 29, 34, 43, 50], [2, 3, 4, 5, 21, 29, 37, 38]]
 PINNED_TOKENS = [[4, 4, 30, 4, 4, 4, 4, 4], [4, 4, 4, 4, 379, 216, 4, 795], [4, 4, 4, 14, 4, 4, 4, 4]]
+
+
+@pytest.mark.parametrize("max_predictions", [1, 5, 20, 200])
+def test_single_position_units_are_the_budget_smallest_keys(max_predictions):
+    # the token policy's shortcut (a partial partition instead of a sort) against the greedy core written plainly:
+    # order the row's non-special positions by their hashed key, take the first `budget`
+    masker = _masker("token", max_predictions_per_seq=max_predictions, masked_lm_prob=0.3)
+    rows = _rows(60, seed=3) + [[2, 3], [2, 9, 3], [2] + [7] * 120 + [3]]
+    batch = masker.variants_batch([(ids, 50 + i, i) for i, ids in enumerate(rows)]).rows()
+    seeds = variant_seeds(21, [50 + i for i in range(len(rows))], list(range(len(rows))), 3)
+    for i, ids in enumerate(rows):
+        for v in range(3):
+            keys = counter_hash(seeds[i, v:v + 1][:, None], STREAM_ORDER, np.arange(len(ids))[None, :])[0].tolist()
+            free = [p for p, t in enumerate(ids) if t not in SPECIALS]
+            budget = min(max_predictions, max(1, round(len(ids) * 0.3)))
+            assert batch[i][v][0] == sorted(sorted(free, key=keys.__getitem__)[:budget])
