@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import random
 from itertools import chain
-from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 Document = Sequence[Sequence[int]]  # sentences of token ids (no special tokens)
 
 
-@dataclass(frozen=True)
-class PairInstance:
+class PairInstance(NamedTuple):
     """An unmasked instance: [CLS] A [SEP] B [SEP] as token ids."""
 
     doc_id: int
@@ -45,17 +43,34 @@ class PairInstance:
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
-    """Truncate in place to a total of at most `max_num_tokens`, as BERT does (one token at a time from the longer
-    side, front or back by a coin flip). The flips move bounds and the lists are cut once: deleting the first
-    element one at a time moved the whole list each time."""
-    a_lo, a_hi, b_lo, b_hi = 0, len(tokens_a), 0, len(tokens_b)
-    while a_hi - a_lo + b_hi - b_lo > max_num_tokens:
-        front = rng.random() < 0.5
-        if a_hi - a_lo > b_hi - b_lo:
-            a_lo, a_hi = (a_lo + 1, a_hi) if front else (a_lo, a_hi - 1)
-        else:
-            b_lo, b_hi = (b_lo + 1, b_hi) if front else (b_lo, b_hi - 1)
-    del tokens_a[a_hi:], tokens_a[:a_lo], tokens_b[b_hi:], tokens_b[:b_lo]
+    """Truncate in place to a total of at most `max_num_tokens`, as BERT does: one token at a time from the longer
+    side (from b on a tie), from the front or the back by a fair coin.
+
+    Which side loses each token does not depend on the coins: the longer side first until the two are level (or
+    the excess is used up), then b and a in turn. So each side's removals are known up front, and its coins are
+    the bits of one `rng.getrandbits(removals)`: the same distribution as google's flip per token (the number
+    taken from the front is Binomial(removals, 1/2)) with two draws instead of one per token, and each list is
+    cut once."""
+    len_a, len_b = len(tokens_a), len(tokens_b)
+    excess = len_a + len_b - max_num_tokens
+    if excess <= 0:
+        return
+    lead = min(excess, abs(len_a - len_b))
+    from_a, from_b = (excess - lead) // 2, (excess - lead + 1) // 2  # level from here: b, a, b, a, ...
+    if len_a > len_b:
+        from_a += lead
+    else:
+        from_b += lead
+    a_front = rng.getrandbits(from_a).bit_count()
+    b_front = rng.getrandbits(from_b).bit_count()
+    a_hi, b_hi = len_a - (from_a - a_front), len_b - (from_b - b_front)
+    del tokens_a[a_hi:], tokens_a[:a_front], tokens_b[b_hi:], tokens_b[:b_front]
+
+
+def _randint(rng: random.Random, lo: int, hi: int) -> int:
+    """A uniform integer in [lo, hi] from one `rng.random()`: random.randint's rejection loop costs several Python
+    calls per draw; the bias of scaling a 53-bit double is below 2^-40 for the ranges drawn here."""
+    return lo + int(rng.random() * (hi - lo + 1))
 
 
 def instances_from_document(
@@ -75,7 +90,7 @@ def instances_from_document(
     max_num_tokens = max_seq_len - 3
     target_seq_length = max_num_tokens
     if rng.random() < short_seq_prob:
-        target_seq_length = rng.randint(2, max_num_tokens)
+        target_seq_length = _randint(rng, 2, max_num_tokens)
     out: list[tuple[list[int], int, int]] = []
     current_chunk: list[Sequence[int]] = []
     current_length = 0
@@ -86,7 +101,7 @@ def instances_from_document(
         current_length += len(segment)
         if i == len(document) - 1 or current_length >= target_seq_length:
             if current_chunk:
-                a_end = rng.randint(1, len(current_chunk) - 1) if len(current_chunk) >= 2 else 1
+                a_end = _randint(rng, 1, len(current_chunk) - 1) if len(current_chunk) >= 2 else 1
                 tokens_a = list(chain.from_iterable(current_chunk[:a_end]))
                 tokens_b: list[int] = []
                 can_draw_other = len(documents) > 1
@@ -102,11 +117,11 @@ def instances_from_document(
                     target_b_length = target_seq_length - len(tokens_a)
                     # uniform over the *other* documents (google retries 10 times and may end on the same one,
                     # which would be a wrong NotNext label in a small bucket)
-                    random_document_index = rng.randint(0, len(documents) - 2)
+                    random_document_index = _randint(rng, 0, len(documents) - 2)
                     if random_document_index >= document_index:
                         random_document_index += 1
                     random_document = documents[random_document_index]
-                    random_start = rng.randint(0, len(random_document) - 1)
+                    random_start = _randint(rng, 0, len(random_document) - 1)
                     for j in range(random_start, len(random_document)):
                         tokens_b.extend(random_document[j])
                         if len(tokens_b) >= target_b_length:

@@ -58,7 +58,7 @@ import numpy as np
 
 from .config import MaskingConfig
 from .entities import entity_spans, phrase_spans
-from .hashing import seed_of
+from .hashing import mix64 as _mix, seed_of
 
 Units = list[list[int]]
 MAX_NGRAM = 3  # ALBERT's n-gram masking: n in 1..3
@@ -324,13 +324,6 @@ _ODD = np.uint64(0xD1B54A32D192ED03)
 # streams of the core: what a hash is drawn for (each its own sequence, so changing one never moves another)
 STREAM_ORDER, STREAM_REPLACE, STREAM_TOKEN = 1, 2, 3
 _NO_KEY = np.uint64(_MASK64)  # the key of a position that starts no unit: sorts last
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on a uint64 array (wrapping arithmetic): a bijection whose outputs pass BigCrush."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
 
 
 def counter_hash(seeds: np.ndarray, stream: int, counters: np.ndarray) -> np.ndarray:

@@ -55,7 +55,7 @@ from . import hashing
 from .config import CorpusConfig, PreprocessConfig
 from .documents import build_documents_pipeline
 from .instances import iter_bucket_instances
-from .segments import Row, RowBlock, build_rows, row_block
+from .segments import Row, RowBlock, build_rows, rows_to_block
 from .masking import Masker
 from .runners import describe, run_pipeline
 from .shards import (SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, merge_runs,
@@ -151,9 +151,10 @@ class TokenizeDoc(beam.DoFn):
 
 class BuildInstances(beam.DoFn):
     """One bucket of documents -> its instances (see preprocessing.instances for the seeding), grouped by
-    pre-shard: elements ((split, pre-shard), RowBlock of up to ROWS_PER_ELEMENT rows) per pre-shard the bucket
+    pre-shard: elements ((split, pre-shard), RowBlock of about ROWS_PER_ELEMENT rows) per pre-shard the bucket
     reaches, so rows travel through Beam as a few numpy arrays rather than one element (or one list of Python ints)
-    each: Beam's per-element cost and its coder's per-int cost dominated otherwise."""
+    each: Beam's per-element cost and its coder's per-int cost dominated otherwise. Rows are turned into arrays
+    ROWS_PER_ELEMENT at a time, their row keys hashed for the whole block (hashing.row_keys)."""
 
     def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int):
         self.cfg = cfg
@@ -167,39 +168,48 @@ class BuildInstances(beam.DoFn):
             return
         rng = random.Random(hashing.seed_of(self.cfg.seed, "instances", split, bucket))
         langs = {doc_id: lang for doc_id, _ids, lang in docs}
-        for instance in iter_bucket_instances(
+        for doc_id, index, input_ids, len_a, nsp_label in iter_bucket_instances(
             [(doc_id, ids) for doc_id, ids, _lang in docs], rng, max_seq_len=inst.max_seq_len,
             short_seq_prob=inst.short_seq_prob, nsp_random_prob=inst.nsp_random_prob, dupe_factor=inst.dupe_factor,
             cls_id=self.cls_id, sep_id=self.sep_id, sentence_order=inst.format == "sop-pairs",
         ):
             # a NotNext B comes from another document, possibly of another language: its rows keep A's language
-            lang = langs[instance.doc_id]
-            yield Row(instance.doc_id, instance.index, instance.input_ids, instance.len_a, instance.nsp_label,
-                      lang, lang)
+            lang = langs[doc_id]
+            yield Row(doc_id, index, input_ids, len_a, nsp_label, lang, lang)
 
     def process(self, item, plan: dict) -> Iterator:
         (split, bucket), docs = item
-        preshards = plan["preshards"]
-        by_preshard: dict[tuple[str, int], list] = {}
+        preshards = plan["preshards"][split]
+        waiting: dict[int, list[RowBlock]] = {}  # pre-shard -> its blocks not yet passed on
+        rows: list[Row] = []
         for row in self._rows(split, bucket, list(docs)):
-            key = hashing.row_key(row.doc_id, row.index)
-            pre = preshard(split, key, preshards)
-            rows = by_preshard.setdefault(pre, [])
-            rows.append(((key, row.doc_id, row.index), row.input_ids,
-                         (row.len_a, row.nsp_label, row.lang_a, row.lang_b, row.segment_index)))
-            if len(rows) == ROWS_PER_ELEMENT:  # pass them on: the bucket's rows are never all held at once
-                yield pre, row_block(by_preshard.pop(pre))
-        for pre in sorted(by_preshard):
-            yield pre, row_block(by_preshard[pre])
+            rows.append(row)
+            if len(rows) == ROWS_PER_ELEMENT:
+                yield from self._route(split, rows_to_block(rows), preshards, waiting, ROWS_PER_ELEMENT)
+                rows = []
+        if rows:
+            yield from self._route(split, rows_to_block(rows), preshards, waiting, ROWS_PER_ELEMENT)
+        for pre in sorted(waiting):
+            yield (split, pre), RowBlock.concat(waiting[pre])
+
+    @staticmethod
+    def _route(split: str, block: RowBlock, preshards: int, waiting: dict, full: int) -> Iterator:
+        """Deal a block's rows to their pre-shards; pass a pre-shard's rows on once it holds `full` of them (the
+        bucket's rows are never all held at once)."""
+        pre_of = block.keys[:, 0] % np.uint64(preshards)
+        order = np.argsort(pre_of, kind="stable")
+        bounds = np.searchsorted(pre_of[order], np.arange(preshards + 1, dtype=np.uint64))
+        for pre in range(preshards):
+            if bounds[pre] == bounds[pre + 1]:
+                continue
+            parts = waiting.setdefault(pre, [])
+            parts.append(block.take(order[bounds[pre]:bounds[pre + 1]])[0])
+            if sum(len(part.lengths) for part in parts) >= full:
+                yield (split, pre), RowBlock.concat(waiting.pop(pre))
 
 
 # rows per element leaving BuildInstances: few elements for Beam, bounded arrays in the worker
 ROWS_PER_ELEMENT = 2048
-
-
-def preshard(split: str, key: int, preshards: dict[str, int]) -> tuple[str, int]:
-    """Where an instance waits to be numbered: its row key modulo the split's pre-shard count (preshard_counts)."""
-    return split, key % preshards[split]
 
 
 # rows masked and turned into one record batch at a time (bounds the masker's [rows * K, max_seq_len] arrays)

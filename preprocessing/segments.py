@@ -24,18 +24,19 @@ apply: these formats are fixed cuttings of the text (the K mask variants vary th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import chain
 from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from .hashing import row_keys
+
 TokenDoc = tuple[int, Sequence[Sequence[int]], int]  # (doc_id, sentences of token ids, language id)
 
 
-@dataclass(frozen=True)
-class Row:
-    """An unmasked instance of any format (preprocessing.instances.PairInstance has the same fields)."""
+class Row(NamedTuple):
+    """An unmasked instance of any format (preprocessing.instances.PairInstance has the same fields). A named
+    tuple: the pipeline makes one per instance and turns a block of them into arrays by transposing (zip)."""
 
     doc_id: int
     index: int  # n-th row of this document
@@ -84,13 +85,15 @@ class RowBlock(NamedTuple):
         return RowBlock(self.keys[rows], self.lengths[rows], self.ids[where], self.fields[rows]), offsets
 
 
-def row_block(rows: list[tuple]) -> RowBlock:
-    """[(sort key, input_ids, ROW_FIELDS values), ...] -> a RowBlock."""
-    keys, ids, fields = zip(*rows)
-    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
-    return RowBlock(np.array(keys, dtype=np.uint64).reshape(-1, 3), lengths,
-                    np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum(dtype=np.int64))),
-                    np.array(fields, dtype=np.int64).reshape(-1, len(ROW_FIELDS)))
+def rows_to_block(rows: Sequence[Row]) -> RowBlock:
+    """Rows -> a RowBlock, their sort keys (row key, doc_id, index) hashed for the block at once."""
+    doc_ids, indexes, input_ids, *fields = zip(*rows)
+    docs = np.array(doc_ids, dtype=np.uint64)
+    index = np.array(indexes, dtype=np.uint64)
+    lengths = np.fromiter(map(len, input_ids), dtype=np.int32, count=len(input_ids))
+    return RowBlock(np.stack([row_keys(docs, index), docs, index], axis=1), lengths,
+                    np.fromiter(chain.from_iterable(input_ids), dtype=np.int32, count=int(lengths.sum(dtype=np.int64))),
+                    np.array(fields, dtype=np.int64).T.reshape(-1, len(ROW_FIELDS)))
 
 
 def _pieces(sentence: Sequence[int], size: int) -> Iterator[Sequence[int]]:

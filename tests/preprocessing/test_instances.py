@@ -71,6 +71,42 @@ def test_truncate_seq_pair_removes_from_the_longer():
     assert a == list(range(a[0], a[0] + 15))  # still a contiguous stretch of A
 
 
+def _token_at_a_time(len_a, len_b, max_num_tokens, rng):
+    """google's truncate_seq_pair loop, on lengths: (kept a from, a to, kept b from, b to)."""
+    a_lo, a_hi, b_lo, b_hi = 0, len_a, 0, len_b
+    while a_hi - a_lo + b_hi - b_lo > max_num_tokens:
+        front = rng.random() < 0.5
+        if a_hi - a_lo > b_hi - b_lo:
+            a_lo, a_hi = (a_lo + 1, a_hi) if front else (a_lo, a_hi - 1)
+        else:
+            b_lo, b_hi = (b_lo + 1, b_hi) if front else (b_lo, b_hi - 1)
+    return a_lo, a_hi, b_lo, b_hi
+
+
+def test_truncate_seq_pair_matches_the_token_at_a_time_loop_in_law():
+    # the sides lose the same number of tokens as in google's loop, for every pair of lengths; how many go from
+    # the front has the loop's distribution (Binomial(removed, 1/2)): compared by mean and variance over draws
+    rng_ours, rng_ref = random.Random(3), random.Random(4)
+    for len_a in range(0, 30, 3):
+        for len_b in range(0, 30, 4):
+            for max_num_tokens in (5, 17, 40):
+                ref = _token_at_a_time(len_a, len_b, max_num_tokens, rng_ref)
+                a, b = list(range(len_a)), list(range(100, 100 + len_b))
+                truncate_seq_pair(a, b, max_num_tokens, rng_ours)
+                assert (len(a), len(b)) == (ref[1] - ref[0], ref[3] - ref[2])
+                assert a == list(range(a[0], a[0] + len(a))) if a else True  # a contiguous stretch
+    fronts_ours, fronts_ref = [], []
+    for _ in range(4000):
+        a, b = list(range(60)), list(range(100, 140))
+        truncate_seq_pair(a, b, 50, rng_ours)  # 50 removed: 20 from a until level, then 15 each
+        fronts_ours.append(a[0])
+        fronts_ref.append(_token_at_a_time(60, 40, 50, rng_ref)[0])
+    mean = lambda xs: sum(xs) / len(xs)
+    var = lambda xs: mean([(x - mean(xs)) ** 2 for x in xs])
+    assert abs(mean(fronts_ours) - 17.5) < 0.2 and abs(mean(fronts_ref) - 17.5) < 0.2  # 35 removed from a
+    assert abs(var(fronts_ours) - 35 / 4) < 0.8 and abs(var(fronts_ref) - 35 / 4) < 0.8
+
+
 def test_single_document_bucket_never_claims_a_random_next():
     docs = [(1, [[10 + i] * 6 for i in range(30)])]
     instances = _build(docs, nsp_random_prob=1.0)
