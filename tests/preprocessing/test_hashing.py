@@ -22,6 +22,7 @@ def test_row_keys_agree_with_row_key_and_spread_evenly():
 
 def test_row_keys_take_small_document_ids_too():
     # test fixtures and the parallel format use small ids: they hash apart as well
-    keys = row_keys(np.arange(1000, dtype=np.uint64), np.zeros(1000, dtype=np.uint64))
-    assert len(np.unique(keys)) == 1000
-    assert np.all(np.bincount((keys % np.uint64(4)).astype(np.int64), minlength=4) > 200)
+    keys = row_keys(np.arange(10_000, dtype=np.uint64), np.zeros(10_000, dtype=np.uint64))
+    assert len(np.unique(keys)) == 10_000
+    counts = np.bincount((keys % np.uint64(8)).astype(np.int64), minlength=8)
+    assert ((counts - 1250) ** 2 / 1250).sum() < 24.3  # chi-square, 7 degrees of freedom, p = 0.001
