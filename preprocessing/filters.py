@@ -26,9 +26,12 @@ of a document are single characters of these scripts: the mean word length (it w
 language but English, the English stop words. Hangul is written with spaces and is treated like Latin.
 Measured on the real newspaper4k gold articles (zh x3, ja x2, th, my): all kept with the defaults (tests).
 
-Speed: one regex pass tokenises a document; the n-gram statistics map tokens to integer ids, then build the
-rolling 64-bit hashes of all n-grams of a size at once with numpy and count them with `np.unique` (exact counts up
-to 64-bit hash collisions, about 1e-10 for a 100,000-word document). See docs/cleaning.md for the figures.
+Speed: one pass tokenises a document (str.split when it holds no character of an unsegmented script, else one
+regex pass); the rules' per-token properties (word and letter characters, script) are computed once per distinct
+token from per-code-point tables and weighted by the token counts; the n-gram statistics map tokens to integer ids,
+then build the rolling 64-bit hashes of all n-grams of a size at once with numpy and count them in the sorted hashes
+(exact counts up to 64-bit hash collisions, about 1e-10 for a 100,000-word document). See docs/cleaning.md for the
+figures.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ import functools
 import re
 import sys
 import unicodedata
-from collections import Counter
 from typing import Literal
 
 import numpy as np
@@ -248,29 +250,46 @@ def _tables() -> dict:
     unsegmented = [cp for a, b in _UNSEGMENTED_RANGES for cp in range(a, b + 1)
                    if unicodedata.category(chr(cp))[0] not in "MZC"]
     unseg, mark = _class(unsegmented), _class(marks)
+    every = np.arange(sys.maxunicode + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    unsegmented_chars = np.zeros(sys.maxunicode + 1, dtype=bool)
+    unsegmented_chars[unsegmented] = True
     return {
         "controls": controls,
         "punctuation": punctuation,
         # a token: one character of an unsegmented script with its marks, or any other run of non-space (no
         # groups: findall then returns the tokens themselves, not tuples to pick from)
         "token": re.compile(f"[{unseg}][{mark}]*|[^\\s{unseg}]+"),
-        # a token of the first kind (the second kind never starts with such a character)
-        "unsegmented": re.compile(f"[{unseg}]").match,
+        "has_unsegmented": re.compile(f"[{unseg}]").search,
+        # per code point (bool arrays): what the rules ask of a token's characters, for all distinct tokens of a
+        # document in a few array operations (_token_classes)
+        "word_chars": _char_table(_WORD_RUN, every),
+        "letters": _char_table(_LETTER_RUN, every),
+        "unsegmented_chars": unsegmented_chars,
     }
+
+
+def _char_table(run: re.Pattern, every: str) -> np.ndarray:
+    """bool per code point: whether `run` (a character class, repeated) matches that character; found by the regex
+    itself on a string of every code point, so the table agrees with the regex by construction."""
+    table = np.zeros(len(every), dtype=bool)
+    for m in run.finditer(every):
+        table[m.start():m.end()] = True
+    return table
+
+
+def _has_unsegmented(text: str) -> bool:
+    """Whether `text` holds a character of a script without spaces (never in ASCII text)."""
+    return not text.isascii() and _tables()["has_unsegmented"](text) is not None
 
 
 def tokenize(text: str) -> list[str]:
     """Word tokens of `text`: whitespace-separated runs, and one token per character (with its combining marks)
     of the scripts written without spaces."""
+    if not _has_unsegmented(text):
+        # then only the regex's second kind matches, runs of non-\s: str.split() gives the same tokens (re's \s
+        # and str.isspace agree on every code point) at a fifth of the CPU
+        return text.split()
     return _tables()["token"].findall(text)
-
-
-def _tokens_and_scripts(text: str) -> tuple[list[str], list[bool]]:
-    """tokenize(text) and, per token, whether it is a character of a script without spaces."""
-    tables = _tables()
-    tokens = tables["token"].findall(text)
-    unsegmented = {t: bool(tables["unsegmented"](t)) for t in set(tokens)}
-    return tokens, list(map(unsegmented.__getitem__, tokens))
 
 
 def strip_punctuation_table() -> dict[int, None]:
@@ -278,11 +297,13 @@ def strip_punctuation_table() -> dict[int, None]:
     return _tables()["punctuation"]
 
 
-_INLINE_SPACE = re.compile(r"[^\S\n]+")
 _LINE_BREAKS = re.compile(r"\r\n?|[\v\f\x1c-\x1e\x85\u2028\u2029]")
-_HAS_WORD_CHAR = re.compile(r"\w").search
-_HAS_LETTER = re.compile(r"[^\W\d_]").search
-_NON_WORD = re.compile(r"\W+")
+_WORD_RUN = re.compile(r"\w+")  # a word character: a letter, digit or _ (as re sees them)
+_LETTER_RUN = re.compile(r"[^\W\d_]+")  # a letter: a word character that is neither a digit nor _
+
+
+# every character _LINE_BREAKS replaces: `in` scans for these cost far less than the regex's scan of the text
+_BREAK_CHARS = "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def normalize_text(text: str, cfg: FiltersConfig) -> str:
@@ -290,11 +311,15 @@ def normalize_text(text: str, cfg: FiltersConfig) -> str:
     ones removed) as configured."""
     if cfg.normalization != "none":
         text = unicodedata.normalize(cfg.normalization, text)
-    text = _LINE_BREAKS.sub("\n", text)  # line separators are not controls to delete: they end lines
+    if any(c in text for c in _BREAK_CHARS):
+        text = _LINE_BREAKS.sub("\n", text)  # line separators are not controls to delete: they end lines
     if cfg.remove_control_chars:
         text = text.translate(_tables()["controls"])
     if cfg.collapse_whitespace:
-        text = "\n".join(line for line in (_INLINE_SPACE.sub(" ", raw).strip() for raw in text.split("\n")) if line)
+        # runs of whitespace inside a line -> one space, the line stripped: " ".join(split()) does it without the
+        # regex scan and the replacement per space of re.sub(r"[^\S\n]+", " ", line).strip() (a line holds no
+        # "\n", and re's \s and str.isspace agree on every code point)
+        text = "\n".join(line for line in (" ".join(raw.split()) for raw in text.split("\n")) if line)
     return text
 
 
@@ -303,7 +328,12 @@ def normalize_text(text: str, cfg: FiltersConfig) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _phrase_pattern(phrases: tuple[str, ...]):
-    return re.compile("|".join(re.escape(p.lower()) for p in phrases)).search if phrases else None
+    """Whether a lower-cased line contains one of `phrases`: one substring search per phrase (an alternation
+    regex tries every position of the line, several times slower on long lines)."""
+    if not phrases:
+        return None
+    lowered = tuple(dict.fromkeys(p.lower() for p in phrases))
+    return lambda line: any(p in line for p in lowered)
 
 
 def _ends_sentence(line: str) -> bool:
@@ -333,52 +363,79 @@ _MIX2 = np.uint64(0xBF58476D1CE4E5B9)
 _ROLL = np.uint64(0x100000001B3)  # FNV prime: the multiplier of the rolling n-gram hash
 
 
-def _token_codes(tokens: list[str]) -> np.ndarray:
-    """One pseudo-random 64-bit code per distinct token (ids in first-seen order, then mixed): equal tokens, equal
-    codes; the same in every process."""
-    ids = {t: i for i, t in enumerate(dict.fromkeys(tokens))}  # dict.fromkeys keeps first-seen order
-    raw = np.fromiter(map(ids.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
-    x = (raw + np.uint64(1)) * _MIX
+def _token_codes(ids: np.ndarray) -> np.ndarray:
+    """One pseudo-random 64-bit code per token from its id (distinct tokens numbered in first-seen order), mixed:
+    equal tokens, equal codes; the same in every process."""
+    x = (ids.astype(np.uint64) + np.uint64(1)) * _MIX
     x ^= x >> np.uint64(31)
     return x * _MIX2
 
 
-def _ngram_rules(tokens: list[str], cfg: FiltersConfig, scale: int = 1) -> str | None:
+def _ngram_rules(ids: np.ndarray, lengths: np.ndarray, cfg: FiltersConfig, scale: int = 1) -> str | None:
+    """The top_ngram and duplicate_ngrams rules on a text's tokens, given as their ids (first-seen order) and
+    lengths in characters."""
     top = {n * scale: f for n, f in cfg.top_ngram_char_fraction.items()}
     dup = {n * scale: f for n, f in cfg.duplicate_ngram_char_fraction.items()}
     if not top and not dup:
         return None
-    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
     total = int(lengths.sum())
     if total == 0:
         return None
-    codes = _token_codes(tokens)
+    codes = _token_codes(ids)
     char_prefix = np.concatenate(([0], np.cumsum(lengths)))
     hashes = codes.copy()
     for n in range(2, max([*top, *dup]) + 1):
-        if len(tokens) < n:
+        if len(ids) < n:
             break
         hashes = hashes[:-1] * _ROLL + codes[n - 1:]  # hash of tokens[i : i + n] at i (uint64 wraps around)
         if n not in top and n not in dup:
             continue
-        unique, first, inverse, counts = np.unique(hashes, return_index=True, return_inverse=True, return_counts=True)
+        # a plain sort of the hashes, not np.unique with first indices, inverse and counts (a stable argsort and
+        # scatters: 3x the CPU); the few positions a rule needs are found again from the sorted values
+        ordered = np.sort(hashes)
+        same = ordered[1:] == ordered[:-1]  # same[k]: ordered[k + 1] repeats ordered[k]
+        if not same.any():
+            continue  # every n-gram occurs once: neither rule can fire
         if n in top:
-            best = counts.max()
-            if best > 1:
-                starts = first[counts == best]
-                chars = int((char_prefix[starts + n] - char_prefix[starts]).max())
-                if best * chars / total > top[n]:
-                    return "top_ngram"
+            starts = np.flatnonzero(np.concatenate(([True], ~same)))
+            counts = np.diff(starts, append=len(ordered))
+            best = int(counts.max())
+            # the first occurrence of each most frequent n-gram, as np.unique's return_index gave it
+            where = np.flatnonzero(np.isin(hashes, ordered[starts[counts == best]]))
+            firsts = where[np.unique(hashes[where], return_index=True)[1]]
+            chars = int((char_prefix[firsts + n] - char_prefix[firsts]).max())
+            if best * chars / total > top[n]:
+                return "top_ngram"
         if n in dup:
-            repeated = counts[inverse] > 1  # n-gram starting at i occurs more than once
-            if repeated.any():
-                # token j is covered if a repeated n-gram starts in [j - n + 1, j]
-                starts_before = np.concatenate(([0], np.cumsum(repeated)))
-                j = np.arange(len(tokens))
-                covered = starts_before[np.minimum(j + 1, len(repeated))] - starts_before[np.maximum(j - n + 1, 0)] > 0
-                if int(lengths[covered].sum()) / total > dup[n]:
-                    return "duplicate_ngrams"
+            values = ordered[1:][same]  # sorted; every value occurring more than once is among them
+            at = np.minimum(np.searchsorted(values, hashes), len(values) - 1)
+            repeated = values[at] == hashes  # n-gram starting at i occurs more than once
+            # token j is covered if a repeated n-gram starts in [j - n + 1, j]
+            starts_before = np.concatenate(([0], np.cumsum(repeated)))
+            j = np.arange(len(ids))
+            covered = starts_before[np.minimum(j + 1, len(repeated))] - starts_before[np.maximum(j - n + 1, 0)] > 0
+            if int(lengths[covered].sum()) / total > dup[n]:
+                return "duplicate_ngrams"
     return None
+
+
+def _token_classes(distinct: list[str], any_unsegmented: bool) -> tuple[np.ndarray, ...]:
+    """Per distinct token: (length, how many word characters (\\w), whether it has a letter, whether it is a
+    character of a script without spaces), from the code points of all tokens at once."""
+    tables = _tables()
+    lengths = np.fromiter(map(len, distinct), dtype=np.int64, count=len(distinct))
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    points = np.frombuffer("".join(distinct).encode("utf-32-le", "surrogatepass"), dtype="<u4")
+
+    def per_token(table: np.ndarray) -> np.ndarray:
+        running = np.concatenate(([0], np.cumsum(table[points], dtype=np.int64)))
+        return running[ends] - running[starts]
+
+    # a token of a script without spaces is one character of it (with its marks): its first character says so
+    unsegmented = (tables["unsegmented_chars"][points[starts]] if any_unsegmented and len(distinct)
+                   else np.zeros(len(distinct), dtype=bool))
+    return lengths, per_token(tables["word_chars"]), per_token(tables["letters"]) > 0, unsegmented
 
 
 def _repeated_fractions(items: list[str]) -> tuple[float, float]:
@@ -439,35 +496,40 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
     if cfg.max_chars is not None and n_chars > cfg.max_chars:
         return [], "too_long"
     text = "\n".join(cleaned)
-    tokens, unsegmented = _tokens_and_scripts(text)
-    # predicates once per distinct token (a text repeats its words: ~5-10 % of the tokens are distinct)
-    word_like = {t: bool(_HAS_WORD_CHAR(t)) for t in set(tokens)}
-    is_word = list(map(word_like.__getitem__, tokens))  # punctuation-only tokens are not words
-    words = [t for t, w in zip(tokens, is_word) if w]
-    n_words = len(words)
+    tokens = tokenize(text)
+    # Every rule below is a sum over tokens of a property of the token: the properties are computed once per
+    # distinct token (a text repeats its words: ~5-10 % of the tokens are distinct) and weighted by the counts.
+    # ids in first-seen order: the n-gram codes are made from them
+    distinct = list(dict.fromkeys(tokens))
+    ids = dict(zip(distinct, range(len(distinct))))
+    token_ids = np.fromiter(map(ids.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+    counts = np.bincount(token_ids, minlength=len(distinct))
+    lengths, word_chars, has_letter, unsegmented = _token_classes(distinct, _has_unsegmented(text))
+    word_like = word_chars > 0  # punctuation-only tokens are not words
+    n_words = int(counts[word_like].sum())
     if cfg.min_words is not None and n_words < cfg.min_words:
         return [], "too_short"
     if cfg.max_words is not None and n_words > cfg.max_words:
         return [], "too_long"
     if n_words == 0:
         return [], "too_short"
-    word_counts = Counter(words)
 
     # Gopher quality rules
     if cfg.max_symbol_word_ratio is not None:
         ellipses = text.count("...") + text.count("…")
         if max(text.count("#"), ellipses) / n_words > cfg.max_symbol_word_ratio:
             return [], "symbol_ratio"
-    spaced = [t for t, w, u in zip(tokens, is_word, unsegmented) if w and not u]
-    if cfg.mean_word_length is not None and len(spaced) * 2 >= n_words:  # skipped for mostly-unsegmented text
-        if spaced:
-            letters = len(_NON_WORD.sub("", "".join(spaced)))
-            mean = letters / len(spaced)
+    spaced = word_like & ~unsegmented
+    n_spaced = int(counts[spaced].sum())
+    if cfg.mean_word_length is not None and n_spaced * 2 >= n_words:  # skipped for mostly-unsegmented text
+        if n_spaced:
+            letters = int((word_chars * counts)[spaced].sum())  # the word characters (\w) of the spaced words
+            mean = letters / n_spaced
             lo, hi = cfg.mean_word_length
             if not lo <= mean <= hi:
                 return [], "mean_word_length"
     if cfg.min_alphabetic_word_fraction is not None:
-        alphabetic = sum(n for w, n in word_counts.items() if _HAS_LETTER(w))
+        alphabetic = int(counts[has_letter].sum())  # a token with a letter is a word
         if alphabetic / n_words < cfg.min_alphabetic_word_fraction:
             return [], "alphabetic_words"
     if _over(sum(1 for line in lines if line.lstrip()[:1] in BULLETS) / len(lines), cfg.max_bullet_line_fraction):
@@ -477,7 +539,12 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
         return [], "ellipsis_lines"
     if cfg.stop_words is not None and lang == "en":
         stop = set(cfg.stop_words)
-        found = sum(n for w, n in word_counts.items() if w.lower().strip(".,;:!?\"'()[]“”‘’") in stop)
+        found = 0
+        for w, n, is_word in zip(distinct, counts.tolist(), word_like.tolist()):
+            if found >= cfg.min_stop_words:
+                break  # enough: the rest of the document cannot change the verdict
+            if is_word and w.lower().strip(".,;:!?\"'()[]“”‘’") in stop:
+                found += n
         if found < cfg.min_stop_words:
             return [], "stop_words"
 
@@ -489,8 +556,8 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
     if (_over(para_repeats, cfg.max_duplicate_paragraph_fraction)
             or _over(para_chars, cfg.max_duplicate_paragraph_char_fraction)):
         return [], "duplicate_paragraphs"
-    mostly_unsegmented = sum(unsegmented) * 2 > n_words
-    reason = _ngram_rules(tokens, cfg, cfg.unsegmented_ngram_scale if mostly_unsegmented else 1)
+    mostly_unsegmented = int(counts[unsegmented].sum()) * 2 > n_words
+    reason = _ngram_rules(token_ids, lengths[token_ids], cfg, cfg.unsegmented_ngram_scale if mostly_unsegmented else 1)
     if reason is not None:
         return [], reason
     return cleaned, None

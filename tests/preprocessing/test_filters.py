@@ -243,3 +243,104 @@ def test_config_validation():
         FiltersConfig(top_ngram_char_fraction={0: 0.2})
     with pytest.raises(ValidationError):
         FiltersConfig(normalization="NFD")
+
+
+# ------------------------------------------------------------------- fast paths against the plain formulations
+
+# every code point str.isspace() accepts, joiners, marks, unsegmented scripts, surrogate-free astral characters
+TRICKY = ("a\r\nb\rb\u2028b\tb\u00a0c\u1680d\u2000e\u2007f\u200ag\u202fh\u205fi\u3000j\x1fk\x85l \u200bm \ufeffn "
+          "中文字，日本語のカタカナ。 ไทย ภาษา\u0e31\u0e48 မြန်မာ ཀ་ ក្ម \U00020000\U0002a6d6\U000323af "
+          "x_y 12 3.5 ... -- ½ ٣ Ⅻ n\u0303o Straße ΣΊΣΥΦΟΣ 한국어 (the) “of”, 'to' ፩ ༣ ㈠")
+
+
+def _plain_token_classes(token: str) -> tuple[int, bool]:
+    import re
+
+    return len(re.sub(r"\W+", "", token)), re.search(r"[^\W\d_]", token) is not None
+
+
+def test_token_fast_paths_agree_with_the_regexes():
+    import random
+    import re
+
+    from preprocessing.filters import _tables, _token_classes
+
+    rng = random.Random(3)
+    texts = [TRICKY, TRICKY.encode("ascii", "ignore").decode(), "  lead and trail  ", ""]
+    pool = list(TRICKY) + [" ", " ", "\n"]
+    texts += ["".join(rng.choice(pool) for _ in range(rng.randint(1, 60))) for _ in range(300)]
+    token_regex = _tables()["token"]
+    for text in texts:
+        assert tokenize(text) == token_regex.findall(text), text
+        # line breaks, then whitespace collapsed per line, as the regexes did it
+        lines = re.sub(r"\r\n?|[\v\f\x1c-\x1e\x85\u2028\u2029]", "\n", text).split("\n")
+        expected = "\n".join(line for line in (re.sub(r"[^\S\n]+", " ", raw).strip() for raw in lines) if line)
+        assert normalize_text(text, FiltersConfig(normalization="none", remove_control_chars=False)) == expected
+        distinct = list(dict.fromkeys(token_regex.findall(text)))
+        lengths, word_chars, letters, unsegmented = _token_classes(distinct, True)
+        for k, token in enumerate(distinct):
+            assert (int(word_chars[k]), bool(letters[k])) == _plain_token_classes(token), token
+            assert lengths[k] == len(token)
+            # the regex's first kind of token: one character of the class (and its marks)
+            assert bool(unsegmented[k]) == (_tables()["has_unsegmented"](token[0]) is not None), token
+
+
+def _plain_ngram_rules(tokens: list[str], cfg: FiltersConfig) -> str | None:
+    """The n-gram rules as first written (np.unique with first indices, inverse and counts per n-gram size)."""
+    import numpy as np
+
+    from preprocessing.filters import _ROLL, _token_codes
+
+    ids = {t: i for i, t in enumerate(dict.fromkeys(tokens))}
+    lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+    total = int(lengths.sum())
+    codes = _token_codes(np.array([ids[t] for t in tokens], dtype=np.int64))
+    prefix = np.concatenate(([0], np.cumsum(lengths)))
+    hashes = codes.copy()
+    top, dup = cfg.top_ngram_char_fraction, cfg.duplicate_ngram_char_fraction
+    for n in range(2, max([*top, *dup]) + 1):
+        if len(tokens) < n:
+            break
+        hashes = hashes[:-1] * _ROLL + codes[n - 1:]
+        _, first, inverse, counts = np.unique(hashes, return_index=True, return_inverse=True, return_counts=True)
+        if n in top and counts.max() > 1:
+            starts = first[counts == counts.max()]
+            if counts.max() * int((prefix[starts + n] - prefix[starts]).max()) / total > top[n]:
+                return "top_ngram"
+        if n in dup:
+            repeated = counts[inverse] > 1
+            covered = np.zeros(len(tokens), dtype=bool)
+            for i in np.flatnonzero(repeated):
+                covered[i:i + n] = True
+            if int(lengths[covered].sum()) / total > dup[n]:
+                return "duplicate_ngrams"
+    return None
+
+
+def test_ngram_rules_agree_with_the_plain_formulation():
+    """Sorted hashes instead of np.unique's first/inverse/counts: the same verdicts on repetitive token streams
+    whose most frequent n-grams differ in length (which first occurrence is measured matters)."""
+    import random
+
+    import numpy as np
+
+    from preprocessing.filters import _ngram_rules
+
+    rng = random.Random(5)
+    configs = [FiltersConfig(top_ngram_char_fraction={2: a, 3: a * 0.9, 4: a * 0.8},
+                             duplicate_ngram_char_fraction={5: b, 6: b, 8: b / 2, 10: b / 3})
+               for a in (0.002, 0.02, 0.1, 0.3) for b in (0.005, 0.05, 0.2)]
+    verdicts = set()
+    for _ in range(400):
+        vocab = ["w" * rng.randint(1, 9) + str(i) for i in range(rng.randint(1, 25))]
+        tokens = [rng.choice(vocab) for _ in range(rng.randint(1, 120))]
+        if rng.random() < 0.5:
+            tokens = tokens * rng.randint(1, 3) + tokens[: rng.randint(0, len(tokens))]
+        ids = {t: i for i, t in enumerate(dict.fromkeys(tokens))}
+        token_ids = np.array([ids[t] for t in tokens], dtype=np.int64)
+        lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+        for cfg in configs:
+            verdict = _ngram_rules(token_ids, lengths, cfg)
+            assert verdict == _plain_ngram_rules(tokens, cfg), (tokens, cfg)
+            verdicts.add(verdict)
+    assert verdicts == {None, "top_ngram", "duplicate_ngrams"}
