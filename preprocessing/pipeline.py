@@ -42,7 +42,7 @@ from typing import Iterator
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.io import ReadFromText, WriteToText
+from apache_beam.io import ReadFromText
 from apache_beam.pvalue import TaggedOutput
 from tokenizers import Tokenizer
 from tqdm import tqdm
@@ -56,6 +56,7 @@ from .config import CorpusConfig, PreprocessConfig
 from .documents import build_documents_pipeline
 from .instances import iter_bucket_instances
 from .segments import Row, RowBlock, build_rows, rows_to_block
+from .sinks import WriteSmallLines
 from .masking import Masker
 from .runners import describe, run_pipeline
 from .shards import (SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, merge_runs,
@@ -128,7 +129,7 @@ class TokenizeDoc(beam.DoFn):
         doc = json.loads(line)
         split = doc["split"]
         if doc.get("kind") == "pair":  # both sides, each with its language
-            src, tgt = (e.ids for e in self.tokenizer.encode_batch([doc["src"], doc["tgt"]], add_special_tokens=False))
+            src, tgt = (e.ids for e in self.tokenizer.encode_batch_fast([doc["src"], doc["tgt"]], add_special_tokens=False))
             if src and tgt:
                 langs = (lang_ids.get(doc["src_lang"], 0), lang_ids.get(doc["tgt_lang"], 0))
                 yield (split, hashing.bucket_of(doc["doc_id"], buckets[split])), (doc["doc_id"], [src, tgt], langs)
@@ -136,7 +137,9 @@ class TokenizeDoc(beam.DoFn):
                 yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
             return
         sentences = [s for paragraph in doc["paragraphs"] for s in paragraph]
-        encoded = self.tokenizer.encode_batch(sentences, add_special_tokens=False)
+        # the fast variant leaves out character offsets: making them (and their Python objects, one per
+        # sentence, under the GIL) cost more than the tokenising itself
+        encoded = self.tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
         ids = [e.ids for e in encoded if e.ids]
         if ids:
             lang = lang_ids.get(doc.get("lang") or "und", 0)
@@ -253,7 +256,9 @@ class DealAndMask(beam.DoFn):
                 # group to one worker whole, and a shard's group would otherwise be a fixed share of the corpus
                 path = spill_dir(self.shard_dir, split, shard) / f"{pre}-{start}.arrow"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                with AtomicFile(path) as tmp:  # a retried bundle rewrites the same bytes
+                # a retried bundle rewrites the same bytes; not synced to disk: a crash reruns the job, and
+                # WriteShardFn's shard file (synced) is what survives it
+                with AtomicFile(path, durable=False) as tmp:
                     spill_part(tmp, batch)
                 yield (split, shard), (pre, start, chunk.keys, str(path), totals)
 
@@ -327,13 +332,13 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
         | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), cfg.seed), plan)
         .with_outputs("no_tokens", "copies", main="docs")
     )
-    tokenized.no_tokens | "WriteNoTokens" >> WriteToText(str(work / "no_tokens" / "part"), file_name_suffix=".jsonl")
+    tokenized.no_tokens | "WriteNoTokens" >> WriteSmallLines(work / "no_tokens")
     (
         tokenized.copies
         | "ParseCopies" >> beam.Map(lambda line: (json.loads(line)[0], (1, json.loads(line)[1])))
         | "SumCopies" >> beam.CombinePerKey(_sum_pairs)
         | "CopiesJson" >> beam.MapTuple(lambda lang, dc: json.dumps([lang, dc[0], dc[1]]))
-        | "WriteCopies" >> WriteToText(str(work / "copies" / "part"), file_name_suffix=".jsonl")
+        | "WriteCopies" >> WriteSmallLines(work / "copies")
     )
     num_shards = {"train": cfg.shards.train_shards, "heldout": cfg.shards.heldout_shards}
     instances = (
@@ -353,7 +358,7 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
                                       sizes=beam.pvalue.AsDict(sizes))
         | "ByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows))
-        | "WriteSummaries" >> WriteToText(str(work / "shard_summaries" / "part"), file_name_suffix=".jsonl")
+        | "WriteSummaries" >> WriteSmallLines(work / "shard_summaries")
     )
 
 

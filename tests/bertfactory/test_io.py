@@ -52,3 +52,17 @@ def test_atomic_writes_get_the_mode_of_an_ordinary_new_file(tmp_path):
         os.umask(old)
     for name in ("a.txt", "b.bin"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+
+
+def test_atomic_file_without_durability_renames_but_never_syncs(tmp_path, monkeypatch):
+    import os
+
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    with AtomicFile(tmp_path / "spill.arrow", durable=False) as tmp:
+        tmp.write_bytes(b"rows")
+        assert not (tmp_path / "spill.arrow").exists()
+    assert (tmp_path / "spill.arrow").read_bytes() == b"rows" and synced == []
+    with AtomicFile(tmp_path / "shard.arrow") as tmp:
+        tmp.write_bytes(b"rows")
+    assert len(synced) == 2  # the file, then its directory
