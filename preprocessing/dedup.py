@@ -57,9 +57,9 @@ INDEX_METADATA_KEY = b"bertfactory.dedup_index"
 BATCH_ROWS = 8192
 MERSENNE_61 = (1 << 61) - 1
 _P = np.uint64(MERSENNE_61)
-_LOW32 = np.uint64(0xFFFFFFFF)
-_LOW29 = np.uint64((1 << 29) - 1)
-_U3, _U29, _U32, _U61 = np.uint64(3), np.uint64(29), np.uint64(32), np.uint64(61)
+_LOW30 = np.uint64((1 << 30) - 1)
+_LOW31 = np.uint64((1 << 31) - 1)
+_U1, _U29, _U30, _U31, _U61 = np.uint64(1), np.uint64(29), np.uint64(30), np.uint64(31), np.uint64(61)
 NO_SIGNATURE = 0xFFFFFFFF  # every position: a record without shingles (empty text, sentence pairs)
 
 
@@ -115,19 +115,31 @@ def exact_hash(normalised: str) -> int:
     return hash64("dedup-exact", normalised)
 
 
+# token -> its blake2b hash, kept across the documents of a process: a corpus repeats its vocabulary (sotu: 32k
+# distinct tokens among the 400k distinct per document), and blake2b costs a microsecond a token. Emptied when full:
+# bounded memory (~8 MB), and the values never depend on what is cached.
+_TOKEN_HASH_CACHE: dict[str, int] = {}
+_TOKEN_HASH_CACHE_SIZE = 1 << 16
+
+
 def _token_hashes(tokens: list[str]) -> np.ndarray:
-    """A stable 64-bit hash per token (blake2b of each distinct token once)."""
-    codes = {token: int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
-             for token in set(tokens)}
-    return np.fromiter(map(codes.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
+    """A stable 64-bit hash per token (blake2b of each distinct token, once per process while cached)."""
+    cache = _TOKEN_HASH_CACHE
+    new = [token for token in set(tokens) if token not in cache]
+    if len(cache) + len(new) > _TOKEN_HASH_CACHE_SIZE:
+        cache.clear()
+        new = list(set(tokens))
+    for token in new:
+        cache[token] = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
+    return np.fromiter(map(cache.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
 
 
 _ROLL = np.uint64(0x100000001B3)
 
 
 def shingle_hashes(tokens: list[str], size: int) -> np.ndarray:
-    """The distinct 61-bit hashes (values < 2^61 - 1) of all `size`-token shingles; a text shorter than `size`
-    is one shingle; no tokens, no shingles."""
+    """The distinct 61-bit hashes (values < 2^61 - 1) of all `size`-token shingles, sorted; a text shorter than
+    `size` is one shingle; no tokens, no shingles."""
     if not tokens:
         return np.zeros(0, dtype=np.uint64)
     codes = _token_hashes(tokens)
@@ -135,7 +147,16 @@ def shingle_hashes(tokens: list[str], size: int) -> np.ndarray:
     hashes = codes[: len(codes) - size + 1].copy()
     for k in range(1, size):
         hashes = hashes * _ROLL + codes[k: len(codes) - size + 1 + k]  # rolling hash, uint64 wraps around
-    return np.unique(hashes % _P)
+    # hashes % (2^61 - 1) without a 64-bit division: 2^61 = 1 (mod 2^61 - 1), so h = q 2^61 + r -> q + r <= p + 7,
+    # then one conditional subtraction (r - p wraps around to a huge value where r < p)
+    folded = (hashes & _P) + (hashes >> _U61)
+    folded = np.minimum(folded, folded - _P)
+    # np.unique as a sort and a neighbour test (np.unique's hash table costs more than the sort here)
+    ordered = np.sort(folded)
+    first = np.empty(len(ordered), dtype=bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return ordered[first]
 
 
 class MinHasher:
@@ -146,38 +167,52 @@ class MinHasher:
         b = [hash64("minhash-b", seed, i) % MERSENNE_61 for i in range(num_perm)]
         self.a = np.array(a, dtype=np.uint64)
         self.b = np.array(b, dtype=np.uint64)[:, None]
-        self.a_hi = (self.a >> np.uint64(32))[:, None]
-        self.a_lo = (self.a & _LOW32)[:, None]
+        # a = a_hi 2^31 + a_lo; a_hi doubled in advance (a_hi x_hi 2^62 = 2 a_hi x_hi)
+        self.a_hi2 = ((self.a >> _U31) << _U1)[:, None]
+        self.a_hi = (self.a >> _U31)[:, None]
+        self.a_lo = (self.a & _LOW31)[:, None]
         self.num_perm = num_perm
         self.chunk = chunk
 
-    def permute(self, x: np.ndarray) -> np.ndarray:
-        """(a_i x_j + b_i) mod (2^61 - 1) for every permutation i and value x_j < 2^61 - 1: [num_perm, len(x)].
-        Exact: a = a_hi 2^32 + a_lo and x = x_hi 2^32 + x_lo, with 2^61 = 1 and so 2^64 = 8 (mod 2^61 - 1)."""
-        x_hi = (x >> _U32)[None, :]
-        x_lo = (x & _LOW32)[None, :]
+    def _folded(self, x: np.ndarray) -> np.ndarray:
+        """[num_perm, len(x)] values v_ij <= 2^61 + 4 with v_ij = (a_i x_j + b_i) mod (2^61 - 1) or that plus 2^61 - 1.
+        Exact: a = a_hi 2^31 + a_lo and x = x_hi 2^31 + x_lo (hi < 2^30, lo < 2^31), so
+        a x = a_hi x_hi 2^62 + (a_hi x_lo + a_lo x_hi) 2^31 + a_lo x_lo, with 2^61 = 1 and so 2^62 = 2 (mod 2^61 - 1);
+        every product < 2^62, and no sum overflows 64 bits. 16 array operations (the 32-bit split took 21)."""
+        x_hi = (x >> _U31)[None, :]
+        x_lo = (x & _LOW31)[None, :]
         # in place: each full-size temporary costs as much as the arithmetic
-        total = self.a_hi * x_hi
-        total <<= _U3  # a_hi x_hi 2^64 = 8 a_hi x_hi < 2^61
+        total = self.a_hi2 * x_hi  # 2 a_hi x_hi < 2^61
         mid = self.a_hi * x_lo
         tmp = self.a_lo * x_hi
-        mid += tmp  # < 2^62; mid 2^32 = (mid >> 29) + (mid & (2^29 - 1)) 2^32
-        np.bitwise_and(mid, _LOW29, out=tmp)
-        tmp <<= _U32
-        mid >>= _U29
+        mid += tmp  # < 2^62; mid 2^31 = (mid >> 30) 2^61 + (mid & (2^30 - 1)) 2^31 = (mid >> 30) + ... (mod p)
+        np.bitwise_and(mid, _LOW30, out=tmp)
+        tmp <<= _U31  # < 2^61
+        total += tmp
+        mid >>= _U30  # < 2^32
         total += mid
+        np.multiply(self.a_lo, x_lo, out=tmp)  # < 2^62
         total += tmp
-        low = np.multiply(self.a_lo, x_lo, out=mid)  # < 2^64
-        np.right_shift(low, _U61, out=tmp)
-        low &= _P
-        total += low
-        total += tmp
-        total += self.b  # < 2^63 + 2^35 in all
-        np.right_shift(total, _U61, out=tmp)
+        total += self.b  # < 2^61 + 2^61 + 2^32 + 2^62 + 2^61 < 2^63.4
+        np.right_shift(total, _U61, out=tmp)  # <= 5
         total &= _P
-        total += tmp  # <= 2^61 + 3
-        np.subtract(total, _P, out=tmp)  # wraps around to a huge value where total < p
+        total += tmp  # <= 2^61 - 1 + 5
+        return total
+
+    def permute(self, x: np.ndarray) -> np.ndarray:
+        """(a_i x_j + b_i) mod (2^61 - 1) for every permutation i and value x_j < 2^61 - 1: [num_perm, len(x)]."""
+        total = self._folded(x)
+        tmp = total - _P  # wraps around to a huge value where total < p
         return np.minimum(total, tmp, out=total)
+
+    def _chunk_minimum(self, x: np.ndarray) -> np.ndarray:
+        """permute(x).min(axis=1) without reducing every value: a folded value is >= p only when the true one is
+        < 5 (about 5 in 2^61 of them), and only then does the chunk need the exact reduction."""
+        total = self._folded(x)
+        if total.max() < _P:
+            return total.min(axis=1)
+        tmp = total - _P
+        return np.minimum(total, tmp, out=total).min(axis=1)
 
     def signature(self, shingles: np.ndarray) -> np.ndarray | None:
         """uint32[num_perm]: the top 32 bits of the minimum of each permutation over the shingles; None without
@@ -188,7 +223,7 @@ class MinHasher:
         # chunks of shingles: bounded memory, and [num_perm, 512] uint64 temporaries stay in the CPU cache (3x faster
         # than chunks of 2048)
         for start in range(0, len(shingles), self.chunk):
-            np.minimum(low, self.permute(shingles[start: start + self.chunk]).min(axis=1), out=low)
+            np.minimum(low, self._chunk_minimum(shingles[start: start + self.chunk]), out=low)
         return (low >> np.uint64(29)).astype(np.uint32)
 
 

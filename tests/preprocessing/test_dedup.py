@@ -115,6 +115,26 @@ def test_permutations_are_exact_modular_arithmetic():
         assert [int(v) for v in got[i]] == [(a * x + b) % MERSENNE_61 for x in xs]
 
 
+def test_signature_is_exact_where_permutations_come_near_zero():
+    """Values x with (a_i x + b_i) mod p in 0..6: the folded form of such a value may be >= p, and the signature's
+    per-chunk minimum must reduce it; chunk boundaries anywhere."""
+    hasher = MinHasher(8, seed=3)
+    rng = random.Random(4)
+    xs = [rng.randrange(MERSENNE_61) for _ in range(40)]
+    for i in range(8):
+        a, b = int(hasher.a[i]), int(hasher.b[i, 0])
+        xs += [((target - b) * pow(a, -1, MERSENNE_61)) % MERSENNE_61 for target in range(7)]
+    xs = np.array(xs, dtype=np.uint64)
+    exact = np.array([[(int(hasher.a[i]) * int(x) + int(hasher.b[i, 0])) % MERSENNE_61 for x in xs]
+                      for i in range(8)], dtype=np.uint64)
+    assert np.array_equal(hasher.permute(xs), exact)
+    for chunk in (1, 5, 512):
+        hasher.chunk = chunk
+        for part in (slice(None), slice(0, 40), slice(40, None), slice(37, 52)):
+            want = (exact[:, part].min(axis=1) >> np.uint64(29)).astype(np.uint32)
+            assert np.array_equal(hasher.signature(xs[part]), want), (chunk, part)
+
+
 def test_signature_estimates_the_jaccard_of_real_shingle_sets():
     title, paragraphs = articles(1)[0]
     text = normalise_for_dedup("\n".join(" ".join(p) for p in paragraphs))
