@@ -87,59 +87,55 @@ def instances_from_document(
     """google's create_instances_from_document without masking: [(input_ids, len_a, nsp_label), ...].
     `sentence_order`: ALBERT's SOP pairs instead of NSP pairs (see the module docstring)."""
     document = documents[document_index]
+    n_sentences = len(document)
     max_num_tokens = max_seq_len - 3
     target_seq_length = max_num_tokens
     if rng.random() < short_seq_prob:
         target_seq_length = _randint(rng, 2, max_num_tokens)
+    can_draw_other = len(documents) > 1
     out: list[tuple[list[int], int, int]] = []
-    current_chunk: list[Sequence[int]] = []
+    start = 0  # the current chunk: sentences start..i
     current_length = 0
     i = 0
-    while i < len(document):
-        segment = document[i]
-        current_chunk.append(segment)
-        current_length += len(segment)
-        if i == len(document) - 1 or current_length >= target_seq_length:
-            if current_chunk:
-                a_end = _randint(rng, 1, len(current_chunk) - 1) if len(current_chunk) >= 2 else 1
-                tokens_a = list(chain.from_iterable(current_chunk[:a_end]))
-                tokens_b: list[int] = []
-                can_draw_other = len(documents) > 1
-                if sentence_order:
-                    is_random_next = 0  # here: 1 = swapped
-                    if len(current_chunk) >= 2:
-                        tokens_b = list(chain.from_iterable(current_chunk[a_end:]))
-                        if rng.random() < 0.5:
-                            tokens_a, tokens_b = tokens_b, tokens_a
-                            is_random_next = 1
-                elif can_draw_other and (len(current_chunk) == 1 or rng.random() < nsp_random_prob):
-                    is_random_next = 1
-                    target_b_length = target_seq_length - len(tokens_a)
-                    # uniform over the *other* documents (google retries 10 times and may end on the same one,
-                    # which would be a wrong NotNext label in a small bucket)
-                    random_document_index = _randint(rng, 0, len(documents) - 2)
-                    if random_document_index >= document_index:
-                        random_document_index += 1
-                    random_document = documents[random_document_index]
-                    random_start = _randint(rng, 0, len(random_document) - 1)
-                    for j in range(random_start, len(random_document)):
-                        tokens_b.extend(random_document[j])
-                        if len(tokens_b) >= target_b_length:
-                            break
-                    # the segments of the chunk not used for A are put back
-                    i -= len(current_chunk) - a_end
-                elif len(current_chunk) >= 2:
-                    is_random_next = 0
-                    tokens_b = list(chain.from_iterable(current_chunk[a_end:]))
-                else:
-                    # one sentence left and no other document to pair it with: no valid instance
-                    tokens_b = []
-                    is_random_next = 0
-                truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-                if tokens_a and tokens_b:
-                    ids = [cls_id, *tokens_a, sep_id, *tokens_b, sep_id]
-                    out.append((ids, len(tokens_a) + 2, is_random_next))
-            current_chunk = []
+    while i < n_sentences:
+        current_length += len(document[i])
+        if i == n_sentences - 1 or current_length >= target_seq_length:
+            chunk_size = i + 1 - start
+            a_end = _randint(rng, 1, chunk_size - 1) if chunk_size >= 2 else 1
+            tokens_a = list(chain.from_iterable(document[start:start + a_end]))
+            tokens_b: list[int] = []
+            if sentence_order:
+                is_random_next = 0  # here: 1 = swapped
+                if chunk_size >= 2:
+                    tokens_b = list(chain.from_iterable(document[start + a_end:i + 1]))
+                    if rng.random() < 0.5:
+                        tokens_a, tokens_b = tokens_b, tokens_a
+                        is_random_next = 1
+            elif can_draw_other and (chunk_size == 1 or rng.random() < nsp_random_prob):
+                is_random_next = 1
+                target_b_length = target_seq_length - len(tokens_a)
+                # uniform over the *other* documents (google retries 10 times and may end on the same one,
+                # which would be a wrong NotNext label in a small bucket)
+                random_document_index = _randint(rng, 0, len(documents) - 2)
+                if random_document_index >= document_index:
+                    random_document_index += 1
+                random_document = documents[random_document_index]
+                for j in range(_randint(rng, 0, len(random_document) - 1), len(random_document)):
+                    tokens_b.extend(random_document[j])
+                    if len(tokens_b) >= target_b_length:
+                        break
+                # the segments of the chunk not used for A are put back
+                i -= chunk_size - a_end
+            elif chunk_size >= 2:
+                is_random_next = 0
+                tokens_b = list(chain.from_iterable(document[start + a_end:i + 1]))
+            else:
+                # one sentence left and no other document to pair it with: no valid instance
+                is_random_next = 0
+            truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+            if tokens_a and tokens_b:
+                out.append(([cls_id, *tokens_a, sep_id, *tokens_b, sep_id], len(tokens_a) + 2, is_random_next))
+            start = i + 1
             current_length = 0
         i += 1
     return out
