@@ -49,7 +49,7 @@ from bertfactory.config import StrictModel
 from bertfactory.errors import InputError
 from bertfactory.io import AtomicFile, sha256_file
 
-from .filters import strip_punctuation_table, tokenize
+from .filters import has_unsegmented, strip_punctuation_table, tokenize
 from .hashing import hash64
 
 INDEX_FORMAT_VERSION = 1
@@ -108,7 +108,12 @@ def document_text(doc: dict) -> str:
 def normalise_for_dedup(text: str) -> str:
     """Case-folded (str.casefold: ß = SS = ss), every Unicode punctuation character (category P*) removed,
     whitespace runs -> one space."""
-    return " ".join(text.casefold().translate(strip_punctuation_table()).split())
+    return " ".join(_normalised_words(text))
+
+
+def _normalised_words(text: str) -> list[str]:
+    """The whitespace-separated words of normalise_for_dedup(text)."""
+    return text.casefold().translate(strip_punctuation_table()).split()
 
 
 def exact_hash(normalised: str) -> int:
@@ -294,10 +299,13 @@ class _Features(beam.DoFn):
 
     def process(self, item) -> Iterator:
         doc_id, doc = item
-        normalised = normalise_for_dedup(document_text(doc))
+        words = _normalised_words(document_text(doc))
+        normalised = " ".join(words)
         signature = None
         if self.cfg.near and "paragraphs" in doc:
-            sig = self.hasher.signature(shingle_hashes(tokenize(normalised), self.cfg.shingle_size))
+            # tokenize(normalised) is the words themselves unless a script without spaces needs cutting
+            tokens = tokenize(normalised) if has_unsegmented(normalised) else words
+            sig = self.hasher.signature(shingle_hashes(tokens, self.cfg.shingle_size))
             signature = None if sig is None else sig.astype("<u4").tobytes()
         yield doc_id, Member((1, doc["source"], doc["ordinal"], doc_id), doc_id, doc["source"], doc["ordinal"],
                              doc["key"], exact_hash(normalised), signature)

@@ -277,7 +277,7 @@ def _char_table(run: re.Pattern, every: str) -> np.ndarray:
     return table
 
 
-def _has_unsegmented(text: str) -> bool:
+def has_unsegmented(text: str) -> bool:
     """Whether `text` holds a character of a script without spaces (never in ASCII text)."""
     return not text.isascii() and _tables()["has_unsegmented"](text) is not None
 
@@ -285,7 +285,7 @@ def _has_unsegmented(text: str) -> bool:
 def tokenize(text: str) -> list[str]:
     """Word tokens of `text`: whitespace-separated runs, and one token per character (with its combining marks)
     of the scripts written without spaces."""
-    if not _has_unsegmented(text):
+    if not has_unsegmented(text):
         # then only the regex's second kind matches, runs of non-\s: str.split() gives the same tokens (re's \s
         # and str.isspace agree on every code point) at a fifth of the CPU
         return text.split()
@@ -504,7 +504,7 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
     ids = dict(zip(distinct, range(len(distinct))))
     token_ids = np.fromiter(map(ids.__getitem__, tokens), dtype=np.int64, count=len(tokens))
     counts = np.bincount(token_ids, minlength=len(distinct))
-    lengths, word_chars, has_letter, unsegmented = _token_classes(distinct, _has_unsegmented(text))
+    lengths, word_chars, has_letter, unsegmented = _token_classes(distinct, has_unsegmented(text))
     word_like = word_chars > 0  # punctuation-only tokens are not words
     n_words = int(counts[word_like].sum())
     if cfg.min_words is not None and n_words < cfg.min_words:

@@ -128,10 +128,11 @@ def split_sentences(paragraph: str, lang: str | None = None) -> list[str]:
     the Greek question mark `;`. Script-specific punctuation is recognised whatever `lang` is."""
     lang = normalise_lang_code(lang)
     cuts = _latin_boundaries(paragraph, lang)
-    if _MAY_END_ALWAYS(paragraph):
-        cuts += [m.end() for m in _ALWAYS_FINAL.finditer(paragraph)]
-    if _IN_SCRIPT_RUN(paragraph):
-        cuts += [m.start() for m in _SPACE_IN_SCRIPT_RUN.finditer(paragraph)]
+    if not paragraph.isascii():  # every character of the two checks below is outside ASCII
+        if _MAY_END_ALWAYS(paragraph):
+            cuts += [m.end() for m in _ALWAYS_FINAL.finditer(paragraph)]
+        if _IN_SCRIPT_RUN(paragraph):
+            cuts += [m.start() for m in _SPACE_IN_SCRIPT_RUN.finditer(paragraph)]
     if lang == "el":
         cuts += [m.end() for m in _GREEK_QUESTION.finditer(paragraph)]
     sentences: list[str] = []
