@@ -371,6 +371,20 @@ def _token_codes(ids: np.ndarray) -> np.ndarray:
     return x * _MIX2
 
 
+_LOW16 = np.uint64(0xFFFF)
+
+
+def _positions_of(hashes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The positions i (ascending) at which hashes[i] is one of `values` (sorted). A table of the values' low 16
+    bits first narrows the binary search to the few positions that may hold one: a repeated n-gram is rare in
+    real text, and searching every position cost more than the sort."""
+    table = np.zeros(1 << 16, dtype=bool)
+    table[values & _LOW16] = True
+    maybe = np.flatnonzero(table[hashes & _LOW16])
+    at = np.minimum(np.searchsorted(values, hashes[maybe]), len(values) - 1)
+    return maybe[values[at] == hashes[maybe]]
+
+
 def _ngram_rules(ids: np.ndarray, lengths: np.ndarray, cfg: FiltersConfig, scale: int = 1) -> str | None:
     """The top_ngram and duplicate_ngrams rules on a text's tokens, given as their ids (first-seen order) and
     lengths in characters."""
@@ -401,19 +415,21 @@ def _ngram_rules(ids: np.ndarray, lengths: np.ndarray, cfg: FiltersConfig, scale
             counts = np.diff(starts, append=len(ordered))
             best = int(counts.max())
             # the first occurrence of each most frequent n-gram, as np.unique's return_index gave it
-            where = np.flatnonzero(np.isin(hashes, ordered[starts[counts == best]]))
+            where = _positions_of(hashes, ordered[starts[counts == best]])
             firsts = where[np.unique(hashes[where], return_index=True)[1]]
             chars = int((char_prefix[firsts + n] - char_prefix[firsts]).max())
             if best * chars / total > top[n]:
                 return "top_ngram"
         if n in dup:
-            values = ordered[1:][same]  # sorted; every value occurring more than once is among them
-            at = np.minimum(np.searchsorted(values, hashes), len(values) - 1)
-            repeated = values[at] == hashes  # n-gram starting at i occurs more than once
-            # token j is covered if a repeated n-gram starts in [j - n + 1, j]
-            starts_before = np.concatenate(([0], np.cumsum(repeated)))
-            j = np.arange(len(ids))
-            covered = starts_before[np.minimum(j + 1, len(repeated))] - starts_before[np.maximum(j - n + 1, 0)] > 0
+            # the n-grams starting at these positions occur more than once (ordered[1:][same]: sorted, and every
+            # value occurring more than once is among them)
+            repeated = _positions_of(hashes, ordered[1:][same])
+            # token j is covered if a repeated n-gram starts in [j - n + 1, j]: +1 where a window opens, -1 where
+            # it closes, summed
+            opened = np.zeros(len(ids) + 1, dtype=np.int64)
+            opened[repeated] += 1
+            opened[repeated + n] -= 1
+            covered = np.cumsum(opened[:-1]) > 0
             if int(lengths[covered].sum()) / total > dup[n]:
                 return "duplicate_ngrams"
     return None
