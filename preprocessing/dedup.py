@@ -121,8 +121,9 @@ def exact_hash(normalised: str) -> int:
 
 
 # token -> its blake2b hash, kept across the documents of a process: a corpus repeats its vocabulary (sotu: 32k
-# distinct tokens among the 400k distinct per document), and blake2b costs a microsecond a token. Emptied when full:
-# bounded memory (~8 MB), and the values never depend on what is cached.
+# distinct tokens among the 400k distinct per document), and blake2b costs a microsecond a token. Emptied when a
+# document's new tokens would overflow it: bounded memory (~8 MB, or one document's distinct tokens where they alone
+# are more), and the values never depend on what is cached.
 _TOKEN_HASH_CACHE: dict[str, int] = {}
 _TOKEN_HASH_CACHE_SIZE = 1 << 16
 
@@ -130,10 +131,11 @@ _TOKEN_HASH_CACHE_SIZE = 1 << 16
 def _token_hashes(tokens: list[str]) -> np.ndarray:
     """A stable 64-bit hash per token (blake2b of each distinct token, once per process while cached)."""
     cache = _TOKEN_HASH_CACHE
-    new = [token for token in set(tokens) if token not in cache]
+    distinct = set(tokens)
+    new = distinct.difference(cache)  # in C: a set smaller than the dict is checked against it element by element
     if len(cache) + len(new) > _TOKEN_HASH_CACHE_SIZE:
         cache.clear()
-        new = list(set(tokens))
+        new = distinct
     for token in new:
         cache[token] = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
     return np.fromiter(map(cache.__getitem__, tokens), dtype=np.uint64, count=len(tokens))

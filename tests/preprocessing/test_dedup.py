@@ -115,6 +115,35 @@ def test_permutations_are_exact_modular_arithmetic():
         assert [int(v) for v in got[i]] == [(a * x + b) % MERSENNE_61 for x in xs]
 
 
+def test_shingle_hashes_do_not_depend_on_the_token_cache(monkeypatch):
+    """The per-process token hash cache, emptied when full, gives the hashes computed from scratch: blake2b per
+    token, rolling hash, mod 2^61 - 1, distinct and sorted."""
+    import hashlib
+
+    import preprocessing.dedup as dedup
+
+    def plain(tokens: list[str], size: int) -> list[int]:
+        codes = [int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "little") for t in tokens]
+        size = min(size, len(codes))
+        shingles = set()
+        for i in range(len(codes) - size + 1):
+            h = 0
+            for c in codes[i:i + size]:
+                h = (h * 0x100000001B3 + c) % (1 << 64)
+            shingles.add(h % MERSENNE_61)
+        return sorted(shingles)
+
+    rng = random.Random(6)
+    vocab = [f"w{i}" for i in range(40)] + ["straße", "中", "ß", "x" * 30]
+    monkeypatch.setattr(dedup, "_TOKEN_HASH_CACHE", {})
+    monkeypatch.setattr(dedup, "_TOKEN_HASH_CACHE_SIZE", 16)  # emptied every few documents
+    for _ in range(60):
+        tokens = [rng.choice(vocab) for _ in range(rng.randint(1, 30))]
+        assert [int(h) for h in shingle_hashes(tokens, 5)] == plain(tokens, 5)
+        # bounded: the cap, or one document's own tokens where those alone exceed it
+        assert len(dedup._TOKEN_HASH_CACHE) <= max(16, len(set(tokens)))
+
+
 def test_signature_is_exact_where_permutations_come_near_zero():
     """Values x with (a_i x + b_i) mod p in 0..6: the folded form of such a value may be >= p, and the signature's
     per-chunk minimum must reduce it; chunk boundaries anywhere."""
