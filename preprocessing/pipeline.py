@@ -30,6 +30,7 @@ import glob
 import json
 import logging
 import math
+import pickle
 import random
 import shutil
 import sys
@@ -55,7 +56,7 @@ from . import hashing
 from .config import CorpusConfig, PreprocessConfig
 from .documents import build_documents_pipeline
 from .instances import iter_bucket_instances
-from .segments import Row, RowBlock, build_rows, rows_to_block
+from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, unpack_sentences
 from .sinks import WriteSmallLines
 from .masking import Masker
 from .runners import describe, run_pipeline
@@ -132,7 +133,8 @@ class TokenizeDoc(beam.DoFn):
             src, tgt = (e.ids for e in self.tokenizer.encode_batch_fast([doc["src"], doc["tgt"]], add_special_tokens=False))
             if src and tgt:
                 langs = (lang_ids.get(doc["src_lang"], 0), lang_ids.get(doc["tgt_lang"], 0))
-                yield (split, hashing.bucket_of(doc["doc_id"], buckets[split])), (doc["doc_id"], [src, tgt], langs)
+                yield ((split, hashing.bucket_of(doc["doc_id"], buckets[split])),
+                       (doc["doc_id"], pack_sentences([src, tgt]), langs))
             else:
                 yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
             return
@@ -146,23 +148,27 @@ class TokenizeDoc(beam.DoFn):
             copy_ids = self._copies(doc, copy_rates)
             if copy_rates:
                 yield TaggedOutput("copies", json.dumps([doc.get("lang") or "und", len(copy_ids)]))
+            packed = pack_sentences(ids)
             for doc_id in copy_ids:
-                yield (split, hashing.bucket_of(doc_id, buckets[split])), (doc_id, ids, lang)
+                yield (split, hashing.bucket_of(doc_id, buckets[split])), (doc_id, packed, lang)
         else:
             yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
 
 
 class BuildInstances(beam.DoFn):
-    """One bucket of documents -> its instances (see preprocessing.instances for the seeding), grouped by
-    pre-shard: elements ((split, pre-shard), RowBlock of about ROWS_PER_ELEMENT rows) per pre-shard the bucket
-    reaches, so rows travel through Beam as a few numpy arrays rather than one element (or one list of Python ints)
-    each: Beam's per-element cost and its coder's per-int cost dominated otherwise. Rows are turned into arrays
-    ROWS_PER_ELEMENT at a time, their row keys hashed for the whole block (hashing.row_keys)."""
+    """One bucket of documents (sentences packed as arrays: segments.pack_sentences) -> its instances (see
+    preprocessing.instances for the seeding), dealt to pre-shards: rows are turned into arrays ROWS_PER_ELEMENT at
+    a time (their row keys hashed for the whole block: hashing.row_keys), and a pre-shard's rows, once about
+    ROWS_PER_ELEMENT of them wait, are written to a spill file (row_spill_path); only ((split, pre-shard), (spill
+    file, rows)) goes through the shuffle. A local runner hands each worker its whole share of a stage's input at
+    once, so rows in the shuffle made DealAndMask's workers hold half the corpus's instances (1.4 GB at 10x sotu)
+    before the first pre-shard was dealt."""
 
-    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int):
+    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int, shard_dir: str):
         self.cfg = cfg
         self.cls_id = cls_id
         self.sep_id = sep_id
+        self.shard_dir = shard_dir
 
     def _rows(self, split: str, bucket: int, docs: list) -> Iterator[Row]:
         inst = self.cfg.instances
@@ -183,35 +189,58 @@ class BuildInstances(beam.DoFn):
     def process(self, item, plan: dict) -> Iterator:
         (split, bucket), docs = item
         preshards = plan["preshards"][split]
-        waiting: dict[int, list[RowBlock]] = {}  # pre-shard -> its blocks not yet passed on
+        docs = [(doc_id, unpack_sentences(packed), lang) for doc_id, packed, lang in docs]
+        waiting: dict[int, list[RowBlock]] = {}  # pre-shard -> its blocks not yet spilled
+        spilled: dict[int, int] = {}  # pre-shard -> spill files written for it from this bucket
         rows: list[Row] = []
-        for row in self._rows(split, bucket, list(docs)):
+        for row in self._rows(split, bucket, docs):
             rows.append(row)
             if len(rows) == ROWS_PER_ELEMENT:
-                yield from self._route(split, rows_to_block(rows), preshards, waiting, ROWS_PER_ELEMENT)
+                self._route(rows_to_block(rows), preshards, waiting)
                 rows = []
+                full = [pre for pre, parts in waiting.items() if sum(len(b.lengths) for b in parts) >= ROWS_PER_ELEMENT]
+                for pre in sorted(full):
+                    yield self._spill(split, bucket, pre, waiting.pop(pre), spilled)
         if rows:
-            yield from self._route(split, rows_to_block(rows), preshards, waiting, ROWS_PER_ELEMENT)
+            self._route(rows_to_block(rows), preshards, waiting)
         for pre in sorted(waiting):
-            yield (split, pre), RowBlock.concat(waiting[pre])
+            yield self._spill(split, bucket, pre, waiting[pre], spilled)
 
     @staticmethod
-    def _route(split: str, block: RowBlock, preshards: int, waiting: dict, full: int) -> Iterator:
-        """Deal a block's rows to their pre-shards; pass a pre-shard's rows on once it holds `full` of them (the
-        bucket's rows are never all held at once)."""
+    def _route(block: RowBlock, preshards: int, waiting: dict) -> None:
+        """Deal a block's rows to their pre-shards (row key modulo the split's pre-shard count)."""
         pre_of = block.keys[:, 0] % np.uint64(preshards)
         order = np.argsort(pre_of, kind="stable")
         bounds = np.searchsorted(pre_of[order], np.arange(preshards + 1, dtype=np.uint64))
         for pre in range(preshards):
-            if bounds[pre] == bounds[pre + 1]:
-                continue
-            parts = waiting.setdefault(pre, [])
-            parts.append(block.take(order[bounds[pre]:bounds[pre + 1]])[0])
-            if sum(len(part.lengths) for part in parts) >= full:
-                yield (split, pre), RowBlock.concat(waiting.pop(pre))
+            if bounds[pre] < bounds[pre + 1]:
+                waiting.setdefault(pre, []).append(block.take(order[bounds[pre]:bounds[pre + 1]])[0])
+
+    def _spill(self, split: str, bucket: int, pre: int, parts: list[RowBlock], spilled: dict) -> tuple:
+        block = RowBlock.concat(parts)
+        sequence = spilled[pre] = spilled.get(pre, -1) + 1
+        path = row_spill_path(self.shard_dir, split, pre, bucket, sequence)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # named by what it holds (a bucket's n-th block for a pre-shard), so a retried bundle rewrites the same
+        # file with the same bytes; not synced: a crash reruns the job
+        with AtomicFile(path, durable=False) as tmp:
+            with open(tmp, "wb") as f:
+                pickle.dump(tuple(block), f, protocol=5)
+        return (split, pre), (str(path), len(block.lengths))
 
 
-# rows per element leaving BuildInstances: few elements for Beam, bounded arrays in the worker
+def row_spill_path(shard_dir: str | Path, split: str, pre: int, bucket: int, sequence: int) -> Path:
+    """Where BuildInstances leaves a block of a pre-shard's rows for DealAndMask (in the staging shards directory,
+    removed with the shard spills once the instances job has finished)."""
+    return Path(shard_dir) / split / ".spill-rows" / f"{pre:05d}-{bucket:06d}-{sequence:04d}.pkl"
+
+
+def load_row_spill(path: str) -> RowBlock:
+    with open(path, "rb") as f:
+        return RowBlock(*pickle.load(f))
+
+
+# rows per spill file of BuildInstances (about): few files and elements, bounded arrays in the worker
 ROWS_PER_ELEMENT = 2048
 
 
@@ -220,9 +249,10 @@ MASK_BATCH_ROWS = 4096
 
 
 class DealAndMask(beam.DoFn):
-    """One pre-shard's rows -> each numbered and dealt to its shard, masked, as record batches. The rows of a
-    split are numbered in (pre-shard, sort key) order and dealt round-robin, so every shard holds N/S rows +-1
-    (ranks of a data-parallel job get equal work) and the layout depends only on the keys, never on bundles.
+    """One pre-shard's rows (BuildInstances' spill files) -> each numbered and dealt to its shard, masked, as
+    record batches. The rows of a split are numbered in (pre-shard, sort key) order and dealt round-robin, so every
+    shard holds N/S rows +-1 (ranks of a data-parallel job get equal work) and the layout depends only on the keys,
+    never on bundles.
     Each shard's part of the pre-shard is masked by the vectorised core (Masker.variants_flat) in batches of
     MASK_BATCH_ROWS, written to a spill file (shards.spill_part) and announced as ((split, shard), (pre-shard,
     first row, sort keys [n, 3] uint64, spill file, (tokens, masked positions, NotNext/swapped rows)))."""
@@ -242,7 +272,7 @@ class DealAndMask(beam.DoFn):
 
     def process(self, item, sizes: dict) -> Iterator:
         (split, pre), parts = item
-        block = RowBlock.concat(list(parts))
+        block = RowBlock.concat([load_row_spill(path) for path, _rows in sorted(parts)])
         # sorted by (row key, doc_id, index): numbered and dealt in that order whatever the bundles
         order = np.lexsort(block.keys.T[::-1])
         offset = sum(n for (s, p), n in sizes.items() if s == split and p < pre)
@@ -344,11 +374,11 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
     instances = (
         tokenized.docs
         | "ByBucket" >> beam.GroupByKey()
-        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"]), plan)
+        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"], str(shard_dir)), plan)
     )
     sizes = (
         instances
-        | "PreshardSizes" >> beam.MapTuple(lambda pre, rows: (pre, len(rows.lengths)))
+        | "PreshardSizes" >> beam.MapTuple(lambda pre, spill: (pre, spill[1]))
         | "SumPreshardSizes" >> beam.CombinePerKey(sum)
     )
     (

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from preprocessing.segments import build_rows, pack, tlm_pair
+from preprocessing.segments import Row, build_rows, pack, pack_sentences, rows_to_block, tlm_pair, unpack_sentences
 
 CLS, SEP = 2, 3
 
@@ -57,3 +57,23 @@ def test_tlm_pair_layout_and_truncation():
     # the longer side loses tokens from its end until [CLS] src [SEP] tgt [SEP] fits
     assert long.input_ids == [CLS, 100, 101, 102, 103, 104, 105, SEP, 20, 21, 22, SEP] and long.len_a == 8
     assert tlm_pair(7, [], [20], 0, 1, 16, CLS, SEP) is None
+
+
+def test_packed_sentences_come_back_as_they_went_in():
+    rng = random.Random(4)
+    for _ in range(50):
+        sentences = [[rng.randrange(0, 250_000) for _ in range(rng.randrange(0, 40))]
+                     for _ in range(rng.randrange(0, 9))]
+        ids, lengths = pack_sentences(sentences)
+        assert ids.dtype.itemsize == 4 and len(ids) == sum(map(len, sentences))
+        assert unpack_sentences((ids, lengths)) == sentences
+
+
+def test_rows_to_block_keeps_every_row_and_field():
+    rows = [Row(10 + i, i % 3, list(range(i + 1)), 1 + i % 2, i % 2, 3, 4, i) for i in range(7)]
+    block = rows_to_block(rows)
+    assert block.keys[:, 1].tolist() == [r.doc_id for r in rows]
+    assert block.keys[:, 2].tolist() == [r.index for r in rows]
+    offsets = block.offsets.tolist()
+    assert [block.ids[a:b].tolist() for a, b in zip(offsets, offsets[1:])] == [r.input_ids for r in rows]
+    assert block.fields.tolist() == [[r.len_a, r.nsp_label, r.lang_a, r.lang_b, r.segment_index] for r in rows]
