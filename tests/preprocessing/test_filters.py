@@ -331,7 +331,7 @@ def test_ngram_rules_agree_with_the_plain_formulation():
                              duplicate_ngram_char_fraction={5: b, 6: b, 8: b / 2, 10: b / 3})
                for a in (0.002, 0.02, 0.1, 0.3) for b in (0.005, 0.05, 0.2)]
     verdicts = set()
-    for _ in range(400):
+    for _ in range(150):
         vocab = ["w" * rng.randint(1, 9) + str(i) for i in range(rng.randint(1, 25))]
         tokens = [rng.choice(vocab) for _ in range(rng.randint(1, 120))]
         if rng.random() < 0.5:
