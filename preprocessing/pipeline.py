@@ -59,6 +59,7 @@ from .instances import iter_bucket_instances
 from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, unpack_sentences
 from .sinks import WriteSmallLines
 from .masking import Masker
+from .memory import release_freed_memory
 from .runners import describe, run_pipeline
 from .shards import (SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, merge_runs,
                      shard_batch, shard_schema, spill_part, write_manifest, write_shard)
@@ -125,6 +126,9 @@ class TokenizeDoc(beam.DoFn):
     def setup(self) -> None:
         self.tokenizer = Tokenizer.from_file(self.tokenizer_path)
 
+    def start_bundle(self) -> None:
+        release_freed_memory()  # what the stages before this one freed (preprocessing.memory)
+
     def process(self, line: str, plan: dict) -> Iterator:
         buckets, copy_rates, lang_ids = plan["buckets"], plan["copy_rates"], plan["lang_ids"]
         doc = json.loads(line)
@@ -169,6 +173,9 @@ class BuildInstances(beam.DoFn):
         self.cls_id = cls_id
         self.sep_id = sep_id
         self.shard_dir = shard_dir
+
+    def start_bundle(self) -> None:
+        release_freed_memory()
 
     def _rows(self, split: str, bucket: int, docs: list) -> Iterator[Row]:
         inst = self.cfg.instances
@@ -270,6 +277,9 @@ class DealAndMask(beam.DoFn):
         self.masker = Masker.from_tokenizer(self.cfg.masking, self.cfg.seed, Tokenizer.from_file(self.tokenizer_path),
                                             self.tokenizer_path)
 
+    def start_bundle(self) -> None:
+        release_freed_memory()
+
     def process(self, item, sizes: dict) -> Iterator:
         (split, pre), parts = item
         block = RowBlock.concat([load_row_spill(path) for path, _rows in sorted(parts)])
@@ -327,6 +337,9 @@ class WriteShardFn(beam.DoFn):
         self.shard_dir = shard_dir
         self.vocab_size = vocab_size
         self.batch_rows = batch_rows
+
+    def start_bundle(self) -> None:
+        release_freed_memory()
 
     def process(self, item) -> Iterator[str]:
         (split, shard), parts = item
