@@ -30,7 +30,6 @@ import glob
 import json
 import logging
 import math
-import pickle
 import random
 import shutil
 import sys
@@ -134,7 +133,8 @@ class TokenizeDoc(beam.DoFn):
         doc = json.loads(line)
         split = doc["split"]
         if doc.get("kind") == "pair":  # both sides, each with its language
-            src, tgt = (e.ids for e in self.tokenizer.encode_batch_fast([doc["src"], doc["tgt"]], add_special_tokens=False))
+            src, tgt = (e.ids for e in self.tokenizer.encode_batch_fast([doc["src"], doc["tgt"]],
+                                                                         add_special_tokens=False))
             if src and tgt:
                 langs = (lang_ids.get(doc["src_lang"], 0), lang_ids.get(doc["tgt_lang"], 0))
                 yield ((split, hashing.bucket_of(doc["doc_id"], buckets[split])),
@@ -232,19 +232,20 @@ class BuildInstances(beam.DoFn):
         # file with the same bytes; not synced: a crash reruns the job
         with AtomicFile(path, durable=False) as tmp:
             with open(tmp, "wb") as f:
-                pickle.dump(tuple(block), f, protocol=5)
+                np.savez(f, **block._asdict())
         return (split, pre), (str(path), len(block.lengths))
 
 
 def row_spill_path(shard_dir: str | Path, split: str, pre: int, bucket: int, sequence: int) -> Path:
     """Where BuildInstances leaves a block of a pre-shard's rows for DealAndMask (in the staging shards directory,
     removed with the shard spills once the instances job has finished)."""
-    return Path(shard_dir) / split / ".spill-rows" / f"{pre:05d}-{bucket:06d}-{sequence:04d}.pkl"
+    return Path(shard_dir) / split / ".spill-rows" / f"{pre:05d}-{bucket:06d}-{sequence:04d}.npz"
 
 
 def load_row_spill(path: str) -> RowBlock:
-    with open(path, "rb") as f:
-        return RowBlock(*pickle.load(f))
+    """A spill file of BuildInstances back as a RowBlock (plain arrays only: no pickled objects are read)."""
+    with np.load(path, allow_pickle=False) as arrays:
+        return RowBlock(*(arrays[field] for field in RowBlock._fields))
 
 
 # rows per spill file of BuildInstances (about): few files and elements, bounded arrays in the worker
