@@ -237,6 +237,8 @@ POLICIES: dict[str, Policy] = {"token": token_units, "whole-word": whole_word_un
 TEXT_POLICIES = frozenset({"entity"})
 # Policies whose units get one 80/10/10 decision each unless MaskingConfig.replacement_per says otherwise.
 PER_UNIT_REPLACEMENT_POLICIES = frozenset({"span"})
+# Policies whose chosen units a shard stores as span bounds (shards.SPAN_COLUMN: SpanBERT's SBO reads them)
+SPAN_BOUND_POLICIES = frozenset({"span"})
 # Policies whose units split the non-special positions into disjoint runs (no random draws of their own): the core
 # chooses among them with array operations only.
 PARTITION_POLICIES = frozenset({"token", "whole-word"})
@@ -255,9 +257,10 @@ def word_continuation_ids(vocab: Mapping[str, int]) -> frozenset[int]:
     """Ids of the tokens that continue the word before them, for any tokenizer kind bertfactory trains:
     WordPiece marks continuations (`##ing`); byte-level BPE and Unigram mark word starts instead (`Ġword`,
     `▁word`), so there every token without the marker continues a word. For BPE that includes punctuation after
-    a word ("end" + "." is one word to mask) and the unmarked first word of each sentence, which joins the last
-    word of the sentence before it inside a row (whole-word masking then masks both: a slightly larger unit, never
-    a split word). Special tokens are excluded by the masker itself."""
+    a word ("end" + "." is one word to mask). Every sentence's first word carries the marker, because the pipeline
+    tokenises one sentence at a time and both kinds prepend the space (Metaspace `prepend_scheme`, ByteLevel
+    `add_prefix_space`; preprocessing.tokenizer): without it a sentence's first word would continue the previous
+    sentence's last word and be masked with it. Special tokens are excluded by the masker itself."""
     if any(token.startswith("##") and len(token) > 2 for token in vocab):
         return continuation_ids(vocab, "##")
     for marker in _WORD_START_MARKERS:
@@ -312,8 +315,16 @@ def mask_at_read_time(masker: "Masker", input_ids: Sequence[int], epoch: int, ro
     """Dynamic masking (MaskingConfig.dynamic, RoBERTa): (positions ascending, replacement ids) for row
     `row_index` of the split read in `epoch`, with the masker's core, policy and seed - the same masks whichever
     rank, worker or resume reads the row, other masks in another epoch. For SBO spans use
-    `masker.mask_with_spans(input_ids, dynamic_rng(masker.seed, epoch, row_index))`."""
+    `spans_at_read_time`."""
     return masker.mask(input_ids, dynamic_rng(masker.seed, epoch, row_index))
+
+
+def spans_at_read_time(masker: "Masker", input_ids: Sequence[int], epoch: int, row_index: int
+                       ) -> tuple[list[int], list[int], list[int]]:
+    """mask_at_read_time plus the length of every chosen unit in position order (the mask_spans a shard stores
+    for policy span): the same draws, so the same masks."""
+    positions, tokens, units = masker.mask_with_spans(input_ids, dynamic_rng(masker.seed, epoch, row_index))
+    return positions, tokens, [last - first + 1 for first, last in units]
 
 
 # ------------------------------------------------------------------------------ counter-based randomness
@@ -367,6 +378,11 @@ class MaskedBatch:
 
     def __len__(self) -> int:
         return len(self.counts) // max(self.variants, 1)
+
+    def unit_lengths(self) -> np.ndarray:
+        """Each chosen unit's length in positions (units are runs of consecutive positions): with unit_counts,
+        the shard's mask_spans column."""
+        return self.unit_last - self.unit_first + 1
 
     def rows(self) -> list[list[Masked]]:
         """Every row's K variants as (positions, tokens, units (first, last))."""

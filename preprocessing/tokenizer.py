@@ -6,9 +6,10 @@ so `Tokenizer.encode(text)` / `encode(a, b)` is directly usable by evaluation:
 - wordpiece (BERT): BertNormalizer (lowercase; strip accents = `strip_accents`, None = as lowercase; Chinese
   characters isolated, as BERT does), BertPreTokenizer, WordPiece with `##` continuations, WordPiece decoder,
   [CLS] $A [SEP] / [CLS] $A [SEP] $B:1 [SEP]:1. [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
-- bpe (RoBERTa): optional lowercase / accent stripping, ByteLevel pre-tokenizer (GPT-2 regex, no prefix space)
-  and decoder, byte-level BPE over the 256 byte symbols (no <unk> is ever produced), RobertaProcessing
-  <s> $A </s> / <s> $A </s> </s> $B </s> (type ids all 0). <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4.
+- bpe (RoBERTa): optional lowercase / accent stripping, ByteLevel pre-tokenizer (GPT-2 regex, prefix space: each
+  sentence's first word is spelled `Ġword` and starts a word, as in the text) and decoder, byte-level BPE over the
+  256 byte symbols (no <unk> is ever produced), RobertaProcessing <s> $A </s> / <s> $A </s> </s> $B </s> (type
+  ids all 0). <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4.
 - unigram (ALBERT / XLM-R): SentencePiece Unigram, NFKC, Metaspace ▁ (preprocessing.tokenizer_unigram), the BERT
   template like ALBERT. <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4 (ALBERT's layout).
 
@@ -80,8 +81,13 @@ def _blank_tokenizer(cfg: TokenizerConfig) -> Tokenizer:
             [normalizers.NFD(), normalizers.StripAccents(), normalizers.NFC()] if _strip_accents(cfg) else [])
         if steps:
             tokenizer.normalizer = normalizers.Sequence(steps)
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        tokenizer.decoder = decoders.ByteLevel()
+        # add_prefix_space: every text (the pipeline tokenises one sentence at a time) starts with the space GPT-2's
+        # BPE reads as a word start, so a sentence's first word is `ĠThe` as it is inside a sentence: one spelling
+        # per word, and the masking policies (word_continuation_ids) see it start a word instead of continuing the
+        # previous sentence's last word (the Unigram kind's Metaspace prepends `▁` for the same reason). The
+        # decoder drops that one leading space again.
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+        tokenizer.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(" ", 1, 0)])
         return tokenizer
     # BERT's max_input_chars_per_word is 100: a longer word becomes one [UNK]. Thai, Lao, Khmer, Burmese and kana
     # runs have no spaces; on the newspaper4k Thai article 2 runs of 104 and 110 chars (0.42% of its tokens) were
@@ -164,7 +170,7 @@ def _finish(trained: Tokenizer, kind: str, demote: set[str]) -> Tokenizer:
     if kind == "bpe":
         tokenizer.post_processor = processors.RobertaProcessing(
             (sep, tokenizer.token_to_id(sep)), (cls, tokenizer.token_to_id(cls)), trim_offsets=True,
-            add_prefix_space=False)
+            add_prefix_space=True)
     else:
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{cls} $A {sep}",
@@ -202,8 +208,20 @@ def adopt_tokenizer(source: Path, path: Path) -> Tokenizer:
     except Exception as err:  # tokenizers raises plain Exception subclasses for bad JSON
         raise InputError(f"{source}: not a valid tokenizers JSON file ({err})") from None
     special_ids(tokenizer, str(source))
+    if _byte_level_without_prefix_space(json.loads(data).get("pre_tokenizer")):
+        logger.warning("%s: byte-level pre-tokenizer without add_prefix_space: each sentence's first word is spelled "
+                       "without the word-start marker, so whole-word / n-gram / span / entity masking joins it to the "
+                       "previous sentence's last word (set \"add_prefix_space\": true to avoid it)", source)
     atomic_write_bytes(path, data)
     return tokenizer
+
+
+def _byte_level_without_prefix_space(pre_tokenizer: dict | None) -> bool:
+    """Whether a tokenizer.json pre_tokenizer (possibly a Sequence) has a ByteLevel step without a prefix space."""
+    if not pre_tokenizer:
+        return False
+    steps = pre_tokenizer.get("pretokenizers", [pre_tokenizer])
+    return any(step.get("type") == "ByteLevel" and not step.get("add_prefix_space", False) for step in steps)
 
 
 if __name__ == "__main__":
