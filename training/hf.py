@@ -22,11 +22,12 @@ embeddings on both sides and not stored. Contract: docs/checkpoints.md.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import torch
 from safetensors import SafetensorError
@@ -38,7 +39,7 @@ from bertfactory.tokens import role_tokens_of_file
 
 from .checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir,
                          load_pretrained, load_weights, read_checkpoint_config, save_pretrained)
-from .hf_layouts import HF_CLASSES, choose_layout, export_layout
+from .hf_layouts import choose_layout, export_layout
 from .models.bert import BertConfig, BertForPreTraining, BertModel
 
 logger = logging.getLogger(__name__)
@@ -184,10 +185,23 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
     _check_out(out, model_dir, overwrite)
     if not model_dir.is_dir():
         raise ContractError(f"model directory {model_dir} does not exist")
-    if read_checkpoint_config(model_dir)["architecture"] == "ElectraForPreTraining":  # discriminator + generator/
+    architecture = read_checkpoint_config(model_dir)["architecture"]
+    if architecture == "ElectraForPreTraining":  # discriminator + generator/
         from .hf_electra import export_electra_to_hf
 
         return export_electra_to_hf(model_dir, out, overwrite, layout)
+    if architecture == "XLNetForPretraining":
+        from .hf_xlnet import export_xlnet_to_hf
+
+        return export_xlnet_to_hf(model_dir, out, overwrite, layout)
+    if architecture == "XlmForPreTraining":
+        from .hf_xlm import export_xlm_to_hf
+
+        return export_xlm_to_hf(model_dir, out, overwrite, layout)
+    if architecture != "BertForPreTraining":
+        raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {architecture!r} has no transformers export "
+                            "(exported: BertForPreTraining, ElectraForPreTraining, XLNetForPretraining, "
+                            "XlmForPreTraining)")
     model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
     doc = read_checkpoint_config(model_dir)
     layout = choose_layout(doc, config, layout, str(model_dir / CONFIG_FILE))
@@ -200,6 +214,8 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
                 raise ContractError(f"{model_dir / MODEL_FILE}: no Hugging Face name for parameter {name!r}")
             state[hf_name] = tensor.detach().to("cpu", torch.float32).contiguous()
         hf_config = hf_config_from_bert(config)
+        if "cls.seq_relationship.weight" not in state:  # built without a sentence-pair head: the masked-LM class
+            hf_config["architectures"] = ["BertForMaskedLM"]
     else:
         state, hf_config = export_layout(layout, model, config, special_ids, hf_config_from_bert(config))
     special = {name: token for name, token in role_tokens_of_file(tokenizer_path).items() if name in special_ids}
@@ -218,7 +234,8 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    logger.info("exported %s -> %s (transformers %s, %d tensors)", model_dir, out, HF_CLASSES[layout], len(state))
+    logger.info("exported %s -> %s (transformers %s, %d tensors)", model_dir, out, hf_config["architectures"][0],
+                len(state))
     return out
 
 
@@ -311,12 +328,73 @@ def _ours_from_hf(hf_state: dict[str, torch.Tensor], source: Path,
     return ours, sorted(dropped)
 
 
+def _hf_tokenizer(hf_dir: Path) -> Path:
+    tokenizer_path = hf_dir / TOKENIZER_FILE
+    if not tokenizer_path.is_file():
+        raise ContractError(f"no {TOKENIZER_FILE} in {hf_dir}: our model directories need the fast-tokenizer file "
+                            "(write it with a transformers fast tokenizer's save_pretrained)")
+    return tokenizer_path
+
+
+def with_sentence_head(values: dict[str, Any], sentence_head: bool) -> dict[str, Any]:
+    """`values` plus BertConfig's `sentence_head` where our BertConfig has that field (a model without a
+    sentence-pair head, e.g. RoBERTa's, is then built without `nsp_head`)."""
+    if "sentence_head" in {f.name for f in dataclasses.fields(BertConfig)}:
+        return {**values, "sentence_head": sentence_head}
+    return values
+
+
+def seeded(build: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
+    """`build()` under torch seed `seed`, leaving the global RNG untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+def load_mapped(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path, source_config: Path,
+                optional: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Load `state` (HF tensors under our names) into `model` (built seeded), strictly but for the parts in
+    `optional` (our name prefix -> what it is): a part the HF checkpoint lacks keeps its initialisation, a part
+    it has that `model` lacks (e.g. a pooler of a model built without one) is dropped. Returns (initialised parts,
+    dropped parts); refuses a part present in part, other missing or unexpected names and wrong shapes."""
+    expected = model.state_dict()
+    dropped = []
+    for prefix, part in optional.items():
+        extra = [k for k in state if k.startswith(prefix)]
+        if extra and not any(k.startswith(prefix) for k in expected):
+            dropped.append(part)
+            state = {k: v for k, v in state.items() if not k.startswith(prefix)}
+    unexpected = sorted(set(state) - set(expected))
+    absent = sorted(set(expected) - set(state))
+    required = [k for k in absent if not k.startswith(tuple(optional))]
+    if unexpected or required:
+        raise ContractError(f"{source}: weights do not match {source_config}: missing {required[:5]}, unexpected "
+                            f"{unexpected[:5]}")
+    wrong = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}" for k in state
+             if state[k].shape != expected[k].shape]
+    if wrong:
+        raise ContractError(f"{source}: tensor shapes do not match {source_config}: {'; '.join(wrong[:5])}")
+    initialised = []
+    for prefix, part in optional.items():
+        names = [k for k in expected if k.startswith(prefix)]
+        lacking = [k for k in names if k not in state]
+        if lacking and len(lacking) != len(names):
+            raise ContractError(f"{source}: the {part} is incomplete (missing {lacking}, has "
+                                f"{sorted(set(names) - set(lacking))})")
+        if lacking:
+            initialised.append(part)
+    model.load_state_dict({**expected, **{k: v.to(torch.float32) for k, v in state.items()}}, strict=True)
+    return initialised, dropped
+
+
 def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite: bool = False,
                    treat_as: str | None = None, drop: tuple[str, ...] = ()) -> HfImport:
-    """Write a HF BERT directory (config.json, safetensors or weights-only pytorch_model.bin weights,
-    tokenizer.json) as one of our model directories `out`. Weights are converted to fp32; missing pooler / MLM
-    head / NSP head are initialised as BertForPreTraining does, from torch seed `seed` (the global RNG is left
-    untouched). `treat_as` + `drop` import a BERT subclass: read it as that architecture and leave out the HF
+    """Write a HF directory (config.json, safetensors or weights-only pytorch_model.bin weights, tokenizer.json)
+    as one of our model directories `out`. model_type bert (below), roberta / albert (training/hf_layouts.py),
+    electra (training/hf_electra.py) and xlnet (training/hf_xlnet.py); others are refused. Weights are converted
+    to fp32; parts of our model the checkpoint lacks (pooler, MLM head, NSP head, ...) are initialised as our
+    model initialises them, from torch seed `seed` (the global RNG is left untouched), and listed in the result.
+    `treat_as` + `drop` (BERT only) import a BERT subclass: read it as that architecture and leave out the HF
     tensors whose names start with a prefix in `drop` (they are listed in the result)."""
     hf_dir, out = Path(hf_dir), Path(out)
     if not hf_dir.is_dir():
@@ -324,42 +402,66 @@ def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite
     _check_out(out, hf_dir, overwrite)
     config_path = hf_dir / CONFIG_FILE
     hf_config = read_json_file(config_path, f"no {CONFIG_FILE} in {hf_dir}; is this a Hugging Face model directory?")
+    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if model_type in IMPORTERS:
+        if treat_as is not None or drop:
+            raise InputError(f"--treat-as / --drop apply to model_type 'bert' only; {config_path} is {model_type!r}")
+        return IMPORTERS[model_type](hf_dir, out, hf_config, seed)
+    if model_type != "bert" and isinstance(hf_config, dict):
+        raise ContractError(f"{config_path}: model_type {model_type!r} cannot be imported; supported: "
+                            f"{', '.join(['bert', *IMPORTERS])}")
     config = bert_config_from_hf(hf_config, source=str(config_path), treat_as=treat_as)
-    tokenizer_path = hf_dir / TOKENIZER_FILE
-    if not tokenizer_path.is_file():
-        raise ContractError(f"no {TOKENIZER_FILE} in {hf_dir}: our model directories need the fast-tokenizer file "
-                            "(write it with a transformers fast tokenizer's save_pretrained)")
+    tokenizer_path = _hf_tokenizer(hf_dir)
     state, dropped = _ours_from_hf(_read_hf_weights(hf_dir), hf_dir, tuple(drop))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = BertForPreTraining(config)
-    expected = model.state_dict()
-    unexpected = sorted(set(state) - set(expected))
-    absent = sorted(set(expected) - set(state))
-    required = [k for k in absent if not k.startswith(tuple(_OPTIONAL_PARTS))]
-    if unexpected or required:
-        raise ContractError(f"{hf_dir}: weights do not match {config_path}: missing {required[:5]}, unexpected "
-                            f"{unexpected[:5]}")
-    wrong = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}" for k in state if state[k].shape != expected[k].shape]
-    if wrong:
-        raise ContractError(f"{hf_dir}: tensor shapes do not match {config_path}: {'; '.join(wrong[:5])}")
-    initialised = []
-    for prefix, part in _OPTIONAL_PARTS.items():
-        names = [k for k in expected if k.startswith(prefix)]
-        lacking = [k for k in names if k not in state]
-        if lacking and len(lacking) != len(names):
-            raise ContractError(f"{hf_dir}: the {part} is incomplete (missing {lacking}, has "
-                                f"{sorted(set(names) - set(lacking))})")
-        if lacking:
-            initialised.append(part)
-    model.load_state_dict({**expected, **{k: v.to(torch.float32) for k, v in state.items()}}, strict=True)
+    model = seeded(lambda: BertForPreTraining(config), seed)
+    initialised, _ = load_mapped(model, state, hf_dir, config_path, _OPTIONAL_PARTS)
     archs = hf_config.get("architectures") or []
     architecture = archs[0] if archs else "unknown (no 'architectures' in config.json)"
     if treat_as is not None:
         architecture = f"{architecture} read as {treat_as}"
+    return finish_import(model, config, tokenizer_path, out, hf_dir, architecture, initialised, seed,
+                         tuple(dropped))
+
+
+def finish_import(model: torch.nn.Module, config: Any, tokenizer_path: Path, out: Path, hf_dir: Path,
+                  architecture: str, initialised: list[str], seed: int, dropped: tuple[str, ...] = ()) -> HfImport:
+    """Log what was initialised, write our model directory `out`, and say what was done."""
     if initialised:
-        logger.warning("%s (%s) has no %s: initialised as BertForPreTraining does (seed %d); train them before "
-                       "relying on them", hf_dir, architecture, ", ".join(initialised), seed)
+        logger.warning("%s (%s) has no %s: initialised as our %s does (seed %d); train them before relying on "
+                       "them", hf_dir, architecture, ", ".join(initialised), type(model).__name__, seed)
     save_pretrained(model, config, tokenizer_path, out)
     return HfImport(path=out, architecture=architecture, initialised=tuple(initialised), seed=seed,
-                    dropped=tuple(dropped))
+                    dropped=dropped)
+
+
+def _import_bert_layout(hf_dir: Path, out: Path, hf_config: dict[str, Any], seed: int) -> HfImport:
+    """model_type roberta / albert: names and config through training/hf_layouts.py, then as BERT."""
+    from .hf_layouts import import_layout
+
+    config_path = hf_dir / CONFIG_FILE
+    tokenizer_path = _hf_tokenizer(hf_dir)
+    config, state, notes = import_layout(hf_config, _read_hf_weights(hf_dir), str(config_path))
+    model = seeded(lambda: BertForPreTraining(config), seed)
+    initialised, dropped = load_mapped(model, state, hf_dir, config_path, _OPTIONAL_PARTS)
+    archs = hf_config.get("architectures") or []
+    architecture = archs[0] if archs else f"{hf_config['model_type']} (no 'architectures' in config.json)"
+    return finish_import(model, config, tokenizer_path, out, hf_dir, architecture, initialised, seed,
+                         tuple(notes + dropped))
+
+
+def _import_electra(hf_dir: Path, out: Path, hf_config: dict[str, Any], seed: int) -> HfImport:
+    from .hf_electra import import_electra_from_hf
+
+    return import_electra_from_hf(hf_dir, out, hf_config, seed)
+
+
+def _import_xlnet(hf_dir: Path, out: Path, hf_config: dict[str, Any], seed: int) -> HfImport:
+    from .hf_xlnet import import_xlnet_from_hf
+
+    return import_xlnet_from_hf(hf_dir, out, hf_config, seed)
+
+
+# model_type -> importer (hf_dir, out, config.json, seed); model_type bert is import_from_hf's own
+IMPORTERS: dict[str, Callable[[Path, Path, dict[str, Any], int], HfImport]] = {
+    "roberta": _import_bert_layout, "albert": _import_bert_layout, "electra": _import_electra, "xlnet": _import_xlnet,
+}

@@ -117,7 +117,10 @@ def export_layout(layout: str, model: torch.nn.Module, config: BertConfig, speci
     if layout == "roberta":
         return _roberta_state(state, config), _roberta_config(config, special_ids, base_config)
     if layout == "albert":
-        return _albert_state(state, config), _albert_config(config, base_config)
+        hf_config = _albert_config(config, base_config)
+        if "nsp_head.classifier.weight" not in state:  # built without a sentence-order head
+            hf_config["architectures"] = ["AlbertForMaskedLM"]
+        return _albert_state(state, config), hf_config
     raise ContractError(f"export_layout: layout {layout!r} is training/hf.py's or unknown; this module writes "
                         "roberta and albert")
 
@@ -182,3 +185,169 @@ def _albert_config(config: BertConfig, base: Mapping[str, Any]) -> dict[str, Any
     return {**base, "model_type": "albert", "architectures": [HF_CLASSES["albert"]],
             "embedding_size": config.embedding_width, "num_hidden_groups": groups, "inner_group_num": 1,
             "hidden_act": "gelu", "classifier_dropout_prob": config.hidden_dropout}
+
+
+# --------------------------------------------------------------------------------------------------- import
+
+ROBERTA_ARCHITECTURES = ("RobertaForMaskedLM", "RobertaModel")
+ALBERT_ARCHITECTURES = ("AlbertForPreTraining", "AlbertForMaskedLM", "AlbertModel")
+_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # non-persistent in HF; old files hold them
+
+
+def _common_problems(hf: Mapping[str, Any], architectures: tuple[str, ...]) -> list[str]:
+    problems = []
+    archs = hf.get("architectures") or []
+    if not isinstance(archs, list) or any(a not in architectures for a in archs):
+        problems.append(f"architectures {archs!r} not supported")
+    if hf.get("hidden_act", "gelu") != "gelu":
+        problems.append(f"hidden_act {hf['hidden_act']!r} is not supported (our encoder and MLM head use exact erf "
+                        "'gelu'; 'gelu_new' is the tanh approximation)")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        problems.append(f"position_embedding_type {hf['position_embedding_type']!r} is not supported")
+    for flag in ("is_decoder", "add_cross_attention"):
+        if hf.get(flag):
+            problems.append(f"{flag} is true")
+    if hf.get("tie_word_embeddings", True) is not True:
+        problems.append("tie_word_embeddings is false (our MLM decoder is the word-embedding matrix)")
+    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size", "max_position_embeddings") if k not in hf]
+    if missing:
+        problems.append(f"missing key(s) {', '.join(missing)}")
+    return problems
+
+
+def import_layout(hf: Mapping[str, Any], hf_state: Mapping[str, torch.Tensor], source: str
+                  ) -> tuple[BertConfig, dict[str, torch.Tensor], list[str]]:
+    """A transformers RoBERTa (RobertaForMaskedLM / RobertaModel) or ALBERT (AlbertForPreTraining /
+    AlbertForMaskedLM / AlbertModel) config.json and state dict -> (our BertConfig, the tensors under our
+    BertForPreTraining names, notes on HF tensors left out). The inverse of `export_layout`; refuses what our
+    encoder cannot compute, naming the config key or tensor."""
+    from .hf import _HF_FIELDS, with_sentence_head  # training/hf.py imports this module
+
+    model_type = hf.get("model_type")
+    architectures = ROBERTA_ARCHITECTURES if model_type == "roberta" else ALBERT_ARCHITECTURES
+    problems = _common_problems(hf, architectures)
+    pad = hf.get("pad_token_id", 1 if model_type == "roberta" else 0)
+    if model_type == "roberta" and isinstance(hf.get("max_position_embeddings"), int) \
+            and hf["max_position_embeddings"] <= pad + 1:
+        problems.append(f"max_position_embeddings {hf['max_position_embeddings']} leaves no position for a real "
+                        f"token (RoBERTa numbers them from pad_token_id + 1 = {pad + 1})")
+    if model_type == "albert":
+        if hf.get("inner_group_num", 1) != 1:
+            problems.append(f"inner_group_num {hf['inner_group_num']} (each ALBERT layer applying several inner "
+                            "layers) is not supported; only 1")
+        layers, groups = hf.get("num_hidden_layers"), hf.get("num_hidden_groups", 1)
+        if isinstance(layers, int) and isinstance(groups, int) and (groups < 1 or layers % groups):
+            problems.append(f"num_hidden_layers {layers} is not a multiple of num_hidden_groups {groups}")
+    if problems:
+        raise ContractError(f"{source}: cannot import as {model_type}: {'; '.join(problems)}. Supported: "
+                            f"{', '.join(architectures)} with hidden_act 'gelu', absolute positions, tied decoder")
+    values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf and hf[theirs] is not None}
+    values["pad_token_id"] = pad
+    if model_type == "roberta":
+        values["max_position_embeddings"] = hf["max_position_embeddings"] - pad - 1
+        values = with_sentence_head(values, False)  # RoBERTa has no sentence-pair head
+        config = BertConfig.from_dict(values, source=source)
+        state, notes = _roberta_import_state(hf_state, config, source)
+        return config, state, notes
+    embedding = hf.get("embedding_size", 128)
+    groups = hf.get("num_hidden_groups", 1)
+    values["embedding_size"] = None if embedding == hf["hidden_size"] else embedding
+    if groups != hf["num_hidden_layers"]:
+        values.update(share_layers="all", num_layer_groups=groups)
+    config = BertConfig.from_dict(with_sentence_head(values, True), source=source)
+    return config, _albert_import_state(hf_state, config, source), []
+
+
+def _tied(decoder: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor], source: str) -> None:
+    """The HF decoder weight / bias must equal our tied partners (`decoder`: HF name -> our partner's name)."""
+    for hf_name, (tensor, ours) in decoder.items():
+        partner = state.get(ours)
+        if partner is not None and not torch.equal(tensor, partner):
+            raise ContractError(f"{source}: {hf_name} differs from the tensor it is tied to ({ours}); an untied "
+                                "MLM decoder is not supported")
+
+
+def _bare(name: str, prefix: str) -> str:
+    """A bare base model's name (RobertaModel / AlbertModel: `embeddings.*`) under the pretraining class's
+    prefix (`roberta.embeddings.*`)."""
+    return prefix + name if name.startswith(("embeddings.", "encoder.", "pooler.")) else name
+
+
+def _roberta_import_state(hf_state: Mapping[str, torch.Tensor], config: BertConfig, source: str
+                          ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    heads = {theirs: ours for ours, theirs in _ROBERTA_HEADS.items()}
+    offset = config.pad_token_id + 1
+    out, decoder, unknown, notes = {}, {}, [], []
+    for name, tensor in hf_state.items():
+        name = _bare(name, "roberta.")
+        if name.startswith("roberta.") and name.endswith(_BUFFERS):
+            continue
+        if name == "roberta.embeddings.position_embeddings.weight":
+            out["bert.embeddings.position_embeddings.weight"] = tensor[offset:]  # row pad+1+t is position t
+        elif name.startswith("roberta."):
+            out["bert." + name[len("roberta."):]] = tensor
+        elif name in heads:
+            out[heads[name]] = tensor
+        elif name == "lm_head.decoder.weight":
+            decoder[name] = (tensor, "bert.embeddings.word_embeddings.weight")
+        elif name == "lm_head.decoder.bias":
+            decoder[name] = (tensor, "mlm_head.bias")
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ContractError(f"{source}: tensor(s) {', '.join(sorted(unknown)[:8])} belong to no supported RoBERTa "
+                            f"architecture ({', '.join(ROBERTA_ARCHITECTURES)})")
+    _tied(decoder, out, source)
+    return out, notes
+
+
+def _albert_import_state(hf_state: Mapping[str, torch.Tensor], config: BertConfig, source: str
+                         ) -> dict[str, torch.Tensor]:
+    outside = {theirs: ours for ours, theirs in _ALBERT_OUTSIDE_LAYERS.items()}
+    layer = {theirs: ours for ours, theirs in _ALBERT_LAYER.items()}
+    group_prefix = "albert.encoder.albert_layer_groups."
+    out, decoder, unknown = {}, {}, []
+    projection = {}
+    for name, tensor in hf_state.items():
+        name = _bare(name, "albert.")
+        if name.startswith("albert.") and name.endswith(_BUFFERS):
+            continue
+        if name.startswith("albert.encoder.embedding_hidden_mapping_in."):
+            projection[name] = tensor
+        elif name.startswith("albert.embeddings."):
+            out["bert." + name[len("albert."):]] = tensor
+        elif name in outside:
+            out[outside[name]] = tensor
+        elif name.startswith(group_prefix):
+            group, _, rest = name[len(group_prefix):].partition(".")
+            head, _, rest = rest.partition(".")
+            inner, _, rest = rest.partition(".")
+            block, _, param = rest.rpartition(".")
+            if head != "albert_layers" or inner != "0" or block not in layer:
+                unknown.append(name)
+                continue
+            out[f"bert.encoder.layer.{group}.{layer[block]}.{param}"] = tensor
+        elif name == "predictions.decoder.weight":
+            decoder[name] = (tensor, "bert.embeddings.word_embeddings.weight")
+        elif name == "predictions.decoder.bias":
+            decoder[name] = (tensor, "mlm_head.bias")
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ContractError(f"{source}: tensor(s) {', '.join(sorted(unknown)[:8])} belong to no supported ALBERT "
+                            f"architecture ({', '.join(ALBERT_ARCHITECTURES)}, inner_group_num 1)")
+    _tied(decoder, out, source)
+    weight = projection.get("albert.encoder.embedding_hidden_mapping_in.weight")
+    bias = projection.get("albert.encoder.embedding_hidden_mapping_in.bias")
+    if weight is None or bias is None:
+        raise ContractError(f"{source}: albert.encoder.embedding_hidden_mapping_in.weight / .bias is missing")
+    if config.embedding_size is not None:
+        out["bert.embeddings_project.weight"], out["bert.embeddings_project.bias"] = weight, bias
+    elif not (torch.equal(weight, torch.eye(config.hidden_size, dtype=weight.dtype))
+              and not bias.any()):
+        # E = H: our encoder has no projection; HF's must then be the identity (as our export writes it)
+        raise ContractError(f"{source}: embedding_size = hidden_size = {config.hidden_size} but "
+                            "albert.encoder.embedding_hidden_mapping_in is not the identity; our encoder projects "
+                            "only factorised embeddings (embedding_size < hidden_size)")
+    return out
