@@ -408,8 +408,8 @@ def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite
             raise InputError(f"--treat-as / --drop apply to model_type 'bert' only; {config_path} is {model_type!r}")
         return IMPORTERS[model_type](hf_dir, out, hf_config, seed)
     if model_type != "bert" and isinstance(hf_config, dict):
-        raise ContractError(f"{config_path}: model_type {model_type!r} cannot be imported; supported: "
-                            f"{', '.join(['bert', *IMPORTERS])}")
+        raise ContractError(f"{config_path}: model_type {model_type!r} cannot be imported. Supported: {SUPPORTED}; "
+                            f"and model_type {', '.join(IMPORTERS)} (docs/checkpoints.md)")
     config = bert_config_from_hf(hf_config, source=str(config_path), treat_as=treat_as)
     tokenizer_path = _hf_tokenizer(hf_dir)
     state, dropped = _ours_from_hf(_read_hf_weights(hf_dir), hf_dir, tuple(drop))

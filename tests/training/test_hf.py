@@ -237,7 +237,7 @@ def _hf_dir(tmp_path, tiny_checkpoint, **changes):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"model_type": "roberta"}, "model_type is 'roberta', expected 'bert'"),
+    ({"model_type": "deberta"}, "model_type 'deberta' cannot be imported"),
     ({"hidden_act": "relu"}, "hidden_act 'relu' is not supported"),
     ({"architectures": ["BertForSequenceClassification"]}, "architectures \\['BertForSequenceClassification'\\]"),
     ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
