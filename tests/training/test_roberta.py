@@ -42,7 +42,7 @@ def test_roberta_base_recipe_has_the_published_size():
 def test_tiny_roberta_recipe_is_the_tiny_twin_with_roberta_choices():
     tiny, local = load_recipe(REPO / "configs" / "tiny-roberta.yaml"), load_recipe(REPO / "configs" / "local.yaml")
     assert tiny.pretrain.objective == "mlm" and tiny.model.type_vocab_size == 1 and tiny.pretrain.betas == (0.9, 0.98)
-    assert tiny.preprocess.instances.nsp_random_prob == 0.0 and tiny.corpus == local.corpus
+    assert tiny.preprocess.instances.format == "full-sentences" and tiny.corpus == local.corpus
     assert tiny.model.hidden_size == local.model.hidden_size and tiny.model.num_layers == local.model.num_layers
 
 
