@@ -218,25 +218,45 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
             hf_config["architectures"] = ["BertForMaskedLM"]
     else:
         state, hf_config = export_layout(layout, model, config, special_ids, hf_config_from_bert(config))
+    write_hf_dir(out, state, hf_config, tokenizer_path,
+                 hf_tokenizer_config(tokenizer_path, special_ids, config.max_position_embeddings))
+    logger.info("exported %s -> %s (transformers %s, %d tensors)", model_dir, out, hf_config["architectures"][0],
+                len(state))
+    return out
+
+
+def hf_tokenizer_config(tokenizer_path: Path, special_ids: Mapping[str, int], max_length: int | None
+                        ) -> dict[str, Any]:
+    """tokenizer_config.json of an export: the fast tokenizer class and our special tokens under HF's names."""
     special = {name: token for name, token in role_tokens_of_file(tokenizer_path).items() if name in special_ids}
-    tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast",
-                        "model_max_length": config.max_position_embeddings,
-                        **{f"{name}_token": token for name, token in special.items()}}
+    doc: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    if max_length is not None:
+        doc["model_max_length"] = max_length
+    return {**doc, **{f"{name}_token": token for name, token in special.items()}}
+
+
+def write_hf_files(directory: Path, state: Mapping[str, torch.Tensor], hf_config: Mapping[str, Any],
+                   tokenizer_path: Path, tokenizer_config: Mapping[str, Any]) -> None:
+    """model.safetensors, tokenizer.json, config.json and tokenizer_config.json into `directory` (fsynced)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(dict(state), str(directory / MODEL_FILE), metadata={"format": "pt"})
+    shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
+    for name in (MODEL_FILE, TOKENIZER_FILE):
+        _fsync_file(directory / name)
+    atomic_write_json(directory / CONFIG_FILE, dict(hf_config))
+    atomic_write_json(directory / HF_TOKENIZER_CONFIG, dict(tokenizer_config))
+
+
+def write_hf_dir(out: Path, state: Mapping[str, torch.Tensor], hf_config: Mapping[str, Any], tokenizer_path: Path,
+                 tokenizer_config: Mapping[str, Any]) -> None:
+    """`write_hf_files` into a staging directory, then published as `out` atomically."""
     staging = _staging_dir(out)
     try:
-        save_file(state, str(staging / MODEL_FILE), metadata={"format": "pt"})
-        shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
-        for name in (MODEL_FILE, TOKENIZER_FILE):
-            _fsync_file(staging / name)
-        atomic_write_json(staging / CONFIG_FILE, hf_config)
-        atomic_write_json(staging / HF_TOKENIZER_CONFIG, tokenizer_config)
+        write_hf_files(staging, state, hf_config, tokenizer_path, tokenizer_config)
         publish_dir(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    logger.info("exported %s -> %s (transformers %s, %d tensors)", model_dir, out, hf_config["architectures"][0],
-                len(state))
-    return out
 
 
 # --------------------------------------------------------------------------------------------------- import

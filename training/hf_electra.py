@@ -25,15 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from bertfactory.errors import ContractError
-from bertfactory.io import atomic_write_json, publish_dir
-from bertfactory.tokens import role_tokens_of_file
+from bertfactory.io import publish_dir
 
-from .checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir,
-                         load_pretrained, read_checkpoint_config)
-from .hf import HF_TOKENIZER_CONFIG, _check_out
+from .checkpoint import CONFIG_FILE, _staging_dir, load_pretrained, read_checkpoint_config
+from .hf import _check_out, hf_tokenizer_config, write_hf_files
 from .models.bert import BertConfig
 from .models.electra import ElectraConfig, ElectraForPreTraining
 
@@ -114,17 +111,6 @@ def electra_hf_states(model: ElectraForPreTraining) -> tuple[dict[str, torch.Ten
     return discriminator, generator
 
 
-def _write_side(directory: Path, state: dict[str, torch.Tensor], hf_config: dict, tokenizer_path: Path,
-                tokenizer_config: dict) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
-    shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
-    for name in (MODEL_FILE, TOKENIZER_FILE):
-        _fsync_file(directory / name)
-    atomic_write_json(directory / CONFIG_FILE, hf_config)
-    atomic_write_json(directory / HF_TOKENIZER_CONFIG, tokenizer_config)
-
-
 def export_electra_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False,
                          layout: str | None = None) -> Path:
     """Write our ELECTRA model directory as `out` (discriminator, ElectraForPreTraining) + `out/generator`
@@ -140,15 +126,12 @@ def export_electra_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool
     _check_exportable(config, str(model_dir / CONFIG_FILE))
     discriminator, generator = electra_hf_states(model)
     special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
-    tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast",
-                        "model_max_length": config.max_position_embeddings,
-                        **{f"{name}_token": token for name, token in role_tokens_of_file(tokenizer_path).items()
-                           if name in special_ids}}
+    tokenizer_config = hf_tokenizer_config(tokenizer_path, special_ids, config.max_position_embeddings)
     staging = _staging_dir(out)
     try:
-        _write_side(staging, discriminator, hf_electra_config(config.discriminator_config(), "ElectraForPreTraining"),
+        write_hf_files(staging, discriminator, hf_electra_config(config.discriminator_config(), "ElectraForPreTraining"),
                     tokenizer_path, tokenizer_config)
-        _write_side(staging / GENERATOR_DIR, generator,
+        write_hf_files(staging / GENERATOR_DIR, generator,
                     hf_electra_config(config.generator_config(), "ElectraForMaskedLM"), tokenizer_path, tokenizer_config)
         publish_dir(staging, out)
     except BaseException:
