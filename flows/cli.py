@@ -105,8 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("describe", help="parameter counts and FLOPs per token of a recipe's model (allocates nothing)",
                        description="Count the parameters of the recipe's model (built on the meta device, so "
-                       "BERT-large costs nothing) and its matrix-multiply FLOPs per token of a pretraining step, "
-                       "with MLM logits only at the masked fraction and, for comparison, at every token.")
+                       "BERT-large costs nothing) and its matrix-multiply FLOPs per token of a pretraining step of "
+                       "its objective (training/flops.py: what the MFU in metrics.jsonl uses), part by part, with "
+                       "MLM logits only at the masked fraction and, for comparison, at every token.")
     p.add_argument("config", help="recipe YAML, e.g. configs/local.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe value (repeatable)")
@@ -179,6 +180,7 @@ def _cmd_samples(args) -> int:
 
 def _cmd_describe(args) -> int:
     from training.describe import describe
+    from training.flops import estimate_flops, shard_mask_rate
 
     from .recipe import load_recipe
     from .summary import fmt
@@ -191,21 +193,33 @@ def _cmd_describe(args) -> int:
         vocab = Tokenizer.from_file(recipe.preprocess.tokenizer.path).get_vocab_size()
     seq_len = recipe.preprocess.instances.max_seq_len
     masking = recipe.preprocess.masking
-    fraction = min(masking.masked_lm_prob, masking.max_predictions_per_seq / seq_len)
-    d = describe(recipe.model, vocab, seq_len, fraction, recipe.pretrain.objective)
+    fraction = shard_mask_rate(masking.masked_lm_prob, masking.max_predictions_per_seq, seq_len)
+    pre = recipe.pretrain
+    objective = pre.objective
+    # what training/pretrain.py passes for the MFU: rows per forward pass, memory across batches
+    rows = max(1, pre.batch_size // pre.grad_accumulation)
+    carried = bool(getattr(pre, "stream_batches", False))
+    d = describe(recipe.model, vocab, seq_len, fraction, objective, rows, carried)
     m = recipe.model
     extras = [f"embeddings {m.embedding_size}" if m.embedding_size else "",
               f"layers shared ({m.share_layers}, {m.num_layer_groups} group(s))" if m.share_layers != "none" else ""]
-    print(f"{args.config}: objective {recipe.pretrain.objective}, {m.num_layers} layers, hidden {m.hidden_size}, "
+    print(f"{args.config}: objective {objective}, {m.num_layers} layers, hidden {m.hidden_size}, "
           f"{m.num_heads} heads, FFN {m.intermediate_size}{''.join(', ' + e for e in extras if e)}, vocabulary "
           f"{d.vocab_size:,}, sequences of {seq_len}")
-    rows = [("parameters", d.parameters), ("  embedding", d.embedding_parameters),
-            ("  non-embedding", d.non_embedding_parameters),
-            (f"forward FLOPs / token (MLM logits at {fraction:.1%} of tokens)", d.forward_flops_per_token),
-            ("training FLOPs / token (forward + backward)", d.train_flops_per_token),
-            ("  the same with MLM logits at every token", d.dense_head_train_flops_per_token)]
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
+    table = [("parameters", d.parameters), ("  embedding", d.embedding_parameters),
+             ("  non-embedding", d.non_embedding_parameters),
+             ("forward FLOPs / token" + (f" (masked-token heads at {fraction:.1%} of tokens)"
+                                         if d.dense_head_train_flops_per_token is not None else ""),
+              d.forward_flops_per_token),
+             ("training FLOPs / token (forward + backward)", d.train_flops_per_token)]
+    table += [(f"  {t.name}", t.forward + t.backward) for t in d.flops_terms]
+    if m.electra is not None and m.electra.two_stage and objective == "electra":
+        generator = estimate_flops(m, objective, vocab, seq_len, fraction, rows, "generator")
+        table.append(("  (generator-alone stage: training FLOPs / token)", generator.train))
+    if d.dense_head_train_flops_per_token is not None:
+        table.append(("  the same with MLM logits at every token", d.dense_head_train_flops_per_token))
+    width = max(len(k) for k, _ in table)
+    for k, v in table:
         print(f"{k:<{width}}  {fmt(int(v))}")
     return 0
 

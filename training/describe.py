@@ -5,16 +5,9 @@ from the model built on the meta device, and model FLOPs per token of a pretrain
     python -c "from training.describe import describe; from training.config import ModelConfig; \
 print(describe(ModelConfig(), vocab_size=30522, seq_len=128, predicted_fraction=0.15))"
 
-FLOPs count multiply-adds as 2 and only the matrix products (what runs on the GEMM units; LayerNorm, softmax,
-GELU and the embedding gathers are a few percent at most). Per token of a forward pass, with hidden H, FFN width
-I, L layers, sequence length S:
-    encoder   L * (2 * (4 H^2 + 2 H I)  +  2 * 2 S H)       projections + FFN, then QK^T and AV
-    factorised embeddings (E != H, ALBERT)  2 E H           the E -> H projection
-    MLM head  f * 2 * (H E + E V)                           only at the predicted fraction f of tokens (E = H
-                                                            without factorisation)
-Shared layers (ALBERT) cost the same FLOPs as unshared ones: sharing saves parameters, not compute.
-A training step costs 3x the forward pass (backward = 2x forward). The MLM head term is where predicting only at
-masked positions saves work: a dense head pays it at every token (f = 1).
+FLOPs per token: training/flops.py, one formula per member (ELECTRA's generator, XLNet's two streams, SBO,
+Transformer-XL's memory, ...), the same function the MFU in metrics.jsonl uses, checked against
+torch.utils.flop_counter on a real step of every objective (tests/training/test_flops.py).
 """
 
 from __future__ import annotations
@@ -24,21 +17,26 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .config import ModelConfig
+from .flops import RELATIVE_OBJECTIVES, Term, dense_head_train_flops, estimate_flops
 from .models.registry import get_architecture
 from .objectives import get_objective_spec
 
 
 @dataclass(frozen=True)
 class ModelDescription:
+    objective: str
     vocab_size: int
     seq_len: int
     predicted_fraction: float
     parameters: int  # unique parameters (the tied MLM decoder counted once)
     embedding_parameters: int  # word + position + token-type embeddings and their LayerNorm
     non_embedding_parameters: int
-    forward_flops_per_token: float  # with MLM logits at the predicted fraction only
-    train_flops_per_token: float  # forward + backward
-    dense_head_train_flops_per_token: float  # the same step with MLM logits at every token, for comparison
+    forward_flops_per_token: float  # predicting heads at the predicted fraction only
+    train_flops_per_token: float  # forward + backward (training/flops.py)
+    # the same step with the predicting heads at every token, for comparison (None: a member that predicts
+    # at every token or a fixed fraction anyway: clm, txl_clm, plm)
+    dense_head_train_flops_per_token: float | None
+    flops_terms: tuple[Term, ...]  # the parts of the step (training/flops.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,29 +62,21 @@ def count_parameters(model_cfg: ModelConfig, vocab_size: int, objective: str = "
     return total, embedding
 
 
-def flops_per_token(model_cfg: ModelConfig, vocab_size: int, seq_len: int, predicted_fraction: float) -> float:
-    """Forward-pass matrix-multiply FLOPs per input token (see the module docstring for the formula)."""
-    h, i, n_layers = model_cfg.hidden_size, model_cfg.intermediate_size, model_cfg.num_layers
-    vocab = model_cfg.vocab_size or vocab_size
-    e = model_cfg.embedding_size or h
-    encoder = n_layers * (2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq_len * h)
-    projection = 2 * e * h if e != h else 0
-    mlm_head = predicted_fraction * 2 * (h * e + e * vocab)
-    return float(encoder + projection + mlm_head)
-
-
 def describe(model_cfg: ModelConfig, vocab_size: int, seq_len: int, predicted_fraction: float,
-             objective: str = "mlm_nsp") -> ModelDescription:
+             objective: str = "mlm_nsp", rows_per_batch: int | None = None,
+             memory_across_batches: bool = False) -> ModelDescription:
     if not 0.0 < predicted_fraction <= 1.0:
         raise ValueError(f"predicted_fraction must be in (0, 1] (got {predicted_fraction})")
-    if seq_len > model_cfg.max_position_embeddings:
+    if objective not in RELATIVE_OBJECTIVES and seq_len > model_cfg.max_position_embeddings:
         raise ValueError(f"seq_len {seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}")
     total, embedding = count_parameters(model_cfg, vocab_size, objective)
-    forward = flops_per_token(model_cfg, vocab_size, seq_len, predicted_fraction)
-    dense = flops_per_token(model_cfg, vocab_size, seq_len, 1.0)
+    est = estimate_flops(model_cfg, objective, vocab_size, seq_len, predicted_fraction, rows_per_batch,
+                         memory_across_batches=memory_across_batches)
     return ModelDescription(
-        vocab_size=model_cfg.vocab_size or vocab_size, seq_len=seq_len, predicted_fraction=predicted_fraction,
-        parameters=total, embedding_parameters=embedding, non_embedding_parameters=total - embedding,
-        forward_flops_per_token=forward, train_flops_per_token=3 * forward,
-        dense_head_train_flops_per_token=3 * dense,
+        objective=objective, vocab_size=model_cfg.vocab_size or vocab_size, seq_len=seq_len,
+        predicted_fraction=predicted_fraction, parameters=total, embedding_parameters=embedding,
+        non_embedding_parameters=total - embedding, forward_flops_per_token=est.forward,
+        train_flops_per_token=est.train,
+        dense_head_train_flops_per_token=dense_head_train_flops(model_cfg, objective, vocab_size, seq_len),
+        flops_terms=est.terms,
     )

@@ -36,7 +36,7 @@ from .checkpoint import (best_checkpoint, CONFIG_FILE, fingerprint_diff, list_ch
                          verify_checkpoint)
 from .config import ModelConfig, PretrainConfig
 from .data import PretrainBatches
-from .describe import flops_per_token
+from .flops import shard_mask_rate, train_flops_per_token
 from .distributed import from_environment
 from .fsdp import full_model_state, is_sharded, local_parameter_count, shard_model
 from .models.registry import get_architecture
@@ -271,11 +271,15 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     scheduler = scheduler_from_config(optimizer, cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     train_flops = None
-    if cfg.peak_flops:  # BERT-formula estimate (training/describe.py) at the shards' mean length and mask rate
+    if cfg.peak_flops:  # the objective's own FLOPs (training/flops.py) at the shards' mean length and mask rate
         split = manifest.splits["train"]
+        mean_len = split.tokens / split.rows
         masked = manifest.masking.get("masked_lm_prob", manifest.masking.get("mask_prob", 0.15))
-        train_flops = 3 * flops_per_token(model_cfg, manifest.tokenizer.vocab_size, round(split.tokens / split.rows),
-                                          float(masked))
+        train_flops = train_flops_per_token(
+            model_cfg, cfg.objective, manifest.tokenizer.vocab_size, mean_len,
+            shard_mask_rate(float(masked), manifest.masking.get("max_predictions_per_seq"), mean_len),
+            rows_per_batch=max(1, cfg.batch_size // (cfg.grad_accumulation * dist.world_size)), steps=cfg.max_steps,
+            memory_across_batches=bool(getattr(cfg, "stream_batches", False)))
     trainer = Trainer(model if is_sharded(model) else dist.wrap(model, device), optimizer, scheduler, batches,
                       objective.loss, device, cfg.max_steps,
                       cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16, dist=dist,

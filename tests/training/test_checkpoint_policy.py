@@ -10,7 +10,7 @@ import pytest
 from bertfactory.errors import ContractError
 from training.checkpoint import best_checkpoint, list_checkpoints, save_checkpoint, verify_checkpoint
 from training.config import ModelConfig, PretrainConfig
-from training.describe import flops_per_token
+from training.flops import train_flops_per_token
 from training.models.bert import BertConfig, BertForPreTraining
 from training.pretrain import pretrain
 from .conftest import make_run
@@ -99,7 +99,8 @@ def test_mfu_in_metrics_and_loss_curve_png(run_factory):
     pretrain(SMALL, cfg.model_copy(update={"peak_flops": 1e9}), peaked)
     manifest = json.loads((peaked / "shards" / "manifest.json").read_text())
     train = manifest["splits"]["train"]
-    per_token = 3 * flops_per_token(SMALL, 45, round(train["tokens"] / train["rows"]), 0.15)
+    # the objective's FLOPs (training/flops.py) at the mean length, 16 rows per pass (no max_predictions cap here)
+    per_token = train_flops_per_token(SMALL, CFG.objective, 45, train["tokens"] / train["rows"], 0.15, 16)
     for m in _metrics(peaked):
         assert m["mfu"] == pytest.approx(m["tokens_per_s"] * per_token / 1e9) and 0 < m["mfu"]
     png = peaked / "pretrain" / "loss_curve.png"

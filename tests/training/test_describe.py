@@ -3,7 +3,8 @@
 import pytest
 
 from training.config import ModelConfig
-from training.describe import count_parameters, describe, flops_per_token, meta_model
+from training.describe import count_parameters, describe, meta_model
+from training.flops import estimate_flops
 
 BERT_LARGE = ModelConfig(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096)
 
@@ -29,11 +30,31 @@ def test_counting_allocates_nothing():
 
 def test_flops_formula_by_hand_and_the_sparse_head_saving():
     cfg = ModelConfig(hidden_size=4, num_layers=2, num_heads=2, intermediate_size=8, max_position_embeddings=16)
-    # per layer: 2 * (4*16 + 2*4*8) + 4 * S * H = 2 * 128 + 4*16*4 = 512; head: f * 2 * (16 + 4*10)
-    assert flops_per_token(cfg, vocab_size=10, seq_len=16, predicted_fraction=0.5) == 2 * 512 + 0.5 * 2 * 56
+    # per token, S = 16: per layer 2 * (4*16 + 2*4*8) + 4 * S * H = 256 + 256 = 512; head: f * 2 * (4*4 + 4*10)
+    # at f = 0.5; the pooler + NSP head once per row: (2 * 16 + 4 * 4) / S
+    est = estimate_flops(cfg, "mlm_nsp", vocab_size=10, seq_len=16, mask_rate=0.5)
+    assert est.forward == 2 * 512 + 0.5 * 2 * 56 + (2 * 16 + 16) / 16
+    assert est.train == 3 * est.forward
+    assert estimate_flops(cfg, "mlm", 10, 16, 0.5).forward == 2 * 512 + 0.5 * 2 * 56  # RoBERTa: no sentence head
     d = describe(ModelConfig(), 30522, 128, 0.15)
     assert d.train_flops_per_token == 3 * d.forward_flops_per_token
+    assert sum(t.forward + t.backward for t in d.flops_terms) == d.train_flops_per_token
     saving = 1 - d.train_flops_per_token / d.dense_head_train_flops_per_token
     assert 0.15 < saving < 0.2  # BERT-base: predicting only at masked positions saves ~18 % of the step
     with pytest.raises(ValueError, match="seq_len 1024 exceeds"):
         describe(ModelConfig(), 30522, 1024, 0.15)
+
+
+def test_describe_counts_each_members_own_work():
+    # the same encoder size costs more as ELECTRA (a generator besides) and as XLNet (a second stream, relative
+    # position scores); Transformer-XL pays a full softmax at every token; relative members take any length
+    base = ModelConfig(hidden_size=256, num_heads=4, intermediate_size=1024, num_layers=4)
+    bert = describe(base, 30522, 128, 0.15, "mlm")
+    electra = describe(base, 30522, 128, 0.15, "electra")
+    xlnet = describe(base, 30522, 1024, 0.15, "plm")
+    txl = describe(base, 30522, 1024, 0.15, "txl_clm")
+    assert electra.train_flops_per_token > bert.train_flops_per_token
+    assert xlnet.dense_head_train_flops_per_token is None and txl.dense_head_train_flops_per_token is None
+    names = {t.name: t for t in xlnet.flops_terms}
+    assert names["query stream (targets only)"].forward < names["content stream"].forward / 4  # K = 6
+    assert next(t for t in txl.flops_terms if t.name == "logits at every token").forward == 2 * 256 * 30522
