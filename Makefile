@@ -3,7 +3,7 @@ VENV ?= .venv
 BF := $(VENV)/bin/bertfactory
 RUN_DIR ?= runs/local
 
-.PHONY: demo test test-xla setup setup-xla samples clean-runs
+.PHONY: demo test test-gpu test-xla setup setup-xla samples clean-runs
 
 setup:
 	bash scripts/bootstrap.sh
@@ -19,6 +19,12 @@ demo: samples
 ## server, tests/conftest.py) whole to one worker
 test: samples
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
+
+## test-gpu: the CUDA-only tests (tests/gpu/: bf16 autocast, the varlen_attn kernel, DDP over nccl, FSDP mixed
+## precision, the pretrain-gpu deployment's torchrun command) on the GPUs torch sees; a machine without CUDA fails
+## instead of skipping (BERTFACTORY_REQUIRE_GPU=1). Needs the CUDA build of torch in .venv (docs/parallelism.md)
+test-gpu: setup
+	BERTFACTORY_REQUIRE_GPU=1 $(VENV)/bin/python -m pytest -q tests/gpu
 
 setup-xla:
 	bash scripts/xla_env.sh
