@@ -173,6 +173,10 @@ class PretrainConfig(StrictModel):
         "depends only on seed and epoch): a handful of static shapes with little padding (TPU/XLA). null = pad to "
         "the longest instance of the batch (or to max_seq_len on XLA)")
     bucket_window: int = Field(64, ge=1, description="length_buckets: batches whose rows are sorted by bucket together")
+    stream_batches: bool = Field(False, description="serve `clm` shards as batch_size parallel document streams (row r "
+                                 "of step s+1 continues row r of step s; training/streams.py), so that a recurrent "
+                                 "objective (txl_clm, plm with mem_len > 0) carries its memory across batches, as "
+                                 "Transformer-XL and XLNet train")
     static_shapes: bool = Field(False, description="BERT-architecture models compute MLM logits at every prediction "
                                 "slot (batch x max_predictions, padding slots ignored by the loss) instead of only the "
                                 "real ones: the same loss with shapes that depend only on the batch size (XLA) and no "
@@ -193,6 +197,12 @@ class PretrainConfig(StrictModel):
             raise ValueError(f"unknown objective {self.objective!r}; valid choices: {', '.join(objective_names())}")
         if self.warmup_steps > self.max_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= max_steps ({self.max_steps})")
+        if self.stream_batches:
+            from .streams import stream_batches_problem
+
+            problem = stream_batches_problem(self)
+            if problem:
+                raise ValueError(problem)
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must lie in [0, 1) (got {self.betas})")
         if self.batch_size % self.grad_accumulation:

@@ -36,6 +36,7 @@ from .checkpoint import (best_checkpoint, CONFIG_FILE, fingerprint_diff, list_ch
                          verify_checkpoint)
 from .config import ModelConfig, PretrainConfig
 from .data import PretrainBatches
+from .streams import StreamBatches
 from .flops import shard_mask_rate, train_flops_per_token
 from .distributed import from_environment
 from .fsdp import full_model_state, is_sharded, local_parameter_count, shard_model
@@ -204,7 +205,9 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
                               f"pretrain.batch_size={cfg.batch_size} is not a multiple of {spmd_devices}")
     if dist.enabled and cfg.stacking is not None:
         raise ConfigError("pretrain.stacking is not supported with several processes (torchrun); train it in one")
-    batches = PretrainBatches.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards,
+    # stream_batches: clm shards as parallel document streams, for a memory carried across batches (training/streams.py)
+    loader = StreamBatches if cfg.stream_batches else PretrainBatches
+    batches = loader.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards,
                                    rank=dist.rank, world_size=dist.world_size, length_buckets=cfg.length_buckets,
                                    bucket_window=cfg.bucket_window)
     if cfg.length_buckets and cfg.batch_size_ramp is not None:
@@ -326,7 +329,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
             dist.barrier()  # every rank has finished the step before rank 0 snapshots it
             sharded = is_sharded(model)  # FSDP: every rank takes part in gathering the full state
             weights = full_model_state(model) if sharded else None
-            state = t.state_dict() if sharded or dist.is_main else None
+            # a memory carried across batches is gathered from every rank too (Trainer.state_dict)
+            state = t.state_dict() if sharded or dist.is_main or t.carries_memory else None
             if dist.is_main:
                 path = save_checkpoint(checkpoints_dir, t.step, model, arch_config, tokenizer_path, provenance(t),
                                        state, cfg.keep_last, cfg.keep_best_by, weights=weights)

@@ -149,7 +149,49 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "rng": rng_state(),
             "step_guard": self.guard.state_dict(),
+            **({"stream_memory": self._stream_memory_state()} if self.carries_memory else {}),
         }
+
+    @property
+    def carries_memory(self) -> bool:
+        """The loader serves document streams (training/streams.py): the model's memory of every batch slot is
+        training state, and saving it is a collective under DDP (every rank calls state_dict)."""
+        return bool(getattr(self.batches, "carries_memory", False))
+
+    def _stream_memory_state(self) -> dict[str, Any] | None:
+        """The carried memory of every slot of the global batch (training/models/stream_memory.py), gathered
+        from the ranks in slot order (rank r holds slots r*B/W..), so it resumes under any number of processes."""
+        from .distributed import unwrap
+
+        memory = getattr(unwrap(self.model), "stream_memory", None)
+        local = memory.state() if memory is not None else None
+        parts = [local]
+        if self.dist.enabled:
+            parts = [None] * self.dist.world_size
+            torch.distributed.all_gather_object(parts, local)
+        if any(part is None for part in parts):  # no memory (mem_len 0, or no step taken yet)
+            return None
+        return {"layers": [torch.cat(layer) for layer in zip(*(part["layers"] for part in parts))],
+                "valid": torch.cat([part["valid"] for part in parts])}
+
+    def _load_stream_memory(self, state: dict[str, Any] | None) -> None:
+        """This rank's slots of a saved carried memory (see _stream_memory_state)."""
+        from .distributed import unwrap
+        from .models.stream_memory import memory_of
+
+        module = unwrap(self.model)
+        if state is None or not state["layers"]:
+            module.stream_memory = None
+            return
+
+        per_rank, start = self.batches.local_batch_size, self.dist.rank * self.batches.local_batch_size
+        if state["valid"].shape[0] != self.batches.batch_size:
+            raise ValueError(f"the checkpoint's stream memory holds {state['valid'].shape[0]} slots, the batch has "
+                             f"{self.batches.batch_size}")
+        mine = slice(start, start + per_rank)
+        module.stream_memory = None
+        memory_of(module).load_state({"layers": [layer[mine] for layer in state["layers"]],
+                                      "valid": state["valid"][mine]}, self.device)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
@@ -163,6 +205,8 @@ class Trainer:
             self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
+        if self.carries_memory:
+            self._load_stream_memory(state.get("stream_memory"))
         if "step_guard" in state:  # checkpoints written before the guard existed start it afresh
             self.guard.load_state_dict(state["step_guard"])
 

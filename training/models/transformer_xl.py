@@ -26,6 +26,7 @@ from torch import nn
 
 from .bert import IGNORE_INDEX, init_bert_weights
 from .config_fields import config_from_dict, relative_config_problems
+from .stream_memory import memory_of
 from .relative_attention import (
     RelativeTransformerLayer, init_relative_weights, shift_geometry, sinusoid_embeddings, update_memory, with_memory,
 )
@@ -87,18 +88,33 @@ class TransformerXLLM(nn.Module):
         init_relative_weights(self, config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, mems: list[torch.Tensor] | None = None,
-                labels: torch.Tensor | None = None, allowed: torch.Tensor | None = None) -> dict[str, Any]:
-        """input_ids [B, T] (one segment); mems: the previous call's `new_mems` (per layer [B, M, H]) or None.
+                labels: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
+                mem_valid: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                stream_slots: torch.Tensor | None = None, stream_continues: torch.Tensor | None = None
+                ) -> dict[str, Any]:
+        """One segment: input_ids [B, T]; mems: the previous call's `new_mems` (per layer [B, M, H]) or None.
         labels [B, T] (the next token of each position, -100 = no loss) -> loss (= clm_loss, mean cross-entropy),
         clm_loss, clm_correct, clm_count, new_mems; without labels -> logits [B, T, V], new_mems.
         new_mems (None when mem_len is 0): per layer the last mem_len of (memory, this segment's layer input),
-        detached. allowed: [1|B, T, M + T] bool to replace the causal visibility (must stay causal: it is checked)."""
+        detached. allowed: [1|B, T, M + T] bool to replace the causal visibility (must stay causal: it is checked).
+        mem_valid [B, M] bool: memory states that may be attended to (False = masked out, e.g. a reset stream).
+
+        Training rows (what the txl_clm objective calls, so that DDP sees the whole step in one forward): with
+        `attention_mask` [B, T] given, each row is cut into config.train_segments consecutive segments walked with
+        the memory carried from one to the next; with `stream_slots` / `stream_continues` [B] (the stream loader,
+        training/streams.py) the walk starts from the memory the slot's previous row left (reset where
+        continues is 0) and leaves its final memory for the slot's next row. Returns the loss dict over all
+        segments (loss = clm_loss, clm_correct, clm_count)."""
+        if attention_mask is not None:
+            return self._rows(input_ids, labels, attention_mask, stream_slots, stream_continues)
         b, t = input_ids.shape
         mlen = mems[0].shape[1] if mems else 0
         if allowed is None:
             allowed = causal_allowed(t, mlen, input_ids.device)
         elif bool((allowed & ~causal_allowed(t, mlen, input_ids.device)).any()):
             raise ValueError("allowed lets a query see a later key; Transformer-XL attention is causal")
+        if mem_valid is not None and mlen:
+            allowed = allowed & torch.cat([mem_valid[:, None, :], mem_valid.new_ones(b, 1, t)], dim=-1)
         geometry = shift_geometry(allowed, causal=True)
         positions = self.dropout(sinusoid_embeddings(geometry.distances(input_ids.device), self.config.hidden_size))
         h = self.dropout(self.word_embeddings(input_ids))
@@ -120,6 +136,41 @@ class TransformerXLLM(nn.Module):
         with torch.no_grad():
             correct = ((logits.argmax(-1) == labels) & real).sum()
         return {"loss": loss, "clm_loss": loss, "clm_correct": correct, "clm_count": count, "new_mems": new_mems}
+
+    def _rows(self, ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor,
+              stream_slots: torch.Tensor | None, stream_continues: torch.Tensor | None) -> dict[str, Any]:
+        """Training rows in config.train_segments segments with a carried memory (see forward)."""
+        segments = self.config.train_segments
+        seg_len = -(-ids.shape[1] // segments)
+        extra = seg_len * segments - ids.shape[1]
+        if extra:
+            ids = F.pad(ids, (0, extra), value=self.config.pad_token_id)
+            labels = F.pad(labels, (0, extra), value=IGNORE_INDEX)
+            attention_mask = F.pad(attention_mask, (0, extra), value=0)
+        carried = stream_slots is not None and self.config.mem_len > 0
+        mems = valid = None
+        if carried:
+            if stream_continues is None:
+                raise ValueError("stream_slots without stream_continues: which rows continue their slot's stream?")
+            mems, valid = memory_of(self).read(stream_slots, stream_continues, ids.device,
+                                               self.word_embeddings.weight.dtype)
+        nll_sum = correct = count = None
+        for s in range(segments):
+            window = slice(s * seg_len, (s + 1) * seg_len)
+            out = self(ids[:, window], mems=mems, labels=labels[:, window], mem_valid=valid)
+            if out["new_mems"] is not None:  # which of the kept states are real tokens (padding never is)
+                real = attention_mask[:, window].to(torch.bool)
+                joined = real if valid is None else torch.cat([valid, real], dim=1)
+                valid = joined[:, -self.config.mem_len:]
+            mems = out["new_mems"]
+            seg_nll = out["clm_loss"] * out["clm_count"]  # back to a sum, so segments weigh by their token count
+            nll_sum = seg_nll if nll_sum is None else nll_sum + seg_nll
+            correct = out["clm_correct"] if correct is None else correct + out["clm_correct"]
+            count = out["clm_count"] if count is None else count + out["clm_count"]
+        if carried:
+            memory_of(self).write(stream_slots, mems, valid)
+        loss = nll_sum / count.clamp(min=1)
+        return {"loss": loss, "clm_loss": loss, "clm_correct": correct, "clm_count": count}
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.word_embeddings.weight, self.lm_bias)

@@ -36,6 +36,7 @@ from .relative_attention import (
     RelativeGeometry, RelativeTransformerLayer, gather_geometry, init_relative_weights, shift_geometry,
     sinusoid_embeddings, update_memory, with_memory,
 )
+from .stream_memory import memory_of
 
 
 @dataclass(frozen=True)
@@ -75,14 +76,38 @@ class XLNetConfig:
 # ------------------------------------------------------------------------------ factorisation order and masks
 
 
-def sample_factorisation_order(attention_mask: torch.Tensor, generator: torch.Generator | None = None
-                               ) -> torch.Tensor:
+_MASK32 = 0xFFFFFFFF
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mix (int64 tensors holding values in [0, 2^32); the products stay below 2^63)."""
+    x = ((x >> 16) ^ x) * 0x45D9F3B & _MASK32
+    x = ((x >> 16) ^ x) * 0x45D9F3B & _MASK32
+    return (x >> 16) ^ x
+
+
+def row_uniforms(row_seeds: torch.Tensor, length: int) -> torch.Tensor:
+    """[B] int64 seeds -> [B, length] float64 in [0, 1): a counter-based hash of (seed, position), the same on
+    every device and whatever else is in the batch."""
+    positions = torch.arange(length, device=row_seeds.device, dtype=torch.int64)
+    seeds = row_seeds.to(torch.int64)
+    seed32 = _hash32(_hash32(seeds & _MASK32) ^ ((seeds >> 32) & _MASK32))  # both halves of a 63-bit seed
+    mixed = _hash32(seed32[:, None] ^ (positions[None, :] * 0x9E3779B1 & _MASK32))
+    return mixed.to(torch.float64) / 2.0 ** 32
+
+
+def sample_factorisation_order(attention_mask: torch.Tensor, generator: torch.Generator | None = None,
+                               row_seeds: torch.Tensor | None = None) -> torch.Tensor:
     """[B, T] (1 real / 0 pad) -> rank [B, T]: position of each token in its sequence's factorisation order,
     a uniform random permutation of 0..n-1 over the n real tokens; padding gets ranks n..T-1 (after all real
-    tokens). Drawn on the CPU from `generator` (default: torch's global RNG), so it is reproducible whatever the
-    device."""
+    tokens). With `row_seeds` [B] (the loader's, training/data.py) each row's order is a function of its seed
+    alone, so a row gets the same order whichever process, batch size or micro-batch trains it; otherwise drawn
+    on the CPU from `generator` (default: torch's global RNG). Either way reproducible whatever the device."""
     b, t = attention_mask.shape
-    keys = torch.rand(b, t, generator=generator).to(attention_mask.device)
+    if row_seeds is not None:
+        keys = row_uniforms(row_seeds, t).to(attention_mask.device)
+    else:
+        keys = torch.rand(b, t, generator=generator).to(attention_mask.device)
     keys = keys.masked_fill(attention_mask == 0, 2.0)  # padding sorts last
     order = keys.argsort(dim=1, stable=True)  # order[b, r] = position with rank r
     rank = torch.empty_like(order)
@@ -121,11 +146,14 @@ def _segment_differs(token_type_ids: torch.Tensor, mlen: int) -> torch.Tensor:
     return token_type_ids[:, :, None] != keys[:, None, :]
 
 
-def _with_memory_columns(allowed: torch.Tensor, mlen: int) -> torch.Tensor:
-    """Every query may attend to every memory state."""
+def _with_memory_columns(allowed: torch.Tensor, mlen: int, mem_valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Every query may attend to every (valid: mem_valid [B, M], default all) memory state."""
     if not mlen:
         return allowed
-    return torch.cat([allowed.new_ones(*allowed.shape[:-1], mlen), allowed], dim=-1)
+    columns = allowed.new_ones(*allowed.shape[:-1], mlen)
+    if mem_valid is not None:
+        columns = columns & mem_valid[:, None, :]
+    return torch.cat([columns, allowed], dim=-1)
 
 
 # ---------------------------------------------------------------------------------------------------- models
@@ -177,19 +205,22 @@ class XLNetModel(nn.Module):
         return h
 
     def two_stream(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   rank: torch.Tensor, target_positions: torch.Tensor, mems: list[torch.Tensor] | None = None
+                   rank: torch.Tensor, target_positions: torch.Tensor, mems: list[torch.Tensor] | None = None,
+                   mem_valid: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
         """Both streams for factorisation order `rank` [B, T]: (content stream h [B, T, H], query stream g at
         `target_positions` [B, P, H], new_mems: per layer the last mem_len content-stream inputs, detached, or
         None when mem_len is 0). mems: per layer [B, M, H] states of the previous segment, visible to every
-        query, segment 0 (XLNet's convention); pass unpadded continuous text when carrying memory."""
+        query, segment 0 (XLNet's convention); pass unpadded continuous text when carrying memory. mem_valid
+        [B, M] bool: the memory states that may be attended to (False: masked out, e.g. a stream that restarts)."""
         b, t = input_ids.shape
         mlen = mems[0].shape[1] if mems else 0
         content, query = permutation_masks(rank, attention_mask)
         differs = _segment_differs(token_type_ids, mlen)
-        content_geometry = shift_geometry(_with_memory_columns(content, mlen), causal=False, segment_differs=differs)
+        content_geometry = shift_geometry(_with_memory_columns(content, mlen, mem_valid), causal=False,
+                                          segment_differs=differs)
         rows = target_positions[:, :, None].expand(-1, -1, mlen + t)  # the query stream exists at the targets only
-        query_geometry = gather_geometry(_with_memory_columns(query, mlen).gather(1, rows), target_positions + mlen, t,
+        query_geometry = gather_geometry(_with_memory_columns(query, mlen, mem_valid).gather(1, rows), target_positions + mlen, t,
                                          differs.gather(1, rows))
         positions = self._positions(content_geometry, input_ids.device)
         h = self.dropout(self.word_embeddings(input_ids))
@@ -215,9 +246,15 @@ class XLNetForPretraining(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, mems: list[torch.Tensor] | None = None,
                 perm_seed: int | None = None, generator: torch.Generator | None = None,
-                rank: torch.Tensor | None = None) -> dict[str, Any]:
+                rank: torch.Tensor | None = None, row_seeds: torch.Tensor | None = None,
+                mem_valid: torch.Tensor | None = None, stream_slots: torch.Tensor | None = None,
+                stream_continues: torch.Tensor | None = None) -> dict[str, Any]:
         """input_ids: ORIGINAL tokens [B, T] (no [MASK]s). The order comes from `rank` if given, else is drawn
-        from `generator`, a fresh one seeded with `perm_seed`, or torch's global RNG. Returns loss (= plm_loss,
+        from per-row `row_seeds` [B], `generator`, a fresh one seeded with `perm_seed`, or torch's global RNG.
+        mems / mem_valid: an explicit memory (per layer [B, M, H]) and which of its states are real.
+        stream_slots / stream_continues [B] (the stream loader, training/streams.py; needs mem_len > 0): the memory
+        is the one the slot's previous row left (reset where continues is 0), and this row's memory is kept for
+        the slot's next row (training/models/stream_memory.py). Returns loss (= plm_loss,
         mean cross-entropy over the targets), plm_loss, plm_correct, plm_count (scalar tensors), plm_logits
         [B * P, V] (rows of unused target slots included, their labels are plm_labels == -100), plm_labels
         [B * P], and new_mems (None unless mem_len > 0)."""
@@ -228,9 +265,20 @@ class XLNetForPretraining(nn.Module):
         if rank is None:
             if generator is None and perm_seed is not None:
                 generator = torch.Generator().manual_seed(perm_seed)
-            rank = sample_factorisation_order(attention_mask, generator)
+            rank = sample_factorisation_order(attention_mask, generator, row_seeds)
         positions, labels = prediction_targets(input_ids, rank, attention_mask, self.config.predict_fraction)
-        _, g, new_mems = self.transformer.two_stream(input_ids, token_type_ids, attention_mask, rank, positions, mems)
+        carried = stream_slots is not None and self.config.mem_len > 0
+        if carried:
+            if stream_continues is None:
+                raise ValueError("stream_slots without stream_continues: which rows continue their slot's stream?")
+            mems, mem_valid = memory_of(self).read(stream_slots, stream_continues, input_ids.device,
+                                                   self.transformer.word_embeddings.weight.dtype)
+        _, g, new_mems = self.transformer.two_stream(input_ids, token_type_ids, attention_mask, rank, positions, mems,
+                                                     mem_valid)
+        if carried:  # which kept states are real tokens (padding never is): the memory's then this row's
+            real = attention_mask.to(torch.bool)
+            joined = real if mem_valid is None else torch.cat([mem_valid, real], dim=1)
+            memory_of(self).write(stream_slots, new_mems, joined[:, -self.config.mem_len:])
         g = self.transformer.dropout(g)
         logits = F.linear(g.reshape(-1, g.shape[-1]), self.transformer.word_embeddings.weight, self.lm_bias)
         labels = labels.reshape(-1)

@@ -1,22 +1,26 @@
 """Transformer-XL's objective: causal language modelling with segment-level recurrence, on the ORIGINAL tokens
 of a collate() batch (BERT's masks are undone first, see original_ids).
 
-Each instance ([CLS] A [SEP] B [SEP], right-padded) is cut into m = model.config.train_segments consecutive
-equal segments (the batch is padded up to a multiple of m); segment s is trained with the memory that segment
-s-1 left (detached, so gradients stay inside a segment while context crosses it). Recurrence therefore spans
-one instance: our shards hold independent instances in shuffled order, so the memory cannot continue across
-batches. That needs shards of contiguous text streams laid out so that row r of batch s+1 continues row r of
-batch s (the corpora issue's `clm` shards) and an objective that keeps the memory between steps.
+The model does the walk (TransformerXLLM.forward with an attention_mask): each row is cut into
+model.config.train_segments consecutive equal segments, segment s trained with the memory segment s-1 left
+(detached, so gradients stay inside a segment while context crosses it). The objective reads nothing from the
+model but its forward, so under DistributedDataParallel the wrapper sees the whole step.
 
-Labels: position t predicts token t+1; none past the end of a row; and none at the A|B junction of rows whose
-nsp_label is 1 (NotNext / swapped order), where the next token is not a continuation. Returns loss (= clm_loss,
-mean cross-entropy over all predicted tokens of all segments), clm_loss, clm_correct, clm_count.
+With the stream loader (pretrain.stream_batches, training/streams.py: `clm` shards served so that row r of batch
+s+1 continues row r of batch s, as the paper's data iterator does) the batch carries stream_slots /
+stream_continues, and the memory crosses BATCHES too: a row starts from the memory its slot's previous row left,
+reset where the slot's stream starts a new document. Its stream_next label (the first token of the document's
+next segment) is the target of the row's last token, so every token of a document but the last is predicted.
+
+Labels: position t predicts token t+1; at the last real token stream_next when the batch has it, else none; and
+none at the A|B junction of rows whose nsp_label is 1 (NotNext / swapped order), where the next token is not a
+continuation. Returns loss (= clm_loss, mean cross-entropy over all predicted tokens of all segments), clm_loss,
+clm_correct, clm_count.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ..models.bert import IGNORE_INDEX
 from .original_ids import original_ids
@@ -37,22 +41,10 @@ def next_token_labels(ids: torch.Tensor, attention_mask: torch.Tensor, token_typ
 
 def recurrent_clm(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict:
     ids = original_ids(batch)
-    labels = next_token_labels(ids, batch["attention_mask"], batch.get("token_type_ids"), batch.get("nsp_labels"))
-    segments = model.config.train_segments
-    seg_len = -(-ids.shape[1] // segments)
-    extra = seg_len * segments - ids.shape[1]
-    if extra:
-        ids = F.pad(ids, (0, extra), value=model.config.pad_token_id)
-        labels = F.pad(labels, (0, extra), value=IGNORE_INDEX)
-    mems = None
-    nll_sum = correct = count = None
-    for s in range(segments):
-        window = slice(s * seg_len, (s + 1) * seg_len)
-        out = model(ids[:, window], mems=mems, labels=labels[:, window])
-        mems = out["new_mems"]
-        seg_nll = out["clm_loss"] * out["clm_count"]  # back to a sum, so segments weigh by their token count
-        nll_sum = seg_nll if nll_sum is None else nll_sum + seg_nll
-        correct = out["clm_correct"] if correct is None else correct + out["clm_correct"]
-        count = out["clm_count"] if count is None else count + out["clm_count"]
-    loss = nll_sum / count.clamp(min=1)
-    return {"loss": loss, "clm_loss": loss, "clm_correct": correct, "clm_count": count}
+    attention_mask = batch["attention_mask"]
+    labels = next_token_labels(ids, attention_mask, batch.get("token_type_ids"), batch.get("nsp_labels"))
+    if "stream_next" in batch:  # the row's last real token predicts the first token of the document's next row
+        last = (attention_mask.sum(dim=1) - 1).clamp(min=0)[:, None]
+        labels = labels.scatter(1, last, batch["stream_next"][:, None])
+    return model(ids, labels=labels, attention_mask=attention_mask, stream_slots=batch.get("stream_slots"),
+                 stream_continues=batch.get("stream_continues"))
