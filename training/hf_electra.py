@@ -140,3 +140,164 @@ def export_electra_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool
     logger.info("exported %s -> %s (transformers ElectraForPreTraining, %d tensors) + %s/%s (ElectraForMaskedLM, "
                 "%d tensors)", model_dir, out, len(discriminator), out, GENERATOR_DIR, len(generator))
     return out
+
+
+# ----------------------------------------------------------------------------------------------------- import
+
+DISCRIMINATOR_ARCHITECTURES = ("ElectraForPreTraining", "ElectraModel")
+GENERATOR_ARCHITECTURES = ("ElectraForMaskedLM",)
+# parts of our ElectraForPreTraining an HF directory may lack (initialised on import, seeded)
+_GENERATOR_IMPORT = {**_GENERATOR_HEAD, "generator_head.weight": "generator_lm_head.weight"}  # tied, checked
+_OPTIONAL = {"discriminator.pooler.": "discriminator pooler", "discriminator_head.": "replaced-token detection head",
+             "generator.": "generator", "generator_head.": "generator MLM head"}
+
+
+def electra_side_values(hf: Any, source: str, architectures: tuple[str, ...]) -> dict[str, Any]:
+    """One side's transformers ElectraConfig dict -> our BertConfig fields; refuses what our encoder does not
+    compute, naming the key."""
+    from .hf import _HF_FIELDS
+
+    if not isinstance(hf, dict):
+        raise ContractError(f"{source}: expected a JSON object, got {type(hf).__name__}")
+    problems = []
+    if hf.get("model_type") != "electra":
+        problems.append(f"model_type is {hf.get('model_type')!r}, expected 'electra'")
+    archs = hf.get("architectures") or []
+    if not isinstance(archs, list) or any(a not in architectures for a in archs):
+        problems.append(f"architectures {archs!r} not supported here (expected {', '.join(architectures)})")
+    if hf.get("hidden_act", "gelu") != "gelu":
+        problems.append(f"hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        problems.append(f"position_embedding_type {hf['position_embedding_type']!r} is not supported")
+    for flag in ("is_decoder", "add_cross_attention"):
+        if hf.get(flag):
+            problems.append(f"{flag} is true")
+    if hf.get("tie_word_embeddings", True) is not True:
+        problems.append("tie_word_embeddings is false (our MLM decoder is the word-embedding matrix)")
+    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size", "max_position_embeddings") if k not in hf]
+    if missing:
+        problems.append(f"missing key(s) {', '.join(missing)}")
+    if problems:
+        raise ContractError(f"{source}: cannot import as ELECTRA: {'; '.join(problems)}")
+    values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf and hf[theirs] is not None}
+    embedding = hf.get("embedding_size", hf["hidden_size"])
+    values["embedding_size"] = None if embedding == hf["hidden_size"] else embedding
+    return values
+
+
+def _prefixed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A bare ElectraModel's names under ElectraFor*'s `electra.` prefix; HF's non-persistent buffers dropped."""
+    out = {}
+    for name, tensor in state.items():
+        if name.startswith(("embeddings.", "embeddings_project.", "encoder.")):
+            name = "electra." + name
+        if not name.endswith(("embeddings.position_ids", "embeddings.token_type_ids")):
+            out[name] = tensor
+    return out
+
+
+def _side_state(state: dict[str, torch.Tensor], prefix: str, heads: dict[str, str], source: Path
+                ) -> dict[str, torch.Tensor]:
+    """HF names of one side -> ours (`prefix` for the encoder, `heads`: our head prefix -> HF's); refuses others."""
+    out, unknown = {}, []
+    for name, tensor in state.items():
+        if name.startswith("electra."):
+            out[prefix + name[len("electra."):]] = tensor
+            continue
+        for ours, theirs in heads.items():
+            if name.startswith(theirs):
+                out[ours + name[len(theirs):]] = tensor
+                break
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ContractError(f"{source}: tensor(s) {', '.join(sorted(unknown)[:8])} belong to no supported ELECTRA "
+                            "architecture")
+    return out
+
+
+def import_electra_from_hf(hf_dir: Path, out: Path, hf_config: dict[str, Any], seed: int = 0):
+    """A transformers ELECTRA directory -> one of our model directories:
+    - ElectraForPreTraining / ElectraModel (the discriminator), with `generator/` holding its ElectraForMaskedLM
+      (the pair our export writes) -> our ElectraForPreTraining, generator_size = generator hidden / discriminator
+      hidden; the generator's embeddings must equal the discriminator's (ours shares one block);
+    - the discriminator alone -> our ElectraForPreTraining with a generator of the default generator_size,
+      initialised (seeded) and reported;
+    - an ElectraForMaskedLM alone (a generator) -> our BertForPreTraining (a masked LM with factorised
+      embeddings; no sentence head)."""
+    from .hf import _hf_tokenizer, _read_hf_weights, finish_import, load_mapped, seeded, with_sentence_head
+    from .models.bert import BertForPreTraining
+
+    config_path = hf_dir / CONFIG_FILE
+    tokenizer_path = _hf_tokenizer(hf_dir)
+    archs = hf_config.get("architectures") or []
+    if archs == ["ElectraForMaskedLM"]:
+        values = with_sentence_head(electra_side_values(hf_config, str(config_path), GENERATOR_ARCHITECTURES), False)
+        config = BertConfig.from_dict(values, source=str(config_path))
+        heads = {"mlm_head" + k[len("generator_head"):]: v for k, v in _GENERATOR_IMPORT.items()}
+        state = _side_state(_prefixed(_read_hf_weights(hf_dir)), "bert.", heads, hf_dir)
+        _check_tied(state, hf_dir, "bert.")
+        model = seeded(lambda: BertForPreTraining(config), seed)
+        initialised, dropped = load_mapped(model, state, hf_dir, config_path,
+                                           {"bert.pooler.": "pooler", "nsp_head.": "NSP head"})
+        return finish_import(model, config, tokenizer_path, out, hf_dir, "ElectraForMaskedLM", initialised, seed,
+                             tuple(dropped))
+    values = electra_side_values(hf_config, str(config_path), DISCRIMINATOR_ARCHITECTURES)
+    state = _side_state(_prefixed(_read_hf_weights(hf_dir)), "discriminator.", _DISCRIMINATOR_HEAD, hf_dir)
+    generator_dir = hf_dir / GENERATOR_DIR
+    electra: dict[str, Any] = {}
+    architecture = archs[0] if archs else "ELECTRA (no 'architectures' in config.json)"
+    if (generator_dir / CONFIG_FILE).is_file():
+        from bertfactory.io import read_json_file
+
+        generator_path = generator_dir / CONFIG_FILE
+        generator_values = electra_side_values(read_json_file(generator_path, f"no {CONFIG_FILE} in {generator_dir}"),
+                                               str(generator_path), GENERATOR_ARCHITECTURES)
+        electra["generator_size"] = generator_values["hidden_size"] / values["hidden_size"]
+        generator = _side_state(_prefixed(_read_hf_weights(generator_dir)), "generator.", _GENERATOR_IMPORT,
+                                generator_dir)
+        _check_tied(generator, generator_dir, "generator.")
+        for name in [k for k in generator if k.startswith("generator.embeddings.")]:
+            shared = "discriminator." + name[len("generator."):]
+            if shared not in state or not torch.equal(generator[name], state[shared]):
+                raise ContractError(f"{generator_dir}: electra.{name[len('generator.'):]} differs from the "
+                                    f"discriminator's ({hf_dir}); our ELECTRA shares one embedding block")
+            del generator[name]
+        state.update(generator)
+        architecture += f" + {generator_dir.name}/ ElectraForMaskedLM"
+    try:
+        config = ElectraConfig(**BertConfig.from_dict(values, source=str(config_path)).to_dict(), **electra)
+    except ValueError as err:
+        raise ContractError(f"{config_path}: {err}") from None
+    if electra:
+        _check_generator(config, generator_values, generator_path)
+    model = seeded(lambda: ElectraForPreTraining(config), seed)
+    initialised, _ = load_mapped(model, state, hf_dir, config_path, _OPTIONAL)
+    return finish_import(model, config, tokenizer_path, out, hf_dir, architecture, initialised, seed)
+
+
+def _check_tied(state: dict[str, torch.Tensor], source: Path, prefix: str) -> None:
+    """generator_lm_head.weight (mapped to `generator_head.weight`) must be the word embeddings; then dropped."""
+    for name in ("generator_head.weight", "mlm_head.weight"):
+        tied = state.pop(name, None)
+        words = state.get(prefix + "embeddings.word_embeddings.weight")
+        if tied is not None and (words is None or not torch.equal(tied, words)):
+            raise ContractError(f"{source}: generator_lm_head.weight differs from the word embeddings (an untied "
+                                "decoder is not supported)")
+
+
+def _check_generator(config: ElectraConfig, hf: dict[str, Any], source: Path) -> None:
+    """Our generator_config() at the derived generator_size must have the HF generator's shape (`hf`: its
+    config under our field names)."""
+    ours = config.generator_config()
+    wrong = [f"{key} {hf.get(key)!r} (ours {getattr(ours, key)!r})" for key in
+             ("hidden_size", "num_heads", "intermediate_size", "num_layers", "vocab_size", "max_position_embeddings",
+              "type_vocab_size", "layer_norm_eps", "pad_token_id")
+             if hf.get(key, getattr(ours, key)) != getattr(ours, key)]
+    width = hf.get("embedding_size") or hf["hidden_size"]
+    if width != ours.embedding_width:
+        wrong.append(f"embedding width {width} (the discriminator's is {ours.embedding_width}; they share it)")
+    if wrong:
+        raise ContractError(f"{source}: the generator is not our generator of the discriminator at generator_size "
+                            f"{config.generator_size:.4g} (hidden size ratio): {'; '.join(wrong)}")
