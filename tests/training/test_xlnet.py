@@ -265,16 +265,20 @@ def test_original_ids_undo_the_masks(shared_tiny_run):
     assert not (ids == 4).any() and (batch["input_ids"] == 4).any()  # [MASK] gone (the corpus has none)
 
 
-def _train_plm(batches: PretrainBatches, steps: int, init_seed: int, order_seed: int) -> list[float]:
+def _train_plm(batches: PretrainBatches, steps: int, init_seed: int, order_seed: int,
+               row_seeds: bool = True) -> list[float]:
     torch.manual_seed(init_seed)
     model = XLNetForPretraining(XLNetConfig(vocab_size=45, hidden_size=64, num_layers=2, num_heads=4,
                                             intermediate_size=128, dropout=0.0, attention_dropout=0.0,
                                             predict_fraction=4))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    torch.manual_seed(order_seed)  # the objective draws its orders from the global RNG
+    torch.manual_seed(order_seed)  # without the loader's row_seeds the objective draws its orders from the global RNG
     losses = []
     for step in range(steps):
-        out = permutation_lm(model, batches.batch(step))
+        batch = batches.batch(step)
+        if not row_seeds:
+            del batch["row_seeds"]
+        out = permutation_lm(model, batch)
         out["loss"].backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -293,4 +297,11 @@ def test_plm_training_is_deterministic(shared_tiny_run):
     batches = _batches(shared_tiny_run)
     first = _train_plm(batches, steps=6, init_seed=0, order_seed=1)
     assert first == _train_plm(batches, steps=6, init_seed=0, order_seed=1)
-    assert first != _train_plm(batches, steps=6, init_seed=0, order_seed=2)  # the orders do come from the RNG
+    # the orders are the rows' own (row_seeds): the global RNG does not change them ...
+    assert first == _train_plm(batches, steps=6, init_seed=0, order_seed=2)
+    # ... and come from it for a batch without row_seeds
+    drawn = _train_plm(batches, steps=6, init_seed=0, order_seed=1, row_seeds=False)
+    assert drawn == _train_plm(batches, steps=6, init_seed=0, order_seed=1, row_seeds=False)
+    assert drawn != _train_plm(batches, steps=6, init_seed=0, order_seed=2, row_seeds=False)
+    # another loader seed = other orders (and another data order)
+    assert first != _train_plm(_batches(shared_tiny_run, seed=1), steps=6, init_seed=0, order_seed=1)
