@@ -119,31 +119,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", type=int, default=0, help="mask variant to show (default 0)")
 
     p = sub.add_parser(
-        "export", help="export a model directory to a transformers BertForPreTraining (or RoBERTa / ALBERT) directory",
+        "export", help="export a model directory to a transformers directory (BERT, RoBERTa, ALBERT, ELECTRA, XLNet, "
+        "XLM encoder)",
         description="Write one of our model directories (RUN/pretrain/final, RUN/pretrain/checkpoints/step-N, or a "
         "run directory for its pretrain/final) as a Hugging Face transformers BertForPreTraining directory: "
         "config.json (model_type bert), model.safetensors (bert.*, cls.predictions.*, cls.seq_relationship.*), "
         "tokenizer.json and tokenizer_config.json. Load it with transformers.AutoModelForPreTraining / "
         "AutoModelForMaskedLM / AutoModel.from_pretrained(OUT). RoBERTa- and ALBERT-style checkpoints are written as "
-        "RobertaForMaskedLM / AlbertForPreTraining instead (--layout). Written to a staging directory, then published "
+        "RobertaForMaskedLM / AlbertForPreTraining instead (--layout); ELECTRA as ElectraForPreTraining + "
+        "OUT/generator (ElectraForMaskedLM), XLNet as XLNetLMHeadModel, XLM's encoder as XLMModel. Written to a staging directory, then published "
         "atomically. See docs/checkpoints.md.")
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="model directory (or run directory) to export")
     p.add_argument("--to", required=True, choices=["hf"], help="target format: hf (Hugging Face transformers)")
-    p.add_argument("--layout", choices=["auto", "bert", "roberta", "albert"], default="auto",
-                   help="transformers class layout: bert = BertForPreTraining, roberta = RobertaForMaskedLM, albert = "
-                   "AlbertForPreTraining; auto (default) = albert for factorised embeddings or shared layers, else "
-                   "by the checkpoint's recorded objective (mlm_nsp bert, mlm roberta, mlm_sop albert)")
+    p.add_argument("--layout", choices=["auto", "bert", "roberta", "albert", "electra", "xlnet", "xlm-encoder"],
+                   default="auto",
+                   help="transformers class layout: bert = BertForPreTraining (BertForMaskedLM without a sentence "
+                   "head), roberta = RobertaForMaskedLM, albert = AlbertForPreTraining (AlbertForMaskedLM without), "
+                   "electra and xlnet for those checkpoints, xlm-encoder = XLMModel (an XLM checkpoint's encoder; its "
+                   "MLM head does not map); auto (default) = by architecture, then albert for factorised embeddings or "
+                   "shared layers, else by the checkpoint's recorded objective (mlm_nsp bert, mlm roberta, mlm_sop "
+                   "albert)")
     p.add_argument("out", metavar="OUT", help="output directory (must not exist or be empty)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT as a whole")
 
     p = sub.add_parser(
-        "import-hf", help="import a Hugging Face BERT directory as one of our model directories",
-        description="Convert a Hugging Face BERT directory (config.json, model.safetensors or a sharded "
+        "import-hf", help="import a Hugging Face BERT / RoBERTa / ALBERT / ELECTRA / XLNet directory as one of our "
+        "model directories",
+        description="Convert a Hugging Face directory (config.json, model.safetensors or a sharded "
         "model.safetensors.index.json, or a weights-only pytorch_model.bin; tokenizer.json) of a BertModel, "
-        "BertForPreTraining or BertForMaskedLM into "
-        "one of our model directories, loadable with training.checkpoint.load_pretrained. Heads the checkpoint "
-        "lacks (a plain BertModel has no MLM and NSP head) are initialised as our BertForPreTraining initialises "
-        "them, from --seed, and reported. Other model types, activations or position embeddings are refused.")
+        "BertForPreTraining or BertForMaskedLM, RobertaForMaskedLM or RobertaModel, AlbertForPreTraining, "
+        "AlbertForMaskedLM or AlbertModel, ElectraForPreTraining (with its generator in HF_DIR/generator, as our "
+        "export writes it, or alone) or ElectraForMaskedLM, XLNetLMHeadModel or XLNetModel into "
+        "one of our model directories, loadable with training.checkpoint.load_pretrained. Parts the checkpoint "
+        "lacks (a plain BertModel has no MLM and NSP head) are initialised as our model initialises "
+        "them, from --seed, and reported. Other model types, activations or position embeddings are refused. "
+        "See docs/checkpoints.md.")
     p.add_argument("hf_dir", metavar="HF_DIR", help="Hugging Face model directory (local; nothing is downloaded)")
     p.add_argument("out", metavar="OUT", help="output model directory (must not exist or be empty)")
     p.add_argument("--seed", type=int, default=0, help="torch seed for heads the checkpoint lacks (default 0)")
@@ -240,8 +250,9 @@ def _cmd_export(args) -> int:
         source = source / "pretrain" / "final"  # a run directory: its trained model
     out = export_to_hf(source, Path(args.out), overwrite=args.overwrite, layout=args.layout)
     hf_class = read_json_file(out / "config.json", f"no config.json in {out}")["architectures"][0]
-    print(f"exported {source} -> {out} (transformers {hf_class}; "
-          f"load with transformers.AutoModelFor{'MaskedLM' if 'MaskedLM' in hf_class else 'PreTraining'}"
+    auto = "AutoModel" if hf_class.endswith("Model") else \
+        f"AutoModelFor{'MaskedLM' if 'MaskedLM' in hf_class else 'PreTraining'}"
+    print(f"exported {source} -> {out} (transformers {hf_class}; load with transformers.{auto}"
           f".from_pretrained({str(out)!r}))")
     return 0
 
