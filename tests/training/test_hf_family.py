@@ -184,3 +184,25 @@ def test_cli_export_layout_option(tmp_path, capsys):
     assert main(["export", str(ours_dir), "--to", "hf", "--layout", "roberta", str(tmp_path / "hf")]) == 0
     assert "RobertaForMaskedLM" in capsys.readouterr().out
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "roberta"
+
+
+@pytest.mark.parametrize("layout, hf_class", [("bert", "BertForMaskedLM"), ("albert", "AlbertForMaskedLM"),
+                                              ("roberta", "RobertaForMaskedLM")])
+def test_a_model_without_sentence_head_exports_as_a_masked_lm(tmp_path, layout, hf_class):
+    fields = {**ALBERT, "share_layers": "all"} if layout == "albert" else {**ROBERTA, "type_vocab_size": 2}
+    config = BertConfig(**fields, sentence_head=False)
+    ours_dir = _checkpoint(tmp_path, config, None)
+    model = load_pretrained(ours_dir)[0]
+    assert not hasattr(model, "nsp_head")
+    out = export_to_hf(ours_dir, tmp_path / "hf", layout=layout)
+    assert json.loads((out / "config.json").read_text())["architectures"] == [hf_class]
+    mlm, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert type(mlm).__name__ == hf_class and not info["missing_keys"] and not info["mismatched_keys"], info
+    ids, types, mask = _batch(0, types=True)
+    if layout == "roberta":
+        types = torch.zeros_like(types)
+    with torch.no_grad():
+        hidden = model.bert(ids, types, mask)
+        ours = model.mlm_head(hidden, model.bert.embeddings.word_embeddings.weight)
+        theirs = mlm.eval()(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
+    assert _max_diff(ours, theirs, mask) < 1e-5
