@@ -38,19 +38,20 @@ def _rss_kib(field: str) -> int:
     return 0
 
 
-def _batch(vocab: int, seed: int = 0, batch: int = BATCH, max_predictions: int = MAX_PREDICTIONS) -> dict:
+def _batch(vocab: int, seed: int = 0, batch: int = BATCH, max_predictions: int = MAX_PREDICTIONS,
+           seq_len: int = SEQ_LEN) -> dict:
     """Identical full-length batches for every benchmark: random ids, `max_predictions` sorted masked positions per
     sequence ([MASK] = 4), segments split in half, random NSP labels."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (batch, SEQ_LEN), generator=g)
-    positions = torch.stack([torch.randperm(SEQ_LEN - 2, generator=g)[:max_predictions] + 1 for _ in range(batch)])
+    ids = torch.randint(5, vocab, (batch, seq_len), generator=g)
+    positions = torch.stack([torch.randperm(seq_len - 2, generator=g)[:max_predictions] + 1 for _ in range(batch)])
     positions, _ = positions.sort(dim=1)
     labels = ids.gather(1, positions)
     masked = ids.scatter(1, positions, 4)  # [MASK]
     types = torch.zeros_like(ids)
-    types[:, SEQ_LEN // 2:] = 1
+    types[:, seq_len // 2:] = 1
     return {"input_ids": masked, "token_type_ids": types, "attention_mask": torch.ones_like(ids),
             "masked_positions": positions, "masked_labels": labels,
             "nsp_labels": torch.randint(0, 2, (batch,), generator=g)}
@@ -87,10 +88,12 @@ def _worker(impl: str, shape: str, steps: int, warmup: int) -> dict:
                                                 BATCH * SEQ_LEN)}
 
 
-def time_training_steps(model, params: list, loss_of, warmup: int, steps: int, tokens_per_step: int) -> dict:
+def time_training_steps(model, params: list, loss_of, warmup: int, steps: int, tokens_per_step: int,
+                        synchronize=None) -> dict:
     """Time `steps` training steps (forward via `loss_of()`, backward, clip, AdamW, zero_grad) after `warmup`
     untimed ones; tokens/s, seconds per step, the step's peak extra resident memory (this process must be fresh),
-    threads and parameters. Shared by every step benchmark so that all of them measure the same thing."""
+    threads and parameters. Shared by every step benchmark so that all of them measure the same thing.
+    `synchronize` (e.g. torch.cuda.synchronize): called before each clock reading, for asynchronous devices."""
     import torch
 
     model.train()
@@ -104,11 +107,14 @@ def time_training_steps(model, params: list, loss_of, warmup: int, steps: int, t
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    sync = synchronize or (lambda: None)
     for _ in range(warmup):
         step()
+    sync()
     started = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
     seconds = time.perf_counter() - started
     return {"tokens_per_s": steps * tokens_per_step / seconds, "seconds_per_step": seconds / steps,
             "peak_extra_mib": (_rss_kib("VmHWM:") - rss_before) / 1024, "threads": torch.get_num_threads(),

@@ -1,0 +1,107 @@
+"""benchmarks/gpu_step.py without a GPU, so that the script cannot rot where CI has none (runs everywhere, no
+`cuda` marker): its arguments and cases, the peak table by device name, the MFU and the results table, the
+message it exits with when torch sees no CUDA device, and one real step of both implementations (ours and
+transformers') through its measurement function on the CPU at a tiny shape."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gpu_step():
+    spec = importlib.util.spec_from_file_location("gpu_step", REPO / "benchmarks" / "gpu_step.py")
+    module = importlib.util.module_from_spec(spec)
+    path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)  # it puts benchmarks/ on sys.path for pretrain_step
+    finally:
+        sys.path[:] = path
+    return module
+
+
+def test_arguments_and_cases(gpu_step):
+    args = gpu_step.parse_args([])
+    assert gpu_step.cases(args) == [("base", 128, 64, 20), ("base", 512, 16, 80), ("large", 128, 64, 20),
+                                    ("large", 512, 16, 80)]  # 8,192 tokens a step, BERT's prediction budgets
+    args = gpu_step.parse_args(["--shape", "large", "--seq", "512", "--batch", "8", "--peak-tflops", "500"])
+    assert gpu_step.cases(args) == [("large", 512, 8, 80)] and args.peak_tflops == 500
+    for bad in (["--seq", "256"], ["--shape", "huge"], ["--batch", "0"], ["--peak-tflops", "-1"]):
+        with pytest.raises(SystemExit):
+            gpu_step.parse_args(bad)
+
+
+@pytest.mark.parametrize("name, label, tflops", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.4),
+    ("NVIDIA H100 PCIe", "H100 PCIe", 756.0),
+    ("NVIDIA H100 NVL", "H100 NVL", 835.0),
+    ("NVIDIA H200", "H200 SXM", 989.4),
+    ("NVIDIA H200 NVL", "H200 NVL", 835.0),
+    ("NVIDIA GH200 480GB", "GH200", 989.4),
+    ("NVIDIA A100-SXM4-80GB", "A100", 312.0),
+    ("NVIDIA A100 80GB PCIe", "A100", 312.0),
+    ("NVIDIA L4", "L4", 121.0),
+    ("NVIDIA L40S", "L40S", 362.0),
+    ("NVIDIA L40", "L40", 181.0),
+    ("NVIDIA A10", "A10", 125.0),
+    ("NVIDIA B200", "B200", 2250.0),
+    ("NVIDIA GeForce RTX 4090", "RTX 4090", 165.2),
+])
+def test_peak_table_by_device_name(gpu_step, name, label, tflops):
+    assert gpu_step.peak_for(name) == (label, pytest.approx(tflops * 1e12))
+
+
+def test_unknown_gpus_need_the_flag_and_the_flag_wins(gpu_step):
+    assert gpu_step.peak_for("NVIDIA A10G") is None and gpu_step.peak_for("Tesla V100-SXM2-16GB") is None
+    label, peak = gpu_step.resolve_peak("NVIDIA A10G", None)
+    assert peak is None and "--peak-tflops" in label
+    assert gpu_step.resolve_peak("NVIDIA H100 80GB HBM3", 500.0)[1] == pytest.approx(500e12)
+
+
+def test_mfu_and_the_results_table(gpu_step):
+    rows = [{"shape": "base", "seq_len": 128, "batch": 64, "impl": impl, "runs": runs, "peak_gpu_mib": memory,
+             "flops_per_token": 5e8, "dense_flops_per_token": 6e8}
+            for impl, runs, memory in (("ours", [3.0e5, 2.0e5, 2.5e5], [4096.0, 4096.0, 4100.0]),
+                                       ("hf", [1.0e5, 1.2e5, 1.5e5], [8192.0, 8192.0, 8192.0]))]
+    assert gpu_step.mfu(2.5e5, 5e8, 1e15) == pytest.approx(0.125)
+    assert gpu_step.mfu(2.5e5, 5e8, None) is None
+    table = gpu_step.format_table(rows, 1e15).splitlines()
+    assert table[0].split()[:7] == ["shape", "seq", "batch", "impl", "tokens/s", "MFU", "peak"]
+    assert table[1].split()[:7] == ["base", "128", "64", "ours", "250,000", "12.5", "%"]  # the median, its MFU
+    assert table[1].split()[7] == "4.00"  # GiB, the largest round
+    assert table[2].split()[:6] == ["base", "128", "64", "hf", "120,000", "6.0"]
+    assert "0.500 G credited" in table[3] and "0.600 G with logits at every position" in table[3]
+    assert "ours / HF 2.08x tokens/s, 0.50x peak memory" in table[3]
+    assert "n/a" in gpu_step.format_table(rows, None).splitlines()[1]
+
+
+def test_without_cuda_it_exits_with_a_message(gpu_step, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="sees no CUDA device; this benchmark measures a GPU step"):
+        gpu_step.main([])
+
+
+def test_one_step_of_each_implementation_through_the_measurement(gpu_step, one_thread):
+    tiny = (32, 1, 2, 64, 200)  # hidden, layers, heads, FFN, vocab
+    ours = gpu_step.measure("ours", tiny, 32, 2, 4, steps=1, warmup=0, device="cpu")
+    hf = gpu_step.measure("hf", tiny, 32, 2, 4, steps=1, warmup=0, device="cpu")
+    for result in (ours, hf):
+        assert result["tokens_per_s"] > 0 and result["peak_gpu_mib"] is None and result["attention"] == "sdpa"
+    assert ours["parameters"] == hf["parameters"]  # the same architecture on both sides
+    with pytest.raises(ValueError, match="impl must be"):
+        gpu_step.measure("other", tiny, 32, 2, 4, steps=1, warmup=0, device="cpu")
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
