@@ -86,16 +86,9 @@ def relative_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
 
 
 def one_gpu_ddp() -> dict:
-    """DistContext's collectives and its DDP wrapper on the nccl group: the values the trainer logs and the step
-    guard reads (float64 sums), a barrier, and DDP gradients equal to the unwrapped model's."""
+    """DistContext's DDP wrapper and collectives on the nccl group: DDP gradients equal to the unwrapped model's,
+    then the values the trainer logs and the step guard reads (float64 sums) and a barrier."""
     ctx, device, backend = one_member_group()
-    # the trainer's collectives (training/trainer.py: the step guard's mean loss, the logged step values)
-    assert ctx.mean(3.0) == 1.5
-    scalars, tokens = ctx.reduce_step({"loss": 2.0, "mlm_loss": 1.0, "mlm_correct": 5, "mlm_count": 7}, 100)
-    assert scalars == {"loss": 1.0, "mlm_loss": 0.5, "mlm_correct": 5.0, "mlm_count": 7.0}, scalars
-    assert tokens == 100
-    ctx.barrier()
-
     torch.manual_seed(0)
     model = BertForPreTraining(CONFIG).to(device).train()
     reference = copy.deepcopy(model)
@@ -114,6 +107,12 @@ def one_gpu_ddp() -> dict:
     assert all(g is not None for g in grads)
     error = relative_error(grads, ref_grads)
     assert error < 1e-5, error
+    # the trainer's collectives (training/trainer.py: the step guard's mean loss, the logged step values)
+    assert ctx.mean(3.0) == 1.5
+    scalars, tokens = ctx.reduce_step({"loss": 2.0, "mlm_loss": 1.0, "mlm_correct": 5, "mlm_count": 7}, 100)
+    assert scalars == {"loss": 1.0, "mlm_loss": 0.5, "mlm_correct": 5.0, "mlm_count": 7.0}, scalars
+    assert tokens == 100
+    ctx.barrier()
     ctx.shutdown()
     return {"backend": backend, "loss": loss.item(), "grad_relative_error": error}
 
