@@ -9,7 +9,11 @@
   (layouts and how one is chosen: training/hf_layouts.py).
 - `import_from_hf(hf_dir, out)`: a HF `BertModel`, `BertForPreTraining` or `BertForMaskedLM` directory -> one of our
   model directories (`training.checkpoint.load_pretrained` loads it); heads the HF checkpoint lacks are initialised
-  as `BertForPreTraining` initialises them (seeded) and listed in the returned `HfImport`.
+  as `BertForPreTraining` initialises them (seeded) and listed in the returned `HfImport`. Other model types go to
+  their module by config.json `model_type` (`IMPORTERS`: roberta / albert -> hf_layouts.py, electra ->
+  hf_electra.py, xlnet -> hf_xlnet.py); exports of ELECTRA, XLNet and XLM checkpoints go by `architecture` to
+  hf_electra.py, hf_xlnet.py, hf_xlm.py. The shared pieces (seeded build, strict mapped load with optional parts,
+  the staged HF directory writer) live here.
 
 The encoder's parameter names are the same on both sides (`bert.*`); the heads map as
 `mlm_head.{dense,LayerNorm}` <-> `cls.predictions.transform.{dense,LayerNorm}`, `mlm_head.bias` <->

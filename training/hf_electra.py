@@ -1,4 +1,6 @@
-"""Hugging Face export of our ELECTRA checkpoints (no `transformers` import: config.json keys, names and shapes).
+"""Hugging Face export and import of ELECTRA (no `transformers` import: config.json keys, names and shapes).
+Import (`import_electra_from_hf`, via `training.hf.import_from_hf` for model_type electra) is the inverse of the
+export below: the pair, a discriminator alone (generator initialised) or a generator alone (a masked LM).
 
 `export_electra_to_hf(model_dir, out)` writes
 - `out/`: the discriminator as a `transformers` ElectraForPreTraining directory (config.json, model.safetensors,

@@ -20,6 +20,11 @@ mlm_nsp -> bert, mlm -> roberta, mlm_sop -> albert), then type_vocab_size 1 -> r
 
     layout = choose_layout(doc, config, requested=None, source="RUN/pretrain/final/config.json")
     state, hf_config = export_layout(layout, model, config, special_ids, base_config)
+
+A model without a sentence-pair head (`sentence_head` false) exports as AlbertForMaskedLM under `albert`.
+`import_layout` is the inverse for RoBERTa (RobertaForMaskedLM / RobertaModel -> no sentence head) and ALBERT
+(AlbertForPreTraining / AlbertForMaskedLM / AlbertModel; num_hidden_groups G < L -> share_layers all in G groups,
+G = L -> none; inner_group_num > 1 and hidden_act gelu_new are refused).
 """
 
 from __future__ import annotations
