@@ -266,8 +266,8 @@ def _cmd_import_hf(args) -> int:
     if result.dropped:
         print(f"dropped on request: {', '.join(result.dropped)}")
     if result.initialised:
-        print(f"note: the checkpoint has no {', '.join(result.initialised)}; initialised as BertForPreTraining "
-              f"does (seed {result.seed}). Train them before relying on them.")
+        print(f"note: the checkpoint has no {', '.join(result.initialised)}; initialised as our model initialises "
+              f"them (seed {result.seed}). Train them before relying on them.")
     return 0
 
 
