@@ -237,6 +237,8 @@ POLICIES: dict[str, Policy] = {"token": token_units, "whole-word": whole_word_un
 TEXT_POLICIES = frozenset({"entity"})
 # Policies whose units get one 80/10/10 decision each unless MaskingConfig.replacement_per says otherwise.
 PER_UNIT_REPLACEMENT_POLICIES = frozenset({"span"})
+# Policies whose chosen units a shard stores as span bounds (shards.SPAN_COLUMN: SpanBERT's SBO reads them)
+SPAN_BOUND_POLICIES = frozenset({"span"})
 # Policies whose units split the non-special positions into disjoint runs (no random draws of their own): the core
 # chooses among them with array operations only.
 PARTITION_POLICIES = frozenset({"token", "whole-word"})
@@ -313,8 +315,16 @@ def mask_at_read_time(masker: "Masker", input_ids: Sequence[int], epoch: int, ro
     """Dynamic masking (MaskingConfig.dynamic, RoBERTa): (positions ascending, replacement ids) for row
     `row_index` of the split read in `epoch`, with the masker's core, policy and seed - the same masks whichever
     rank, worker or resume reads the row, other masks in another epoch. For SBO spans use
-    `masker.mask_with_spans(input_ids, dynamic_rng(masker.seed, epoch, row_index))`."""
+    `spans_at_read_time`."""
     return masker.mask(input_ids, dynamic_rng(masker.seed, epoch, row_index))
+
+
+def spans_at_read_time(masker: "Masker", input_ids: Sequence[int], epoch: int, row_index: int
+                       ) -> tuple[list[int], list[int], list[int]]:
+    """mask_at_read_time plus the length of every chosen unit in position order (the mask_spans a shard stores
+    for policy span): the same draws, so the same masks."""
+    positions, tokens, units = masker.mask_with_spans(input_ids, dynamic_rng(masker.seed, epoch, row_index))
+    return positions, tokens, [last - first + 1 for first, last in units]
 
 
 # ------------------------------------------------------------------------------ counter-based randomness
@@ -368,6 +378,11 @@ class MaskedBatch:
 
     def __len__(self) -> int:
         return len(self.counts) // max(self.variants, 1)
+
+    def unit_lengths(self) -> np.ndarray:
+        """Each chosen unit's length in positions (units are runs of consecutive positions): with unit_counts,
+        the shard's mask_spans column."""
+        return self.unit_last - self.unit_first + 1
 
     def rows(self) -> list[list[Masked]]:
         """Every row's K variants as (positions, tokens, units (first, last))."""

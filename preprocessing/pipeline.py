@@ -57,11 +57,11 @@ from .documents import build_documents_pipeline
 from .instances import iter_bucket_instances
 from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, unpack_sentences
 from .sinks import WriteSmallLines
-from .masking import Masker
+from .masking import SPAN_BOUND_POLICIES, Masker
 from .memory import release_freed_memory
 from .runners import describe, run_pipeline
 from .shards import (SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, merge_runs,
-                     shard_batch, shard_schema, spill_part, write_manifest, write_shard)
+                     SPAN_COLUMN, shard_batch, shard_schema, spill_part, write_manifest, write_shard)
 from .inputs import expand_inputs
 from .lineage import plan_increment
 from .sources import validate_file
@@ -307,13 +307,18 @@ class DealAndMask(beam.DoFn):
         values = rows.ids.astype(np.int64)
         doc_id, index = rows.keys[:, 1], rows.keys[:, 2]
         len_a, nsp_label, lang_a, lang_b, segment_index = rows.fields.T
+        spans = (None, None)  # mask_spans: the span policy's bounds (docs/shards.md), absent for other policies
         if self.cfg.masking.dynamic:  # the loader masks at read time
             variants, counts, positions, tokens = 0, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+            if self.cfg.masking.policy in SPAN_BOUND_POLICIES:
+                spans = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         else:
             masked = self.masker.variants_flat(offsets, values, doc_id, index)
             variants, counts, positions, tokens = masked.variants, masked.counts, masked.positions, masked.tokens
+            if self.cfg.masking.policy in SPAN_BOUND_POLICIES:
+                spans = (masked.unit_counts, masked.unit_lengths())
         batch = shard_batch(self.vocab_size, offsets, values, len_a, nsp_label, counts, positions, tokens, variants,
-                            doc_id, lang_a, lang_b, segment_index)
+                            doc_id, lang_a, lang_b, segment_index, *spans)
         return batch, (int(offsets[-1]), len(positions), int(nsp_label.sum()))
 
 
@@ -334,10 +339,11 @@ class WriteShardFn(beam.DoFn):
     pre-shards' runs are merged by key into the shard (shards.merge_runs): the worker holds the sort keys and a
     few hundred rows per pre-shard, not the shard."""
 
-    def __init__(self, shard_dir: str, vocab_size: int, batch_rows: int):
+    def __init__(self, shard_dir: str, vocab_size: int, batch_rows: int, span_bounds: bool = False):
         self.shard_dir = shard_dir
         self.vocab_size = vocab_size
         self.batch_rows = batch_rows
+        self.span_bounds = span_bounds  # the schema has the mask_spans column (masking policy span)
 
     def start_bundle(self) -> None:
         release_freed_memory()
@@ -351,7 +357,7 @@ class WriteShardFn(beam.DoFn):
             runs.setdefault(pre, []).append((start, keys, Path(part)))
             tokens, masked, nsp_random = tokens + n_tokens, masked + n_masked, nsp_random + n_random
         ordered = [sorted(runs[pre], key=lambda part: part[0]) for pre in sorted(runs)]
-        info = merge_runs(path, shard_schema(self.vocab_size),
+        info = merge_runs(path, shard_schema(self.vocab_size, self.span_bounds),
                           [(np.concatenate([k.reshape(-1, 3) for _, k, _ in run]), [p for _, _, p in run])
                            for run in ordered], self.batch_rows)
         yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
@@ -401,7 +407,8 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
         | "DealAndMask" >> beam.ParDo(DealAndMask(cfg, str(tokenizer_path), num_shards, vocab_size, str(shard_dir)),
                                       sizes=beam.pvalue.AsDict(sizes))
         | "ByShard" >> beam.GroupByKey()
-        | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows))
+        | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows,
+                                                           cfg.masking.policy in SPAN_BOUND_POLICIES))
         | "WriteSummaries" >> WriteSmallLines(work / "shard_summaries")
     )
 
@@ -761,7 +768,8 @@ def _instance_results(cfg: PreprocessConfig, counts: dict, staging: _Staging,
         for shard in range(n_shards):
             summary = summaries.get((split, shard))
             if summary is None:  # no instance hashed to this shard: an empty shard keeps the layout regular
-                info = write_shard(staging.shards / split / shard_name(shard), [], vocab_size, cfg.shards.batch_rows)
+                info = write_shard(staging.shards / split / shard_name(shard), [], vocab_size, cfg.shards.batch_rows,
+                                   cfg.masking.policy in SPAN_BOUND_POLICIES)
                 summary = {"rows": 0, "sha256": info.sha256, "tokens": 0, "masked_tokens": 0, "nsp_random": 0}
             infos.append(ShardInfo(path=f"{split}/{shard_name(shard)}", rows=summary["rows"], sha256=summary["sha256"]))
             tokens[split] += summary["tokens"]
@@ -831,7 +839,11 @@ def _manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Tokenizer,
         masking={**masking.model_dump(mode="json"),
                  "keep_prob": round(1.0 - masking.mask_token_prob - masking.random_token_prob, 10),
                  "seeding": "counter-hash v2: splitmix64 keys of variant_seeds(seed, doc_id, instance_index)[variant] "
-                            "(preprocessing.masking)"},
+                            "(preprocessing.masking)",
+                 # only span shards say it (every other manifest keeps its bytes)
+                 **({"span_bounds": f"{SPAN_COLUMN}: per variant, each masked span's length in mask_positions "
+                                    "order" + (" (dynamic: made at read time)" if masking.dynamic else "")}
+                    if masking.policy in SPAN_BOUND_POLICIES else {})},
         seed=cfg.seed,
         config_hash=config_hash(corpus, cfg),
         counts=counts,

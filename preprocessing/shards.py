@@ -16,6 +16,9 @@ Row of schema v2 (one training instance, unpadded; v1 = the first six columns, s
     lang_a, lang_b  uint16        language ids (index into manifest instance_format.languages) of the first and
                                   second segment (the document's language twice for one-language rows)
     segment_index   uint32        clm: the row's position among its document's segments; else 0
+    mask_spans      list<list<uint16>>  masking policy span only (column absent otherwise): K variants, each the
+                                  length of every masked span in order - span j covers the next mask_spans[v][j]
+                                  entries of mask_positions[v], consecutive positions (SpanBERT's SBO reads them)
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ SCHEMA_VERSION = 2
 SUPPORTED_SCHEMA_VERSIONS = (1, 2)
 # columns schema v2 added (v1 shards are read with lang_a = lang_b = segment_index = 0)
 V2_COLUMNS = ("lang_a", "lang_b", "segment_index")
+# the optional column of span bounds (written for masking policy span; a shard without it is still read)
+SPAN_COLUMN = "mask_spans"
 MANIFEST_NAME = "manifest.json"
 SPLITS = ("train", "heldout")
 
@@ -43,7 +48,10 @@ def token_type(vocab_size: int) -> pa.DataType:
     return pa.uint16() if vocab_size < 65536 else pa.int32()
 
 
-def shard_schema(vocab_size: int) -> pa.Schema:
+def shard_schema(vocab_size: int, span_bounds: bool = False) -> pa.Schema:
+    """The row schema; `span_bounds` adds the mask_spans column (masking policy span), after the others so that
+    every other shard keeps its bytes."""
+    spans = [pa.field(SPAN_COLUMN, pa.list_(pa.list_(pa.uint16())), nullable=False)] if span_bounds else []
     return pa.schema(
         [
             pa.field("input_ids", pa.list_(token_type(vocab_size)), nullable=False),
@@ -55,6 +63,7 @@ def shard_schema(vocab_size: int) -> pa.Schema:
             pa.field("lang_a", pa.uint16(), nullable=False),
             pa.field("lang_b", pa.uint16(), nullable=False),
             pa.field("segment_index", pa.uint32(), nullable=False),
+            *spans,
         ],
         metadata={b"bertfactory.schema_version": str(SCHEMA_VERSION).encode()},
     )
@@ -154,11 +163,13 @@ def read_manifest(directory: str | Path) -> Manifest:
 # ------------------------------------------------------------------------------------------------ writer
 
 
-def write_shard(path: Path, rows: Sequence[Mapping[str, Any]], vocab_size: int, batch_rows: int = 4096) -> ShardInfo:
+def write_shard(path: Path, rows: Sequence[Mapping[str, Any]], vocab_size: int, batch_rows: int = 4096,
+                span_bounds: bool = False) -> ShardInfo:
     """Write `rows` (dicts with the schema's fields, in the order given) to an Arrow stream file, atomically.
+    `span_bounds`: the rows carry mask_spans too (masking policy span).
 
     Returns the ShardInfo with `path` = the file name (callers make it relative to the manifest)."""
-    schema = shard_schema(vocab_size)
+    schema = shard_schema(vocab_size, span_bounds)
     columns = {name: [r.get(name, 0) for r in rows] if name in V2_COLUMNS else [r[name] for r in rows]
                for name in schema.names}
     return write_shard_table(path, pa.table(columns, schema=schema), batch_rows)
@@ -267,12 +278,14 @@ def _list_array(offsets: np.ndarray, values: np.ndarray, value_type: pa.DataType
 def shard_batch(vocab_size: int, ids_offsets: np.ndarray, ids_values: np.ndarray, len_a: np.ndarray,
                 nsp_label: np.ndarray, mask_counts: np.ndarray, mask_positions: np.ndarray, mask_tokens: np.ndarray,
                 variants: int, doc_id: np.ndarray, lang_a: np.ndarray, lang_b: np.ndarray,
-                segment_index: np.ndarray) -> pa.RecordBatch:
+                segment_index: np.ndarray, span_counts: np.ndarray | None = None,
+                span_lengths: np.ndarray | None = None) -> pa.RecordBatch:
     """A record batch of the shard schema from flat arrays (no Python object per row): `ids_offsets` [N+1] into
     `ids_values`; `mask_counts` [N*variants] positions of each row's variants in order, `mask_positions` /
-    `mask_tokens` their values (variants 0: dynamic masking, no masks stored)."""
+    `mask_tokens` their values (variants 0: dynamic masking, no masks stored). `span_counts` [N*variants] spans of
+    each row-variant and `span_lengths` their lengths in masked positions: the mask_spans column (None: none)."""
     rows = len(len_a)
-    schema = shard_schema(vocab_size)
+    schema = shard_schema(vocab_size, span_counts is not None)
     mask_offsets = np.zeros(rows * variants + 1, dtype=np.int64)
     np.cumsum(mask_counts, out=mask_offsets[1:])
     per_row = np.arange(rows + 1, dtype=np.int64) * variants
@@ -289,6 +302,11 @@ def shard_batch(vocab_size: int, ids_offsets: np.ndarray, ids_values: np.ndarray
         pa.array(lang_b, pa.uint16()),
         pa.array(segment_index, pa.uint32()),
     ]
+    if span_counts is not None:
+        span_offsets = np.zeros(rows * variants + 1, dtype=np.int64)
+        np.cumsum(span_counts, out=span_offsets[1:])
+        arrays.append(pa.ListArray.from_arrays(pa.array(per_row, pa.int32()),
+                                               _list_array(span_offsets, span_lengths, pa.uint16())))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -311,6 +329,8 @@ class _ShardArrays:
     lang_a: np.ndarray | None = None  # None: a v1 shard (all 0)
     lang_b: np.ndarray | None = None
     segment_index: np.ndarray | None = None
+    span_offsets: np.ndarray | None = None  # over rows*K variant lists; None: no mask_spans column
+    span_lengths: np.ndarray | None = None
 
 
 def _flat_list(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -337,8 +357,10 @@ def _load_shard(path: Path, expect_k: int) -> _ShardArrays:
     batch = table.to_batches()[0] if table.num_rows else None
     if batch is None:
         empty_i = np.zeros(1, np.int64)
+        spans = (empty_i, np.zeros(0, np.uint16)) if SPAN_COLUMN in table.schema.names else (None, None)
         return _ShardArrays(empty_i, np.zeros(0, np.int32), np.zeros(0, np.uint16), np.zeros(0, np.int8),
-                            empty_i, np.zeros(0, np.uint16), np.zeros(0, np.int32), np.zeros(0, np.uint64), 0)
+                            empty_i, np.zeros(0, np.uint16), np.zeros(0, np.int32), np.zeros(0, np.uint64), 0,
+                            span_offsets=spans[0], span_lengths=spans[1])
     col = {name: batch.column(name) for name in batch.schema.names}
     ids_off, ids_val = _flat_list(col["input_ids"])
     pos_outer = col["mask_positions"]
@@ -350,6 +372,8 @@ def _load_shard(path: Path, expect_k: int) -> _ShardArrays:
     tok_off, tok_val = _flat_list(tok_outer.flatten())
     if not np.array_equal(pos_off, tok_off):
         raise ContractError(f"shard {path}: mask_positions and mask_tokens have different lengths")
+    span_off, span_len = _span_bounds(path, col[SPAN_COLUMN], expect_k, pos_off, pos_val) if SPAN_COLUMN in col \
+        else (None, None)
     return _ShardArrays(
         ids_offsets=ids_off,
         ids_values=ids_val,
@@ -361,7 +385,26 @@ def _load_shard(path: Path, expect_k: int) -> _ShardArrays:
         doc_id=col["doc_id"].to_numpy(),
         rows=batch.num_rows,
         **{name: col[name].to_numpy() for name in V2_COLUMNS if name in col},
+        span_offsets=span_off,
+        span_lengths=span_len,
     )
+
+
+def _span_bounds(path: Path, column: pa.Array, expect_k: int, pos_off: np.ndarray, pos_val: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets over the rows*K variant lists, lengths) of the mask_spans column, checked against the masks: K
+    lists per row, every variant's lengths summing to its masked positions, each span on consecutive positions."""
+    if not np.all(np.diff(column.offsets.to_numpy()) == expect_k):
+        raise ContractError(f"shard {path}: {SPAN_COLUMN} does not hold {expect_k} variants per row")
+    span_off, span_len = _flat_list(column.flatten())
+    span_len = span_len.astype(np.int64)
+    ends = np.concatenate([[0], np.cumsum(span_len)])  # slot after each span, counted over all variants
+    if (len(span_len) and span_len.min() < 1) or not np.array_equal(ends[span_off], pos_off):
+        raise ContractError(f"shard {path}: {SPAN_COLUMN} lengths do not add up to each variant's mask_positions")
+    first, last = ends[:-1], ends[1:] - 1
+    if len(span_len) and not np.array_equal(pos_val[last].astype(np.int64) - pos_val[first], span_len - 1):
+        raise ContractError(f"shard {path}: a span of {SPAN_COLUMN} covers positions that are not consecutive")
+    return span_off, span_len
 
 
 @dataclass(frozen=True)
@@ -375,6 +418,7 @@ class Instance:
     lang_a: int = 0
     lang_b: int = 0
     segment_index: int = 0
+    mask_spans: np.ndarray | None = None  # each masked span's length in mask_positions order; None: not stored
 
 
 class ShardSet:
@@ -387,6 +431,8 @@ class ShardSet:
         self._shards = shards
         self._starts = np.cumsum([0] + [s.rows for s in shards])
         self.k = manifest.mask_variants
+        # every shard stores the bounds of its masked spans (masking policy span; older span shards do not)
+        self.span_bounds = bool(shards) and all(s.span_offsets is not None for s in shards)
 
     @classmethod
     def open(
@@ -455,9 +501,12 @@ class ShardSet:
     def instance(self, index: int, variant: int = 0) -> Instance:
         shard, r = self._locate(index)
         ids = shard.ids_values[shard.ids_offsets[r] : shard.ids_offsets[r + 1]]
+        spans = None
         if self.k:
             m = r * self.k + (variant % self.k)
             lo, hi = shard.mask_offsets[m], shard.mask_offsets[m + 1]
+            if self.span_bounds:
+                spans = shard.span_lengths[shard.span_offsets[m]:shard.span_offsets[m + 1]]
         else:  # dynamic masking: no stored masks (training.data masks at read time)
             lo = hi = 0
         return Instance(
@@ -470,6 +519,7 @@ class ShardSet:
             lang_a=int(shard.lang_a[r]) if shard.lang_a is not None else 0,
             lang_b=int(shard.lang_b[r]) if shard.lang_b is not None else 0,
             segment_index=int(shard.segment_index[r]) if shard.segment_index is not None else 0,
+            mask_spans=spans,
         )
 
     def __iter__(self) -> Iterable[Instance]:

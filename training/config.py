@@ -188,6 +188,9 @@ class PretrainConfig(StrictModel):
                                   "and schedule start fresh. null = random init")
     stacking: StackingConfig | None = Field(None, description="progressive stacking (training/stacking.py): double "
                                             "the layers after the listed steps; model.num_layers is the first depth")
+    tlm_shards: str | None = Field(None, description="objective xlm_mlm_tlm (XLM): the tlm-pairs shard directory "
+                                   "(built with the run's tokenizer; relative to the run directory) whose batches "
+                                   "alternate with the run's MLM batches (training/xlm_data.py)")
 
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":

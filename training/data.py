@@ -36,7 +36,9 @@ def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int,
     Returns int64 tensors: input_ids [B, T] (mask_tokens written at mask_positions, pad_id after the end),
     token_type_ids [B, T] (0 for the first len_a positions, 1 for the rest of the real tokens, 0 on padding),
     attention_mask [B, T] (1 real / 0 pad), masked_positions [B, max_predictions] (0-padded), masked_labels
-    [B, max_predictions] (the original ids at the positions, -100 on padding), nsp_labels [B]."""
+    [B, max_predictions] (the original ids at the positions, -100 on padding), nsp_labels [B]; when every
+    instance carries its masked spans (shard column mask_spans, policy span) also span_left / span_right
+    [B, max_predictions]: the positions just before and just after the span of each slot (0 on padding)."""
     if not instances:
         raise ValueError("collate needs at least one instance")
     batch = len(instances)
@@ -77,21 +79,51 @@ def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int,
         "masked_labels": torch.from_numpy(masked_labels),
         "nsp_labels": torch.from_numpy(nsp_labels),
     }
+        # SpanBERT's SBO reads the stored span bounds; absent for shards without them
+        **(span_bounds(instances, masked_positions) if all(i.mask_spans is not None for i in instances) else {}),
 
 
-def translation_inputs(instances: Sequence[Instance], width: int) -> dict[str, torch.Tensor]:
-    """position_ids and language_ids [B, T] of tlm-pairs rows (XLM TLM): positions 0.. over [CLS] source [SEP],
-    restarting at 1 for the target (t_j at the position of s_j), every token its side's language (lang_a, lang_b
-    of the row: ids into the manifest's instance_format.languages), 0 on padding."""
-    positions = np.zeros((len(instances), width), dtype=np.int64)
+def language_inputs(instances: Sequence[Instance], width: int, language_map: np.ndarray | None = None) -> torch.Tensor:
+def span_bounds(instances: Sequence[Instance], masked_positions: np.ndarray) -> dict[str, torch.Tensor]:
+    """span_left / span_right [B, P] from each instance's stored span lengths (mask_spans): span j covers the next
+    mask_spans[j] slots, so its slots get (first position - 1, last position + 1)."""
+    left = np.zeros_like(masked_positions)
+    right = np.zeros_like(masked_positions)
+    for i, inst in enumerate(instances):
+        lengths = np.asarray(inst.mask_spans, dtype=np.int64)
+        n = len(inst.mask_positions)
+        if lengths.sum() != n or (len(lengths) and lengths.min() < 1):
+            raise ContractError(f"instance of document {inst.doc_id}: mask_spans {lengths.tolist()} do not cover its "
+                                f"{n} masked positions")
+        ends = np.cumsum(lengths)
+        left[i, :n] = np.repeat(masked_positions[i, ends - lengths] - 1, lengths)
+        right[i, :n] = np.repeat(masked_positions[i, ends - 1] + 1, lengths)
+    return {"span_left": torch.from_numpy(left), "span_right": torch.from_numpy(right)}
+
+
+    """language_ids [B, T]: every token its segment's language (lang_a over the first len_a tokens, lang_b after:
+    ids into the manifest's instance_format.languages, or `language_map[id]` when given: the model's rows, XLM's
+    model.xlm.languages), 0 on padding. A monolingual row has lang_a == lang_b: its language at every token."""
     languages = np.zeros((len(instances), width), dtype=np.int64)
+    for i, inst in enumerate(instances):
+        lang_a, lang_b = (inst.lang_a, inst.lang_b) if language_map is None else \
+            (language_map[inst.lang_a], language_map[inst.lang_b])
+        languages[i, :inst.len_a] = lang_a
+        languages[i, inst.len_a:len(inst.input_ids)] = lang_b
+    return torch.from_numpy(languages)
+
+
+def translation_inputs(instances: Sequence[Instance], width: int,
+                       language_map: np.ndarray | None = None) -> dict[str, torch.Tensor]:
+    """position_ids and language_ids [B, T] of tlm-pairs rows (XLM TLM): positions 0.. over [CLS] source [SEP],
+    restarting at 1 for the target (t_j at the position of s_j), every token its side's language (language_inputs),
+    0 on padding."""
+    positions = np.zeros((len(instances), width), dtype=np.int64)
     for i, inst in enumerate(instances):
         length, len_a = len(inst.input_ids), inst.len_a
         positions[i, :len_a] = np.arange(len_a)
         positions[i, len_a:length] = np.arange(1, length - len_a + 1)
-        languages[i, :len_a] = inst.lang_a
-        languages[i, len_a:length] = inst.lang_b
-    return {"position_ids": torch.from_numpy(positions), "language_ids": torch.from_numpy(languages)}
+    return {"position_ids": torch.from_numpy(positions), "language_ids": language_inputs(instances, width, language_map)}
 
 
 def dynamic_masker(shards: ShardSet):
@@ -108,12 +140,13 @@ def dynamic_masker(shards: ShardSet):
     return Masker.from_tokenizer(cfg, manifest.seed, Tokenizer.from_file(str(path)), str(path))
 
 
-def masked_at_read_time(masker, inst: Instance, epoch: int, row: int) -> Instance:
+def masked_at_read_time(masker, inst: Instance, epoch: int, row: int, spans: bool = False) -> Instance:
     """Dynamic masking (RoBERTa): row `row` of the split masked for `epoch`, deterministically in (seed, epoch,
-    row) - the same masks whichever rank, worker or resume reads it, different ones every epoch."""
+    row) - the same masks whichever rank, worker or resume reads it, different ones every epoch. `spans`: also
+    the masked spans' lengths (mask_spans, as span shards store them)."""
     import dataclasses
 
-    from preprocessing.masking import mask_at_read_time
+    from preprocessing.masking import mask_at_read_time, spans_at_read_time
 
     positions, tokens = mask_at_read_time(masker, inst.input_ids.tolist(), epoch, row)
     return dataclasses.replace(inst, mask_positions=np.asarray(positions, np.int64), mask_tokens=np.asarray(tokens, np.int64))
@@ -126,6 +159,10 @@ class Position:
     step: int
     epoch: int
     batch_in_epoch: int
+    if spans:
+        positions, tokens, lengths = spans_at_read_time(masker, inst.input_ids.tolist(), epoch, row)
+        return dataclasses.replace(inst, mask_positions=np.asarray(positions, np.int64),
+                                   mask_tokens=np.asarray(tokens, np.int64), mask_spans=np.asarray(lengths, np.int64))
     variant: int
 
 
@@ -170,6 +207,13 @@ class PretrainBatches:
         self._window_key: tuple[int, int] | None = None
         self._window: tuple[np.ndarray, np.ndarray] | None = None
         self.dynamic_masker = dynamic_masker(shards) if shards.k == 0 else None
+        # per-token language ids (XLM): tlm-pairs rows always; rows of a multilingual shard set (schema v2, two or
+        # more instance_format.languages) too, each row its own language. `language_map` (manifest id -> model
+        # row) is set by training/xlm_data.py from model.xlm.languages; None = the manifest's ids as they are
+        fmt = shards.manifest.instance_format
+        self.translation = fmt.get("name") == "tlm-pairs"
+        self.row_languages = self.translation or len(fmt.get("languages") or ()) > 1
+        self.language_map: np.ndarray | None = None
         if self.length_buckets:
             lengths = shards.lengths()
             if self.length_buckets != sorted(set(self.length_buckets)) or self.length_buckets[0] < 1:
@@ -250,10 +294,13 @@ class PretrainBatches:
         rows = self.local_rows_of(step)
         instances = [self.shards.instance(int(r), pos.variant) for r in rows]
         if self.dynamic_masker is not None:
-            instances = [masked_at_read_time(self.dynamic_masker, inst, pos.epoch, int(r)) for inst, r in zip(instances, rows)]
+            instances = [masked_at_read_time(self.dynamic_masker, inst, pos.epoch, int(r), self.shards.span_bounds)
+                         for inst, r in zip(instances, rows)]
         batch = collate(instances, self.pad_id, self.max_predictions, self.width_of(step))
-        if self.shards.manifest.instance_format.get("name") == "tlm-pairs":
-            batch.update(translation_inputs(instances, batch["input_ids"].shape[1]))
+        if self.translation:
+            batch.update(translation_inputs(instances, batch["input_ids"].shape[1], self.language_map))
+        elif self.row_languages:
+            batch["language_ids"] = language_inputs(instances, batch["input_ids"].shape[1], self.language_map)
         return batch
 
     def iter_from(self, step: int) -> Iterator[dict[str, torch.Tensor]]:

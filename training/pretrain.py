@@ -226,6 +226,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     manifest = batches.shards.manifest
     objective = get_objective_spec(cfg.objective)
     objective.check_shards(manifest, str(shard_dir / "manifest.json"))
+    if objective.prepare_batches is not None:  # XLM: languages per row, the TLM pairs beside MLM (training/xlm_data.py)
+        batches = objective.prepare_batches(batches, model_cfg, cfg, run_dir)
     architecture = get_architecture(objective.architecture)
     arch_config = architecture.from_model_config(model_cfg, manifest.tokenizer.vocab_size, batches.pad_id)
     longest = int(batches.shards.lengths().max())

@@ -56,6 +56,8 @@ class Window:
     mlm_count: int = 0
     sums: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # other objectives' *_correct / *_count
+    # steps that reported each loss, where fewer than `steps` (XLM's xlm_mlm_tlm: mlm_loss and tlm_loss in turn)
+    loss_steps: dict[str, int] = field(default_factory=dict)
 
     def add(self, out: dict, tokens: int, seconds: float) -> None:
         self.steps += 1
@@ -66,6 +68,7 @@ class Window:
                 continue
             if _is_loss(key):
                 self.sums[key] = self.sums.get(key, 0.0) + float(value)
+                self.loss_steps[key] = self.loss_steps.get(key, 0) + 1
             elif key == "mlm_correct":
                 self.mlm_correct += int(value)
             elif key == "mlm_count":
@@ -74,7 +77,7 @@ class Window:
                 self.counts[key] = self.counts.get(key, 0) + int(value)
 
     def means(self) -> dict[str, float]:
-        means = {key: value / self.steps for key, value in self.sums.items()}
+        means = {key: value / self.loss_steps.get(key, self.steps) for key, value in self.sums.items()}
         if self.mlm_count:
             means["mlm_acc"] = self.mlm_correct / self.mlm_count
         for key, count in sorted(self.counts.items()):
@@ -86,11 +89,13 @@ class Window:
 
     def to_state(self) -> dict[str, Any]:
         return {"steps": self.steps, "tokens": self.tokens, "seconds": self.seconds, "mlm_correct": self.mlm_correct,
-                "mlm_count": self.mlm_count, "sums": dict(self.sums), "counts": dict(self.counts)}
+                "mlm_count": self.mlm_count, "sums": dict(self.sums), "counts": dict(self.counts),
+                "loss_steps": dict(self.loss_steps)}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Window":
-        return cls(**{**state, "sums": dict(state["sums"]), "counts": dict(state.get("counts", {}))})
+        return cls(**{**state, "sums": dict(state["sums"]), "counts": dict(state.get("counts", {})),
+                      "loss_steps": dict(state.get("loss_steps", {k: state["steps"] for k in state["sums"]}))})
 
 
 class Trainer:

@@ -1,25 +1,46 @@
 """The recipe's XLM settings: `model.xlm` (XlmSettings), read by the XlmForPreTraining architecture
-(training/models/xlm.py) together with the rest of `model` (whose `num_languages` sizes the language embeddings).
+(training/models/xlm.py) and by the XLM loaders (training/xlm_data.py) together with the rest of `model` (whose
+`num_languages` sizes the language embeddings).
 
     model:
-      num_languages: 2
-      xlm: {language_id: 0}      # the language of the (monolingual) shards: every token gets embedding 0
+      num_languages: 3
+      xlm:
+        languages: [en, es, fr]   # XLM's --lgs: language code of each embedding row (0, 1, 2)
+        language_id: 0            # shards without languages per row (schema v1, or one language) and fine-tuning
 
-Why a setting: shard schema v1 has no language column (schema v2 of the corpora issue adds one), so the objectives
-that read shards (xlm_mlm, clm) give every token the language `language_id`; it is also the language the
-fine-tuning encoder (`backbone()`) uses when its caller passes no language ids. TLM batches carry their own
-per-token language ids (training/tlm.py).
+Which embedding a token gets:
+- multilingual shards (schema v2, two or more `instance_format.languages`): each row its own language (`lang_a`,
+  `lang_b`); with `languages` set, a row's language code picks the row of that code (a code the list lacks is
+  refused, naming it), without it the manifest's ids are the embedding rows (training/xlm_data.py);
+- shards of one language or schema v1 (no language column): every token `language_id`;
+- tlm-pairs rows: each side its language, as above.
+`language_id` is also the language the fine-tuning encoder (`backbone()`) uses when its caller passes none.
 """
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from bertfactory.config import StrictModel
 
 
 class XlmSettings(StrictModel):
-    """Which language embedding monolingual batches and the fine-tuning encoder use."""
+    """The model's languages (embedding rows) and the default language."""
 
     language_id: int = Field(0, ge=0, description="language id (row of the language embeddings, < num_languages) of "
-                             "every token of shard batches and of fine-tuning inputs")
+                             "every token of shards without languages per row and of fine-tuning inputs")
+    languages: list[str] | None = Field(
+        None, description="language code of each embedding row (XLM's --lgs), mapping the shards' per-row languages "
+        "(manifest instance_format.languages) onto the model, so that two shard sets (MLM and TLM) or a later "
+        "corpus agree; null = the train shards' own ids")
+
+    @field_validator("languages")
+    @classmethod
+    def _distinct(cls, languages: list[str] | None) -> list[str] | None:
+        if languages is not None:
+            if not languages:
+                raise ValueError("model.xlm.languages must name at least one language (or be null)")
+            repeated = sorted({code for code in languages if languages.count(code) > 1})
+            if repeated:
+                raise ValueError(f"model.xlm.languages lists {', '.join(repeated)} more than once")
+        return languages

@@ -1,9 +1,9 @@
 """The processes of the GPU tests (tests/gpu/), started the way torchrun starts ranks (tests/gpu/conftest.py:
 launch). Not a test module: each mode checks what it can only check inside a rank and prints one result line.
 
-    python tests/gpu/rank_worker.py pretrain MODEL_JSON PRETRAIN_JSON RUN_DIR   # training/pretrain.py's stage -> SUMMARY {...}
-    python tests/gpu/rank_worker.py one-gpu-ddp                                 # DDP + DistContext on nccl -> OK {...}
-    python tests/gpu/rank_worker.py one-gpu-fsdp                                # FSDP2 bf16 policy on nccl -> OK {...}
+    python tests/gpu/rank_worker.py pretrain MODEL_JSON PRETRAIN_JSON RUN_DIR  # the stage -> SUMMARY {...}
+    python tests/gpu/rank_worker.py one-gpu-ddp                                # DDP + DistContext -> OK {...}
+    python tests/gpu/rank_worker.py one-gpu-fsdp                               # FSDP2 bf16 policy -> OK {...}
 
 The one-gpu modes run on a single GPU: NCCL refuses two ranks on one device, so instead of two processes they
 call training/distributed.py's `from_environment` as rank 0 of 2 would (WORLD_SIZE=2: the repository's own

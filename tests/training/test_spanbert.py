@@ -1,11 +1,15 @@
-"""SpanBERT: span boundaries derived from sorted masked positions (checked by hand), the SBO head as the paper's
-equation, shapes, gradient to every SBO parameter, and MLM + SBO losses falling through training.pretrain on tiny
-shards re-masked with the real span masker."""
+"""SpanBERT: span boundaries derived from sorted masked positions (checked by hand) or read from the shards' stored
+span bounds (the same where spans are apart, right where two spans touch), the SBO head as the paper's equation,
+shapes, gradient to every SBO parameter, and MLM + SBO losses falling through training.pretrain on tiny shards
+re-masked with the real span masker."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
+
+import numpy as np
 
 import pyarrow as pa
 import pytest
@@ -16,15 +20,18 @@ from bertfactory.errors import ContractError
 from flows.recipe import load_recipe
 from preprocessing.config import MaskingConfig
 from preprocessing.masking import Masker
-from preprocessing.shards import read_manifest, write_manifest, write_shard
+from preprocessing.shards import Instance, ShardSet, read_manifest, write_manifest, write_shard
 from training.checkpoint import load_pretrained
 from training.config import ModelConfig, PretrainConfig
 from training.describe import count_parameters, meta_model
 from training.models.bert import IGNORE_INDEX
 from training.models.registry import get_architecture
-from training.models.span_boundary import SpanBoundaryHead, gather_span_boundaries, span_boundaries
+from training.data import PretrainBatches, collate
+from training.models.span_boundary import (SpanBoundaryHead, gather_span_boundaries, span_boundaries,
+                                           stored_span_boundaries)
 from training.models.spanbert import SpanBertConfig, SpanBertForPreTraining
 from training.objectives import get_objective_spec
+from training.objectives.sbo import mlm_sbo
 from training.pretrain import pretrain
 
 from .conftest import MASK, SPECIALS
@@ -136,8 +143,10 @@ def test_gradient_reaches_every_sbo_parameter():
     assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0  # tied decoder
 
 
-def _respan(run_dir: Path, max_predictions: int) -> None:
-    """Replace the masks of a make_run shard set by span masks from the real masker (policy span)."""
+def _respan(run_dir: Path, max_predictions: int, store_spans: bool = True) -> None:
+    """Replace the masks of a make_run shard set by span masks from the real masker (policy span), with the
+    spans' bounds in the mask_spans column as the pipeline writes them (`store_spans` False: an older shard
+    without the column)."""
     shard_dir = run_dir / "shards"
     manifest = read_manifest(shard_dir)
     cfg = MaskingConfig(policy="span", variants=manifest.mask_variants, max_predictions_per_seq=max_predictions)
@@ -151,8 +160,10 @@ def _respan(run_dir: Path, max_predictions: int) -> None:
             with pa.memory_map(str(path)) as source:
                 rows = pa.ipc.open_stream(source).read_all().to_pylist()
             for row in rows:
-                row["mask_positions"], row["mask_tokens"] = masker.variants(row["input_ids"], row["doc_id"], 0)
-            new = write_shard(path, rows, manifest.tokenizer.vocab_size)
+                positions, tokens, units = masker.variants_with_units(row["input_ids"], row["doc_id"], 0)
+                row["mask_positions"], row["mask_tokens"] = positions, tokens
+                row["mask_spans"] = [[last - first + 1 for first, last in variant] for variant in units]
+            new = write_shard(path, rows, manifest.tokenizer.vocab_size, span_bounds=store_spans)
             infos.append(new.model_copy(update={"path": info.path}))
         splits[name] = split.model_copy(update={"shards": infos})
     write_manifest(shard_dir, manifest.model_copy(update={
@@ -198,3 +209,84 @@ def test_objective_spec_and_recipes():
     tiny = load_recipe(REPO / "configs" / "tiny-spanbert.yaml")
     config = get_architecture("SpanBertForPreTraining").from_model_config(tiny.model, 8000, 0)
     assert (config.sbo_max_span_tokens, config.sbo_position_size) == (15, 32) and tiny.pretrain.objective == "mlm_sbo"
+
+
+def test_stored_bounds_equal_the_reconstruction_while_spans_are_apart(run_factory):
+    run = run_factory("stored", train_rows=64, heldout_rows=16, max_seq_len=32, min_seq_len=20)
+    _respan(run, max_predictions=8)
+    shards = ShardSet.open(run / "shards", "train")
+    batch = PretrainBatches(shards, batch_size=32, seed=3, pad_id=0).batch(0)
+    positions, labels = batch["masked_positions"], batch["masked_labels"]
+    stored = stored_span_boundaries(positions, batch["span_left"], batch["span_right"])
+    rebuilt = span_boundaries(positions, labels)
+    real = labels != X
+    assert real.sum() > 100
+    for got, want in zip(stored, rebuilt):
+        assert torch.equal(got[real], want[real])
+    torch.manual_seed(3)
+    model = SpanBertForPreTraining(_tiny_config(vocab_size=shards.manifest.tokenizer.vocab_size))
+    model.eval()
+    with torch.no_grad():
+        with_bounds = mlm_sbo(model, batch)
+        without = mlm_sbo(model, {k: v for k, v in batch.items() if not k.startswith("span_")})
+    assert with_bounds["sbo_count"] == without["sbo_count"] > 0
+    assert torch.equal(with_bounds["sbo_loss"], without["sbo_loss"])
+
+
+def test_touching_spans_keep_their_own_boundaries():
+    """Two spans side by side (3..4 and 5..6), which runs of masked positions merge into one span 3..6: the stored
+    bounds give each its own boundary tokens - the second span's left boundary is the first span's last token."""
+    ids = np.arange(20, 32)
+    ids[0], ids[-1] = 2, 3
+    touching = Instance(input_ids=ids, len_a=12, nsp_label=0, mask_positions=np.array([3, 4, 5, 6, 9]),
+                        mask_tokens=np.full(5, MASK), doc_id=1, mask_spans=np.array([2, 2, 1]))
+    batch = collate([touching], pad_id=0, max_predictions=6)
+    assert batch["span_left"][0, :5].tolist() == [2, 2, 4, 4, 8]
+    assert batch["span_right"][0, :5].tolist() == [5, 5, 7, 7, 10]
+    hidden = torch.randn(1, 12, 4)
+    bounds = stored_span_boundaries(batch["masked_positions"], batch["span_left"], batch["span_right"])
+    left, right, relative, labels = gather_span_boundaries(hidden, batch["masked_positions"], batch["masked_labels"],
+                                                           batch["attention_mask"], 15, bounds)
+    assert labels.tolist() == [23, 24, 25, 26, 29] and relative.tolist() == [0, 1, 0, 1, 0]
+    assert torch.equal(left, hidden[0, [2, 2, 4, 4, 8]]) and torch.equal(right, hidden[0, [5, 5, 7, 7, 10]])
+    # the reconstruction sees one span 3..6: wrong boundaries and offsets for the second span
+    _, _, rel_runs, _ = gather_span_boundaries(hidden, batch["masked_positions"], batch["masked_labels"],
+                                               batch["attention_mask"], 15)
+    assert rel_runs.tolist() == [0, 1, 2, 3, 0]
+    # the model reads the stored bounds: its SBO loss is the one of these targets, not of the merged span
+    torch.manual_seed(4)
+    model = SpanBertForPreTraining(_tiny_config(vocab_size=40, sbo_max_span_tokens=15))
+    model.eval()
+    with torch.no_grad():
+        out = mlm_sbo(model, batch)
+        merged = mlm_sbo(model, {k: v for k, v in batch.items() if not k.startswith("span_")})
+        hidden = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        words = model.bert.embeddings.word_embeddings.weight
+        logits = model.sbo_head(hidden[0, [2, 2, 4, 4, 8]], hidden[0, [5, 5, 7, 7, 10]],
+                                torch.tensor([0, 1, 0, 1, 0]), words)
+        expect = F.cross_entropy(logits, torch.tensor([23, 24, 25, 26, 29]))
+    assert torch.allclose(out["sbo_loss"], expect, atol=1e-6)
+    assert not torch.allclose(merged["sbo_loss"], expect, atol=1e-3)
+
+
+def test_bounds_that_do_not_cover_the_masks_are_refused():
+    inst = Instance(input_ids=np.arange(20, 30), len_a=10, nsp_label=0, mask_positions=np.array([3, 4]),
+                    mask_tokens=np.full(2, MASK), doc_id=9, mask_spans=np.array([3]))
+    with pytest.raises(ContractError, match="document 9: mask_spans"):
+        collate([inst], pad_id=0, max_predictions=4)
+
+
+def test_shards_without_bounds_fall_back_to_runs_with_a_log_line(run_factory, caplog, monkeypatch):
+    run = run_factory("old", train_rows=64, heldout_rows=16, max_seq_len=32, min_seq_len=20)
+    _respan(run, max_predictions=8, store_spans=False)
+    shards = ShardSet.open(run / "shards", "train")
+    assert not shards.span_bounds
+    batch = PretrainBatches(shards, batch_size=32, seed=3, pad_id=0).batch(0)
+    assert "span_left" not in batch
+    monkeypatch.setattr("training.objectives.sbo._said_fallback", False)
+    model = SpanBertForPreTraining(_tiny_config(vocab_size=shards.manifest.tokenizer.vocab_size))
+    with caplog.at_level(logging.WARNING, logger="training.objectives.sbo"):
+        out = mlm_sbo(model, batch)
+        mlm_sbo(model, batch)
+    said = [r for r in caplog.records if "reconstructs the spans" in r.getMessage()]
+    assert len(said) == 1 and out["sbo_count"] > 0

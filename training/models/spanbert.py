@@ -9,7 +9,9 @@ both decoding through the word-embedding matrix.
     out["loss"].backward()          # mlm_loss + sbo_loss
 
 The masks come from the shards; span masking (preprocess.masking.policy: span) is what makes the SBO targets
-spans. The checkpoint's encoder is a plain BertModel (`backbone()`), fine-tuned like BERT's.
+spans, and its shards store each span's bounds (span_left / span_right from collate(); without them the spans are
+reconstructed as runs of masked positions: span_boundary.py). The checkpoint's encoder is a plain BertModel
+(`backbone()`), fine-tuned like BERT's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torch import nn
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights
 from .heads import MaskedLMHead
 from .registry import Architecture, register_architecture
-from .span_boundary import SpanBoundaryHead, gather_span_boundaries
+from .span_boundary import SpanBoundaryHead, gather_span_boundaries, stored_span_boundaries
 
 
 @dataclass(frozen=True)
@@ -62,15 +64,18 @@ class SpanBertForPreTraining(nn.Module):
         nn.init.zeros_(self.sbo_head.bias)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
-                masked_positions: torch.Tensor, masked_labels: torch.Tensor) -> dict[str, torch.Tensor]:
+                masked_positions: torch.Tensor, masked_labels: torch.Tensor, span_left: torch.Tensor | None = None,
+                span_right: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Returns loss = mlm_loss + sbo_loss, both, mlm_logits [N, V] at the N real masked positions,
-        sbo_logits [M, V] at the M of them with an SBO target, and mlm/sbo _correct and _count."""
+        sbo_logits [M, V] at the M of them with an SBO target, and mlm/sbo _correct and _count. span_left /
+        span_right [B, P]: the stored bounds of each slot's span (collate()); None: runs of masked positions."""
         hidden = self.bert(input_ids, token_type_ids, attention_mask)
         word_embeddings = self.bert.embeddings.word_embeddings.weight
         masked_hidden, mlm_labels = gather_masked(hidden, masked_positions, masked_labels)
         mlm_logits = self.mlm_head(masked_hidden, word_embeddings)
+        bounds = None if span_left is None else stored_span_boundaries(masked_positions, span_left, span_right)
         left, right, relative, sbo_labels = gather_span_boundaries(
-            hidden, masked_positions, masked_labels, attention_mask, self.config.sbo_max_span_tokens)
+            hidden, masked_positions, masked_labels, attention_mask, self.config.sbo_max_span_tokens, bounds)
         sbo_logits = self.sbo_head(left, right, relative, word_embeddings)
         mlm_loss = _cross_entropy(mlm_logits, mlm_labels)
         sbo_loss = _cross_entropy(sbo_logits, sbo_labels)

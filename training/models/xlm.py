@@ -10,9 +10,10 @@ positions the objective gathers:
                 position_ids=None, language_ids=None, causal=False)
     out["loss"].backward()
 
-`language_ids` default to the config's `language_id` at every token (monolingual shards have no language
-column); TLM passes per-token ids and positions that restart at the target sentence (training/tlm.py); CLM
-passes causal=True. Objectives: training/objectives/xlm.py.
+`language_ids` default to the config's `language_id` at every token (shards of one language, or schema v1 without a
+language column); batches of multilingual shards carry each row's language per token (training/data.py
+language_inputs, mapped by training/xlm_data.py); TLM passes per-token ids and positions that restart at the
+target sentence; CLM passes causal=True. Objectives: training/objectives/xlm.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch import nn
 
 from bertfactory.errors import ConfigError
 
-from .bert import BertConfig, BertModel, gather_masked, init_bert_weights
+from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
 from .heads import MaskedLMHead
 from .registry import Architecture, register_architecture
 
@@ -94,6 +95,10 @@ class XlmForPreTraining(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def untrained_parameter_names(self) -> list[str]:
+        """The pooler: no sentence-level loss in pretraining (see training/models/registry.py)."""
+        return pooler_parameter_names(self, "bert.")
+
     def backbone(self) -> XlmModel:
         """The encoder used for fine-tuning and features (see training/models/registry.py)."""
         return self.bert
@@ -107,6 +112,11 @@ def _from_model_config(model_cfg: Any, vocab_size: int, pad_id: int) -> XlmConfi
     if language_id >= model_cfg.num_languages:
         raise ConfigError(f"model.xlm.language_id={language_id} is not one of the model.num_languages="
                           f"{model_cfg.num_languages} languages (0..{model_cfg.num_languages - 1})")
+    languages = model_cfg.xlm.languages if model_cfg.xlm is not None else None
+    if languages is not None and len(languages) > model_cfg.num_languages:
+        raise ConfigError(f"model.xlm.languages names {len(languages)} languages ({', '.join(languages)}) but "
+                          f"model.num_languages={model_cfg.num_languages} embeddings; set num_languages to "
+                          f"{len(languages)}")
     return XlmConfig(**model_cfg.to_bert_config(vocab_size, pad_id).to_dict(), language_id=language_id)
 
 

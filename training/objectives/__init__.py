@@ -27,7 +27,8 @@ from .plm import permutation_lm
 from .txl import recurrent_clm
 from .sbo import mlm_sbo
 from .sop import mlm_sop
-from .xlm import clm, tlm, xlm_mlm
+from ..xlm_data import prepare_batches as prepare_xlm_batches
+from .xlm import clm, tlm, xlm_mlm, xlm_mlm_tlm
 
 Objective = Callable[[torch.nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor | None]]
 
@@ -45,6 +46,9 @@ class ObjectiveSpec:
     instance_formats: tuple[str, ...]  # shard instance formats it can train on
     needs: str  # what it reads from a row, for error messages, e.g. "sentence-order labels (shard field nsp_label)"
     description: str
+    # (batches, model config, pretrain config, run dir) -> the loader to train on: the pretrain stage's hook for
+    # objectives whose batches need more than the run's shards (XLM: languages per row, TLM pairs beside MLM)
+    prepare_batches: Callable[[Any, Any, Any, Any], Any] | None = None
 
     def check_shards(self, manifest: Any, source: str) -> None:
         """Refuse shards built for another objective, naming the manifest field and the format(s) needed."""
@@ -104,24 +108,36 @@ register_objective(ObjectiveSpec(
     description="SpanBERT: masked LM + span boundary objective, no NSP",
 ))
 # XLM (objectives in training/objectives/xlm.py). clm and xlm_mlm read monolingual shards of contiguous text
-# (the language comes from model.xlm.language_id); tlm reads tlm-pairs shards (schema v2: lang_a/lang_b per row,
-# turned into per-token language and restarting position ids by training.data.translation_inputs).
+# (each row's language from multilingual shards, else model.xlm.language_id); tlm reads tlm-pairs shards
+# (schema v2: lang_a/lang_b per row, turned into per-token language and restarting position ids by
+# training.data.translation_inputs); xlm_mlm_tlm alternates the two (training/xlm_data.py: languages mapped
+# onto model.xlm.languages, the pair set pretrain.tlm_shards).
 register_objective(ObjectiveSpec(
     name="clm", loss=clm, architecture="XlmForPreTraining",
     instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs", "clm"),
     needs="text in order (shard field input_ids; the masks are undone)",
-    description="XLM: causal LM, predicting the next token at every position (language model.xlm.language_id)",
+    description="XLM: causal LM, predicting the next token at every position (each row's language)",
+    prepare_batches=prepare_xlm_batches,
 ))
 register_objective(ObjectiveSpec(
     name="xlm_mlm", loss=xlm_mlm, architecture="XlmForPreTraining", instance_formats=MASKED_TEXT_FORMATS,
     needs="masked tokens (shard fields mask_positions/mask_tokens)",
-    description="XLM: monolingual masked LM with language embeddings (language model.xlm.language_id)",
+    description="XLM: monolingual masked LM with language embeddings (each row's language)",
+    prepare_batches=prepare_xlm_batches,
 ))
 register_objective(ObjectiveSpec(
     name="tlm", loss=tlm, architecture="XlmForPreTraining", instance_formats=("tlm-pairs",),
     needs="aligned sentence pairs with a language per side (shard fields lang_a/lang_b, schema v2)",
     description="XLM: translation LM, masked LM over [CLS] source [SEP] target [SEP] with per-token languages "
                 "and positions restarting at the target",
+    prepare_batches=prepare_xlm_batches,
+))
+register_objective(ObjectiveSpec(
+    name="xlm_mlm_tlm", loss=xlm_mlm_tlm, architecture="XlmForPreTraining", instance_formats=MASKED_TEXT_FORMATS,
+    needs="masked tokens of monolingual text (shard fields mask_positions/mask_tokens; the pairs come from "
+          "pretrain.tlm_shards)",
+    description="XLM: MLM on the run's shards and TLM on the pair shards pretrain.tlm_shards in alternate steps",
+    prepare_batches=prepare_xlm_batches,
 ))
 
 # XLNet and Transformer-XL undo the stored masks and read the text itself; a NotNext B segment of nsp-pairs is

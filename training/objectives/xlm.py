@@ -3,11 +3,19 @@
 - `clm`: causal LM. Every token attends only to itself and the tokens before it (causal=True) and predicts the
   next token, at every real position but the last. Trains on the shards' text with the masks undone
   (original_ids): CLM does not use BERT's masks.
-- `xlm_mlm`: masked LM on monolingual shard batches, every token in the language model.xlm.language_id.
+- `xlm_mlm`: masked LM on monolingual shard batches.
 - `tlm`: translation LM: masked LM over `[CLS] source [SEP] target [SEP]` batches with a language id per token
-  and positions restarting at the target (batches of training/tlm.py: keys position_ids and language_ids).
+  and positions restarting at the target (keys position_ids and language_ids: training/data.py
+  translation_inputs, or training/tlm.py).
+- `xlm_mlm_tlm`: the paper's joint schedule: MLM on monolingual batches and TLM on pair batches in alternate
+  steps (training/xlm_data.py serves them); a batch with `position_ids` is a TLM batch.
 
-Metrics: clm_loss/clm_acc, mlm_loss/mlm_acc (xlm_mlm), tlm_loss/tlm_acc.
+Languages: clm and xlm_mlm pass the batch's `language_ids` (each row's language, per token, from multilingual
+shards: training/data.py language_inputs) when it has them; without (shards of one language, schema v1) the model
+gives every token model.xlm.language_id. Nothing here reads the model's config (under DDP `model` is the wrapper).
+
+Metrics: clm_loss/clm_acc, mlm_loss/mlm_acc (xlm_mlm), tlm_loss/tlm_acc; xlm_mlm_tlm reports mlm_* on its MLM
+steps and tlm_* on its TLM steps (the trainer averages each loss over the steps that report it).
 """
 
 from __future__ import annotations
@@ -35,14 +43,14 @@ def clm(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict:
     ids = original_ids(batch)
     positions, labels = next_token_targets(ids, batch["attention_mask"])
     out = model(input_ids=ids, token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
-                masked_positions=positions, masked_labels=labels, causal=True)
+                masked_positions=positions, masked_labels=labels, language_ids=batch.get("language_ids"), causal=True)
     return _named(out, "clm")
 
 
 def xlm_mlm(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict:
     out = model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
                 attention_mask=batch["attention_mask"], masked_positions=batch["masked_positions"],
-                masked_labels=batch["masked_labels"])
+                masked_labels=batch["masked_labels"], language_ids=batch.get("language_ids"))
     return _named(out, "mlm")
 
 
@@ -52,3 +60,8 @@ def tlm(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict:
                 masked_labels=batch["masked_labels"], position_ids=batch["position_ids"],
                 language_ids=batch["language_ids"])
     return _named(out, "tlm")
+
+
+def xlm_mlm_tlm(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict:
+    """One step of the joint schedule: TLM on a pair batch (it carries position_ids), MLM on a monolingual one."""
+    return tlm(model, batch) if "position_ids" in batch else xlm_mlm(model, batch)
