@@ -1,7 +1,9 @@
-"""XLM export to transformers (no `transformers` import: config.json keys, names and shapes only).
-`training.hf.export_to_hf` dispatches here for checkpoints of architecture XlmForPreTraining.
+"""XLM <-> transformers, the encoder both ways (no `transformers` import: config.json keys, names and shapes only).
+`training.hf.export_to_hf` dispatches here for checkpoints of architecture XlmForPreTraining,
+`training.hf.import_from_hf` for config.json model_type xlm.
 
     export_xlm_to_hf(RUN / "pretrain/final", "out/xlm-hf", layout="xlm-encoder")   # -> XLMModel directory
+    import_xlm_from_hf(Path("some/xlm-hf"), Path("out/ours"), hf_config, seed=0)    # -> our XlmForPreTraining
 
 How our XLM (training/models/xlm.py: the BERT encoder + language embeddings, post-LN, learned absolute positions,
 exact GELU) maps onto transformers' XLM (XLMModel / XLMWithLMHeadModel):
@@ -21,6 +23,13 @@ exact GELU) maps onto transformers' XLM (XLMModel / XLMWithLMHeadModel):
   fine-tuning uses: AutoModel, XLMForSequenceClassification, ...), leaving the head out. Also refused:
   type_vocab_size > 1, factorised embeddings, shared layers and an FFN width other than 4 x hidden (HF XLM fixes
   it), each naming the config field. The [CLS] pooler (no XLM loss trains it) is left out.
+
+Import (XLMModel / XLMWithLMHeadModel -> our XlmForPreTraining) is the inverse: the token-type row and, without
+HF language embeddings, the single language row are zeros (exact); learned or sinusoidal HF positions are both a
+stored table and load as our learned positions; the HF prediction layer (`pred_layer.proj`, tied) is dropped and
+reported, and our MLM head (its transform has no HF counterpart) and pooler are initialised (seeded). A config
+with `causal: true` (a CLM model) is imported with a note: call our model with causal=True. Refused: relu
+(`gelu_activation: false`), adaptive softmax (`asm`), a decoder (`is_encoder: false`).
 """
 
 from __future__ import annotations
@@ -34,7 +43,8 @@ import torch
 from bertfactory.errors import ContractError
 
 from .checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, read_checkpoint_config
-from .hf import _check_out, hf_tokenizer_config, write_hf_dir
+from .hf import (HfImport, _check_out, _hf_tokenizer, _read_hf_weights, finish_import, hf_tokenizer_config,
+                 load_mapped, seeded, write_hf_dir)
 from .models.xlm import XlmConfig, XlmForPreTraining
 
 logger = logging.getLogger(__name__)
@@ -146,3 +156,84 @@ def export_xlm_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = F
     logger.info("exported %s -> %s (transformers XLMModel, %d tensors; MLM head and pooler left out)", model_dir,
                 out, len(state))
     return out
+
+
+# ----------------------------------------------------------------------------------------------------- import
+
+ARCHITECTURES = ("XLMModel", "XLMWithLMHeadModel")
+
+
+def xlm_config_from_hf(hf: Mapping[str, Any], source: str) -> XlmConfig:
+    """A transformers XLM config.json -> our XlmConfig (FFN 4 x emb_dim as HF's); refuses what ours does not compute."""
+    problems = []
+    archs = hf.get("architectures") or []
+    if not isinstance(archs, list) or any(a not in ARCHITECTURES for a in archs):
+        problems.append(f"architectures {archs!r} not supported")
+    for key, want, why in (("gelu_activation", True, "relu feed-forward"), ("asm", False, "adaptive softmax"),
+                           ("is_encoder", True, "a decoder")):
+        if hf.get(key, want) != want:
+            problems.append(f"{key} {hf[key]!r} ({why})")
+    vocab = hf.get("vocab_size", hf.get("n_words"))
+    missing = [k for k, v in (("vocab_size", vocab), ("emb_dim", hf.get("emb_dim")), ("n_layers", hf.get("n_layers")),
+                              ("n_heads", hf.get("n_heads"))) if v is None]
+    if missing:
+        problems.append(f"missing key(s) {', '.join(missing)}")
+    if problems:
+        raise ContractError(f"{source}: cannot import as XLM: {'; '.join(problems)}. Supported: "
+                            f"{', '.join(ARCHITECTURES)} with GELU, no adaptive softmax, encoder")
+    languages = hf.get("n_langs", 1) if hf.get("use_lang_emb", True) and hf.get("n_langs", 1) > 1 else 1
+    language_id = hf.get("lang_id", 0) if 0 <= hf.get("lang_id", 0) < languages else 0
+    values = {"vocab_size": vocab, "hidden_size": hf["emb_dim"], "num_layers": hf["n_layers"],
+              "num_heads": hf["n_heads"], "intermediate_size": 4 * hf["emb_dim"],
+              "max_position_embeddings": hf.get("max_position_embeddings", 512), "type_vocab_size": 1,
+              "hidden_dropout": hf.get("dropout", 0.1), "attention_dropout": hf.get("attention_dropout", 0.1),
+              "layer_norm_eps": hf.get("layer_norm_eps", 1e-12), "initializer_range": hf.get("init_std", 0.02),
+              "pad_token_id": hf.get("pad_token_id", hf.get("pad_index", 2)), "num_languages": languages,
+              "language_id": language_id}
+    return XlmConfig.from_dict(values, source=source)
+
+
+def _ours_from_hf(hf_state: Mapping[str, torch.Tensor], config: XlmConfig, source: Path
+                  ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    state = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in hf_state.items()
+             if not k.endswith("position_ids")}
+    dropped = sorted(k for k in state if k.startswith("pred_layer."))
+    for name in dropped:
+        del state[name]
+    h = config.hidden_size
+    try:
+        words = state.pop("embeddings.weight")
+        out = {"bert.embeddings.word_embeddings.weight": words,
+               "bert.embeddings.position_embeddings.weight": state.pop("position_embeddings.weight"),
+               "bert.embeddings.token_type_embeddings.weight": words.new_zeros(1, h),
+               "bert.embeddings.language_embeddings.weight": (state.pop("lang_embeddings.weight")
+                                                              if config.num_languages > 1 else words.new_zeros(1, h))}
+        for param in ("weight", "bias"):
+            out[f"bert.embeddings.LayerNorm.{param}"] = state.pop(f"layer_norm_emb.{param}")
+        for i in range(config.num_layers):
+            for ours, theirs in _LAYER.items():
+                for param in ("weight", "bias"):
+                    out[f"bert.encoder.layer.{i}.{ours}.{param}"] = state.pop(f"{theirs.format(i)}.{param}")
+    except KeyError as err:
+        raise ContractError(f"{source}: missing tensor {err.args[0]} (config.json says {config.num_layers} layers, "
+                            f"{config.num_languages} language embedding row(s))") from None
+    if state:
+        raise ContractError(f"{source}: tensor(s) {sorted(state)[:8]} belong to no supported XLM architecture "
+                            f"({', '.join(ARCHITECTURES)})")
+    return out, [f"{name} (the HF tied prediction layer; our MLM head is initialised)" for name in dropped]
+
+
+def import_xlm_from_hf(hf_dir: Path, out: Path, hf_config: Mapping[str, Any], seed: int = 0) -> HfImport:
+    """A transformers XLMModel / XLMWithLMHeadModel directory -> our XlmForPreTraining directory `out` (the
+    encoder exact; MLM head and pooler initialised from torch seed `seed`)."""
+    config_path = hf_dir / CONFIG_FILE
+    config = xlm_config_from_hf(hf_config, str(config_path))
+    tokenizer_path = _hf_tokenizer(hf_dir)
+    state, dropped = _ours_from_hf(_read_hf_weights(hf_dir), config, hf_dir)
+    model = seeded(lambda: XlmForPreTraining(config), seed)
+    initialised, _ = load_mapped(model, state, hf_dir, config_path, {"bert.pooler.": "pooler", "mlm_head.": "MLM head"})
+    if hf_config.get("causal"):
+        dropped.append("config causal: true (a CLM model; call ours with causal=True)")
+        logger.warning("%s is a causal (CLM) XLM: call our model with causal=True", hf_dir)
+    archs = hf_config.get("architectures") or ["XLM (no 'architectures' in config.json)"]
+    return finish_import(model, config, tokenizer_path, out, hf_dir, archs[0], initialised, seed, tuple(dropped))

@@ -63,3 +63,43 @@ def test_what_transformers_xlm_cannot_hold_is_refused(tmp_path):
             export_to_hf(directory, tmp_path / "hf", layout="xlm-encoder")
     doc = json.loads((directory / "config.json").read_text())
     assert doc["architecture"] == "XlmForPreTraining"
+
+
+# ------------------------------------------------------------------------------------------------------ import
+
+from safetensors.torch import load_file  # noqa: E402
+
+from training.checkpoint import load_pretrained  # noqa: E402
+from training.hf import import_from_hf  # noqa: E402
+
+from .test_hf_import_family import assert_same_state, save_hf  # noqa: E402
+
+
+@pytest.mark.parametrize("cls, languages, sinusoidal", [("XLMWithLMHeadModel", 2, False), ("XLMModel", 1, True)])
+def test_import_of_a_transformers_xlm_encoder_parity_and_round_trip(tmp_path, cls, languages, sinusoidal):
+    config = transformers.XLMConfig(vocab_size=VOCAB, emb_dim=32, n_layers=2, n_heads=4, max_position_embeddings=24,
+                                    n_langs=languages, sinusoidal_embeddings=sinusoidal, pad_token_id=0,
+                                    bos_token_id=2, eos_token_id=3, lang_id=languages - 1)
+    torch.manual_seed(0)
+    hf = randomised(getattr(transformers, cls)(config))
+    result = import_from_hf(save_hf(hf, tmp_path / "hf"), tmp_path / "ours")
+    assert set(result.initialised) == {"pooler", "MLM head"}
+    assert bool(result.dropped) == (cls == "XLMWithLMHeadModel")  # the tied prediction layer
+    ours, ours_config, _ = load_pretrained(result.path)
+    assert (ours_config.num_languages, ours_config.language_id, ours_config.intermediate_size) == (languages,
+                                                                                                   languages - 1, 128)
+    encoder = hf.transformer if cls == "XLMWithLMHeadModel" else hf
+    ids, _, mask = batch()
+    lang = torch.full_like(ids, languages - 1)
+    lang[0, 8:] = 0
+    with torch.no_grad():
+        theirs = encoder(input_ids=ids, attention_mask=mask, langs=lang).last_hidden_state
+        diff = (theirs - ours.bert(ids, None, mask, language_ids=lang))[mask.bool()].abs().max().item()
+    print(f"XLM import ({cls}, {languages} language(s), sinusoidal {sinusoidal}): max |ours - transformers| hidden "
+          f"states {diff:.2e}")
+    assert theirs.abs().max() > 1 and diff < 1e-5
+
+    # HF encoder -> ours -> HF XLMModel: bit-equal (the folded token-type and language rows are zeros)
+    back = export_to_hf(result.path, tmp_path / "back", layout="xlm-encoder")
+    original = {k: v for k, v in encoder.state_dict().items() if not k.endswith("position_ids")}
+    assert_same_state(original, load_file(str(back / "model.safetensors")))
