@@ -143,13 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT as a whole")
 
     p = sub.add_parser(
-        "import-hf", help="import a Hugging Face BERT / RoBERTa / ALBERT / ELECTRA / XLNet directory as one of our "
-        "model directories",
+        "import-hf", help="import a Hugging Face BERT / RoBERTa / ALBERT / ELECTRA / XLNet / XLM directory as one of "
+        "our model directories",
         description="Convert a Hugging Face directory (config.json, model.safetensors or a sharded "
         "model.safetensors.index.json, or a weights-only pytorch_model.bin; tokenizer.json) of a BertModel, "
         "BertForPreTraining or BertForMaskedLM, RobertaForMaskedLM or RobertaModel, AlbertForPreTraining, "
         "AlbertForMaskedLM or AlbertModel, ElectraForPreTraining (with its generator in HF_DIR/generator, as our "
-        "export writes it, or alone) or ElectraForMaskedLM, XLNetLMHeadModel or XLNetModel into "
+        "export writes it, or alone) or ElectraForMaskedLM, XLNetLMHeadModel or XLNetModel, XLMModel or "
+        "XLMWithLMHeadModel (the encoder) into "
         "one of our model directories, loadable with training.checkpoint.load_pretrained. Parts the checkpoint "
         "lacks (a plain BertModel has no MLM and NSP head) are initialised as our model initialises "
         "them, from --seed, and reported. Other model types, activations or position embeddings are refused. "

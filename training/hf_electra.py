@@ -131,10 +131,12 @@ def export_electra_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool
     tokenizer_config = hf_tokenizer_config(tokenizer_path, special_ids, config.max_position_embeddings)
     staging = _staging_dir(out)
     try:
-        write_hf_files(staging, discriminator, hf_electra_config(config.discriminator_config(), "ElectraForPreTraining"),
-                    tokenizer_path, tokenizer_config)
+        write_hf_files(staging, discriminator,
+                       hf_electra_config(config.discriminator_config(), "ElectraForPreTraining"), tokenizer_path,
+                       tokenizer_config)
         write_hf_files(staging / GENERATOR_DIR, generator,
-                    hf_electra_config(config.generator_config(), "ElectraForMaskedLM"), tokenizer_path, tokenizer_config)
+                       hf_electra_config(config.generator_config(), "ElectraForMaskedLM"), tokenizer_path,
+                       tokenizer_config)
         publish_dir(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 
 from bertfactory.errors import ContractError
 from flows.cli import main
-from training.checkpoint import load_pretrained, save_pretrained
+from training.checkpoint import load_pretrained
 from training.hf import export_to_hf, import_from_hf
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert import BertConfig
 
 from .conftest import write_tokenizer
 
