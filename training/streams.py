@@ -142,3 +142,20 @@ class StreamBatches(PretrainBatches):
         batch["stream_continues"] = torch.from_numpy(self.continues(step)[local].astype(np.int64))
         batch["stream_next"] = torch.tensor(next_token, dtype=torch.int64)
         return batch
+
+
+def evaluation_batches(model: torch.nn.Module, objective: str, shard_dir: Path, tokenizer_sha256: str, batch_size: int,
+                       seed: int, split: str) -> PretrainBatches:
+    """The batches a held-out evaluation of `objective` reads (evaluation/heldout.py): for a recurrent objective
+    with a memory (mem_len > 0) on `clm` shards, the split's documents as `batch_size` streams with the memory
+    carried from segment to segment as in training (the model's memory starts empty); else PretrainBatches."""
+    shards = ShardSet.open(shard_dir, split, tokenizer_sha256=tokenizer_sha256, verify=False)
+    streams = (objective in STREAM_OBJECTIVES and getattr(model.config, "mem_len", 0) > 0
+               and shards.manifest.instance_format.get("name") == STREAM_FORMAT)
+    if not streams:
+        return PretrainBatches.open(shard_dir, tokenizer_sha256, batch_size, seed, split=split, verify=False)
+    model.stream_memory = None  # nothing carried over from training or from another evaluation
+    pad_id = shards.manifest.tokenizer.special_ids.get("pad")
+    if pad_id is None:
+        raise ContractError(f"{shard_dir}/manifest.json: tokenizer.special_ids has no 'pad'")
+    return StreamBatches(shards, batch_size, seed, pad_id)

@@ -198,6 +198,25 @@ def test_xlnet_memory_crosses_batches_and_resets():
     assert not torch.allclose(rows[0], none["plm_logits"].view(2, targets.shape[1], -1)[0], atol=1e-4)
 
 
+def test_heldout_perplexity_walks_each_document_with_the_cache(clm_run):
+    """evaluate.objective on a Transformer-XL over clm shards: the held-out documents walked as streams score
+    exactly what evaluate_long gives walking each document alone with its memory (2 slots x 2 whole documents)."""
+    from evaluation.config import ObjectiveEvalConfig
+    from evaluation.heldout import evaluate_objective
+
+    model = _txl()
+    sha = read_manifest(clm_run / "shards").tokenizer.sha256
+    scores = evaluate_objective(model, "txl_clm", clm_run / "shards", sha,
+                                ObjectiveEvalConfig(batch_size=2, max_batches=None), torch.device("cpu"))
+    heldout = StreamBatches.open(clm_run / "shards", sha, 2, seed=0, split="heldout")
+    docs = [torch.from_numpy(np.concatenate([heldout.shards.instance(int(r)).input_ids for r in rows]).astype(np.int64))
+            for rows in heldout._doc_rows]
+    walks = [model.evaluate_long(doc, segment_len=T) for doc in docs]
+    nll = sum(w["nll"] * w["tokens"] for w in walks) / sum(w["tokens"] for w in walks)
+    assert scores["clm_loss"] == pytest.approx(nll, rel=1e-6)
+    assert scores["headline"]["baseline"] == scores["unigram_token_loss"] > 0
+
+
 # ------------------------------------------------------------------------------------------------ training runs
 
 MODELS = {

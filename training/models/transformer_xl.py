@@ -8,6 +8,8 @@ thing whether it is read from the memory or computed in the current segment.
     out = model(segment_1, labels=labels_1)                     # loss, clm_*, new_mems
     out = model(segment_2, mems=out["new_mems"], labels=labels_2)
     model.evaluate_long(token_ids, segment_len=64)              # {"nll", "perplexity", "tokens"} over long text
+    model(rows, labels=labels, attention_mask=mask, stream_slots=slots, stream_continues=continues)  # training rows,
+                                                                # memory carried per batch slot across calls
 
 Deviations from the paper's setup, for the family: a full softmax tied to the word embeddings (no adaptive
 softmax), post-LN layers with BERT's GELU feed-forward, per-layer (untied) u and v.
@@ -37,8 +39,9 @@ class TransformerXLConfig:
     """Architecture of a Transformer-XL LM (what `config.json` of a checkpoint stores under `model`).
 
     mem_len: states per layer kept for the next segment (each query attends to at most mem_len + its segment's
-    earlier tokens). train_segments: into how many equal consecutive segments the `recurrent_clm` objective cuts
-    each training instance."""
+    earlier tokens). train_segments: into how many equal consecutive segments `forward` cuts each training row
+    (the txl_clm objective); with the stream loader (pretrain.stream_batches) the memory also crosses from a row to
+    the next segment of its document in the next batch (training/streams.py)."""
 
     vocab_size: int
     hidden_size: int

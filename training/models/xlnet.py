@@ -44,8 +44,9 @@ class XLNetConfig:
     """Architecture of an XLNet model (what `config.json` of a checkpoint stores under `model`).
 
     mem_len: how many content-stream states per layer `forward` returns as `new_mems` for the next segment (0 =
-    none; the pretraining objective feeds independent instances and uses none). predict_fraction: K of partial
-    prediction, the last 1/K of each factorisation order is predicted."""
+    none); with the stream loader (pretrain.stream_batches) the model carries them from a row to the next segment
+    of its document in the next batch (training/streams.py). predict_fraction: K of partial prediction, the last
+    1/K of each factorisation order is predicted."""
 
     vocab_size: int
     hidden_size: int
