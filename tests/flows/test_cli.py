@@ -122,9 +122,10 @@ def test_export_to_hf_and_import_hf_round_trip(tmp_path, capsys):
     assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "back")]) == 2  # no silent replacement
     assert "error: output directory" in capsys.readouterr().err
     doc = json.loads((tmp_path / "hf" / "config.json").read_text())
-    (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, "model_type": "roberta"}))
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, "model_type": "deberta"}))
     assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "other")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "model_type is 'roberta'" in err and "Supported: model_type 'bert'" in err
+    assert err.startswith("error: ") and "model_type 'deberta' cannot be imported" in err
+    assert "Supported: model_type 'bert'" in err
     assert main(["export", str(tmp_path / "missing"), "--to", "hf", str(tmp_path / "x")]) == 2
     assert "missing does not exist" in capsys.readouterr().err
