@@ -202,11 +202,13 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
         from .hf_xlm import export_xlm_to_hf
 
         return export_xlm_to_hf(model_dir, out, overwrite, layout)
-    if architecture != "BertForPreTraining":
+    if architecture not in ("BertForPreTraining", "SpanBertForPreTraining"):
         raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {architecture!r} has no transformers export "
-                            "(exported: BertForPreTraining, ElectraForPreTraining, XLNetForPretraining, "
-                            "XlmForPreTraining)")
+                            "(exported: BertForPreTraining, SpanBertForPreTraining, ElectraForPreTraining, "
+                            "XLNetForPretraining, XlmForPreTraining)")
     model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
+    if architecture == "SpanBertForPreTraining":
+        model, config = _span_bert_as_masked_lm(model, config)
     doc = read_checkpoint_config(model_dir)
     layout = choose_layout(doc, config, layout, str(model_dir / CONFIG_FILE))
     special_ids = doc["tokenizer"].get("special_ids", {})
@@ -261,6 +263,19 @@ def write_hf_dir(out: Path, state: Mapping[str, torch.Tensor], hf_config: Mappin
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _span_bert_as_masked_lm(model: torch.nn.Module, config: BertConfig) -> tuple[BertForPreTraining, BertConfig]:
+    """SpanBERT has no transformers class (its published checkpoints are BERT's layout): its encoder and MLM head
+    as a BertForPreTraining without a sentence head, exported as a masked LM; the span boundary head (SBO) has no
+    place there and is left out."""
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(BertConfig)}
+    bert_config = BertConfig(**with_sentence_head(fields, False))
+    masked_lm = BertForPreTraining(bert_config)
+    masked_lm.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("sbo_head.")})
+    logger.info("SpanBERT: the span boundary head (sbo_head) has no transformers place; exporting the encoder and "
+                "MLM head")
+    return masked_lm, bert_config
 
 
 # --------------------------------------------------------------------------------------------------- import

@@ -206,3 +206,28 @@ def test_a_model_without_sentence_head_exports_as_a_masked_lm(tmp_path, layout, 
         ours = model.mlm_head(hidden, model.bert.embeddings.word_embeddings.weight)
         theirs = mlm.eval()(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
     assert _max_diff(ours, theirs, mask) < 1e-5
+
+
+def test_spanbert_exports_its_encoder_and_mlm_head_as_a_masked_lm(tmp_path):
+    from training.models.spanbert import SpanBertConfig, SpanBertForPreTraining
+
+    config = SpanBertConfig(**ROBERTA, sbo_max_span_tokens=5, sbo_position_size=8)
+    torch.manual_seed(0)
+    model = SpanBertForPreTraining(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    tokenizer = _tokenizer(tmp_path / "tok" / "tokenizer.json")
+    ours_dir = save_pretrained(model, config, tokenizer, tmp_path / "ours",
+                               training={"step": 1, "fingerprint": {"pretrain": {"objective": "mlm_sbo"}}})
+    out = export_to_hf(ours_dir, tmp_path / "hf")  # type_vocab_size 1: the RoBERTa layout
+    mlm, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert type(mlm).__name__ == "RobertaForMaskedLM" and not info["missing_keys"], info
+    ids, types, mask = _batch(0, types=False)
+    model.eval()
+    with torch.no_grad():
+        ours = model.mlm_head(model.bert(ids, types, mask), model.bert.embeddings.word_embeddings.weight)
+        theirs = mlm.eval()(input_ids=ids, attention_mask=mask).logits
+    assert _max_diff(ours, theirs, mask) < 1e-5
+    bert = export_to_hf(ours_dir, tmp_path / "bert", layout="bert")
+    assert json.loads((bert / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
