@@ -115,7 +115,11 @@ def pad_to_width(batch: dict[str, torch.Tensor], width: int, pad_id: int) -> dic
         return batch
     out = dict(batch)
     extra = width - current
-    for key, fill in (("input_ids", pad_id), ("token_type_ids", 0), ("attention_mask", 0)):
+    # XLM's per-token language_ids / TLM's position_ids where the batch has them (0 on padding, as the loader's)
+    for key, fill in (("input_ids", pad_id), ("token_type_ids", 0), ("attention_mask", 0), ("language_ids", 0),
+                      ("position_ids", 0)):
+        if key not in batch:
+            continue
         tensor = batch[key]
         out[key] = torch.cat([tensor, tensor.new_full((tensor.shape[0], extra), fill)], dim=1)
     return out

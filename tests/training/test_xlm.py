@@ -334,3 +334,16 @@ def test_monolingual_mlm_takes_each_rows_language_from_the_batch():
     xlm_mlm_tlm(model, batch)["loss"].backward()
     grads = model.bert.embeddings.language_embeddings.weight.grad.abs().sum(-1)
     assert grads[0] > 0 and grads[1] == 0 and grads[2] == 0
+
+
+def test_static_width_padding_keeps_languages_and_positions_aligned():
+    from training.xla import pad_to_width
+
+    ids = torch.tensor([[CLS, 10, SEP]])
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+             "language_ids": torch.tensor([[2, 2, 2]]), "position_ids": torch.tensor([[0, 1, 1]])}
+    out = pad_to_width(batch, 5, PAD)
+    assert out["language_ids"].tolist() == [[2, 2, 2, 0, 0]] and out["position_ids"].tolist() == [[0, 1, 1, 0, 0]]
+    assert out["input_ids"].tolist() == [[CLS, 10, SEP, PAD, PAD]]
+    assert "language_ids" not in pad_to_width({k: batch[k] for k in ("input_ids", "token_type_ids",
+                                                                     "attention_mask")}, 5, PAD)
