@@ -265,7 +265,7 @@ def _cmd_import_hf(args) -> int:
                             treat_as=args.treat_as, drop=tuple(args.drop))
     print(f"imported {args.hf_dir} ({result.architecture}) -> {result.path}")
     if result.dropped:
-        print(f"dropped on request: {', '.join(result.dropped)}")
+        print(f"left out: {', '.join(result.dropped)}")
     if result.initialised:
         print(f"note: the checkpoint has no {', '.join(result.initialised)}; initialised as our model initialises "
               f"them (seed {result.seed}). Train them before relying on them.")

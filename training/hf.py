@@ -290,7 +290,7 @@ class HfImport:
     architecture: str
     initialised: tuple[str, ...] = field(default_factory=tuple)
     seed: int = 0
-    dropped: tuple[str, ...] = field(default_factory=tuple)  # HF tensors left out on request (`drop`)
+    dropped: tuple[str, ...] = field(default_factory=tuple)  # HF tensors left out (`drop`, or parts ours lacks)
 
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
