@@ -59,6 +59,17 @@ class IntrinsicConfig(StrictModel):
                                              "split (0 = off)")
 
 
+class ObjectiveEvalConfig(StrictModel):
+    """The checkpoint's own pretraining objective scored on held-out shards against its no-context baseline
+    (evaluation/heldout.py): every member's held-out metric (MLM / SBO / RTD / PLM / CLM)."""
+
+    enabled: bool = Field(True, description="run it (checkpoints that record their objective: our pretraining's)")
+    split: str = Field("heldout", description="shard split to score (never the training split in a report)")
+    batch_size: int = Field(32, ge=1, description="instances per batch")
+    max_batches: int | None = Field(16, ge=1, description="stop after this many batches (null = the whole split)")
+    seed: int = Field(0, ge=0, description="order of the split's rows and the objective's own random draws")
+
+
 class FinetuneConfig(StrictModel):
     """The fine-tuning recipe used for every task and for every model compared (pretrained and random init)."""
 
@@ -190,6 +201,8 @@ class EvaluateConfig(StrictModel):
     cache_encodings: bool = Field(True, description="keep each task's encoded inputs in RUN/eval/cache (refused for a checkpoint with another tokenizer)")
     save_best: bool = Field(False, description="write each task's best fine-tuned pretrained model to RUN/eval/finetuned/<task>")
     intrinsic: IntrinsicConfig = Field(default_factory=IntrinsicConfig, description="held-out masked-LM / NSP accuracy")
+    objective: ObjectiveEvalConfig = Field(default_factory=ObjectiveEvalConfig,
+                                           description="held-out score of the checkpoint's pretraining objective")
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig, description="fine-tuning recipe for every task")
     tasks: dict[str, TaskConfig] = Field(default_factory=lambda: {n: TaskConfig() for n in DEFAULT_TASKS},
                                          description="downstream tasks by name (built-in) or with an input file")

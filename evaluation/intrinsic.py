@@ -69,7 +69,7 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
     batches = math.ceil(rows / cfg.batch_size)
     if cfg.max_batches is not None:
         batches = min(batches, cfg.max_batches)
-    mlm_correct = mlm_count = nsp_correct = instances = 0
+    mlm_correct = mlm_count = nsp_correct = nsp_instances = instances = 0
     mlm_loss_sum = nsp_loss_sum = 0.0
     for b in tqdm(range(batches), desc=f"intrinsic ({cfg.split})", unit="batch", disable=None, leave=False):
         chunk = [shards.instance(i, cfg.mask_variant) for i in range(b * cfg.batch_size, min(rows, (b + 1) * cfg.batch_size))]
@@ -88,9 +88,11 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
         unigram_correct += int((label_ids == unigram_top).sum())
         unigram_loss_sum -= float(unigram[label_ids].sum())
         mlm_loss_sum += float(F.cross_entropy(logits, labels, reduction="sum")) if labels.numel() else 0.0
-        nsp_logits = out["nsp_logits"].float()
-        nsp_correct += int((nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
-        nsp_loss_sum += float(F.cross_entropy(nsp_logits, batch["nsp_labels"], reduction="sum"))
+        if out.get("nsp_logits") is not None:  # models without a sentence head (RoBERTa, ...) have no NSP score
+            nsp_logits = out["nsp_logits"].float()
+            nsp_correct += int((nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
+            nsp_loss_sum += float(F.cross_entropy(nsp_logits, batch["nsp_labels"], reduction="sum"))
+            nsp_instances += len(chunk)
         instances += len(chunk)
     if mlm_count == 0:
         raise ContractError(f"{shard_dir}: the evaluated '{cfg.split}' instances have no masked positions")
@@ -103,8 +105,8 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
         "mlm_accuracy": mlm_correct / mlm_count,
         "mlm_loss": mlm_loss,
         "mlm_perplexity": math.exp(min(mlm_loss, 700.0)),  # exp overflows a float past ~709
-        "nsp_accuracy": nsp_correct / instances,
-        "nsp_loss": nsp_loss_sum / instances,
+        "nsp_accuracy": nsp_correct / nsp_instances if nsp_instances else None,
+        "nsp_loss": nsp_loss_sum / nsp_instances if nsp_instances else None,
         "chance_mlm_accuracy": chance_mlm_accuracy(model.config.vocab_size),
         "unigram_mlm_accuracy": unigram_correct / mlm_count,
         "unigram_mlm_loss": unigram_loss_sum / mlm_count,
@@ -112,8 +114,9 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
     if cfg.pseudo_perplexity_instances:
         scores.update(pseudo_perplexity(model, shards, cfg.pseudo_perplexity_instances, cfg.batch_size, device))
     logger.info("intrinsic on %d %s instances: MLM accuracy %.4f (loss %.4f; unigram baseline %.4f, loss %.4f), "
-                "NSP accuracy %.4f", instances, cfg.split, scores["mlm_accuracy"], mlm_loss,
-                scores["unigram_mlm_accuracy"], scores["unigram_mlm_loss"], scores["nsp_accuracy"])
+                "NSP accuracy %s", instances, cfg.split, scores["mlm_accuracy"], mlm_loss,
+                scores["unigram_mlm_accuracy"], scores["unigram_mlm_loss"],
+                "-" if scores["nsp_accuracy"] is None else f"{scores['nsp_accuracy']:.4f}")
     return scores
 
 

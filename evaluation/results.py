@@ -49,8 +49,8 @@ class IntrinsicResults(_Strict):
     mlm_accuracy: Fraction
     mlm_loss: float = Field(ge=0.0)
     mlm_perplexity: float = Field(ge=1.0)
-    nsp_accuracy: Fraction
-    nsp_loss: float = Field(ge=0.0)
+    nsp_accuracy: Fraction | None = None  # None: the model has no sentence-pair head (objective without NSP/SOP)
+    nsp_loss: float | None = Field(None, ge=0.0)
     chance_mlm_accuracy: Fraction
     unigram_mlm_accuracy: Fraction
     unigram_mlm_loss: float = Field(ge=0.0)
@@ -277,6 +277,21 @@ class CrosslingualResults(_Strict):
         return self
 
 
+class ObjectiveResults(BaseModel):
+    """The checkpoint's pretraining objective on held-out shards (evaluation/heldout.py): `<name>_loss`,
+    `<name>_acc`, `<name>_perplexity` per loss it reports (names vary by objective, hence extra keys allowed) and
+    the no-context baselines."""
+
+    model_config = ConfigDict(extra="allow")
+    objective: str
+    split: str
+    batches: int = Field(ge=1)
+    instances: int = Field(ge=1)
+    unigram_token_loss: float = Field(ge=0.0)
+    unigram_token_perplexity: float = Field(ge=1.0)
+    headline: dict[str, Any] = Field(description="metric, value, baseline, baseline_name (and perplexities)")
+
+
 class Results(_Strict):
     format: Literal["bertfactory.results"] = FORMAT
     schema_version: Literal[2, 3] = SCHEMA_VERSION
@@ -284,6 +299,7 @@ class Results(_Strict):
     checkpoint: CheckpointInfo
     config: dict[str, Any] = Field(description="the `evaluate` recipe section used")
     intrinsic: IntrinsicResults | None = None
+    objective: ObjectiveResults | None = Field(None, description="held-out score of the pretraining objective")
     tasks: dict[str, TaskResults]
     feature_based: FeatureBasedResults | None = Field(None, description="frozen-encoder tagger per layer combination")
     compared_checkpoints: dict[str, CheckpointInfo] | None = Field(

@@ -32,7 +32,7 @@ import bertfactory
 from bertfactory.errors import ConfigError
 from bertfactory.io import atomic_write_json, sha256_file
 from bertfactory.samples import resolve_input, sample_path
-from training.checkpoint import MODEL_FILE, load_pretrained
+from training.checkpoint import MODEL_FILE, load_pretrained, read_checkpoint_config
 
 from .baselines import BaselineResult, majority, tfidf_logreg
 from .cache import cache_key, load_or_build
@@ -41,6 +41,7 @@ from .crosslingual import load_target, target_splits
 from .encode import TextEncoder
 from .finetune import ModelResult, PreparedTask, Split, limit_examples, prepare_task
 from .inputs import CLASSIFICATION_TYPES, build_features
+from .heldout import checkpoint_objective, evaluate_objective
 from .intrinsic import evaluate_intrinsic
 from .metrics import mcnemar, wilson_interval
 from .report import write_report
@@ -128,11 +129,14 @@ class Checkpoint:
     info: dict  # results.json's description of it (CheckpointInfo)
 
 
-def open_checkpoint(path: Path, run_dir: Path, label: str, longest: int, where: str) -> tuple[nn.Module, Checkpoint]:
-    """-> (the whole pretraining model, the Checkpoint of its backbone); refuses max_seq_len beyond its positions."""
+def open_checkpoint(path: Path, run_dir: Path, label: str, longest: int, where: str,
+                    encoder: bool = True) -> tuple[nn.Module, Checkpoint]:
+    """-> (the whole pretraining model, the Checkpoint of its backbone); refuses max_seq_len beyond its positions.
+    encoder=False (nothing to fine-tune): no backbone is taken (template None), so that a model without an encoder
+    (a Transformer-XL causal LM) is still scored on its own objective."""
     model, config, tokenizer_path = load_pretrained(path, device="cpu")
-    template = model.backbone()
-    positions = getattr(template.config, "max_position_embeddings", None)  # None: relative positions
+    template = model.backbone() if encoder else None
+    positions = getattr(getattr(template, "config", None), "max_position_embeddings", None)  # None: relative / none
     if positions is not None and longest > positions:
         raise ConfigError(f"evaluate.finetune.max_seq_len={longest} exceeds {where}'s "
                           f"max_position_embeddings={positions} ({path})")
@@ -387,7 +391,8 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     device = resolve_device(cfg.device)
     checkpoint = cfg.checkpoint_path(run_dir)
     longest = max([cfg.finetune.max_seq_len] + [t.recipe(cfg.finetune).max_seq_len for t in cfg.enabled_tasks().values()])
-    model, main = open_checkpoint(checkpoint, run_dir, "pretrained", longest, "the checkpoint")
+    fine_tunes = bool(cfg.enabled_tasks()) or cfg.feature_based.enabled or bool(cfg.compare_checkpoints)
+    model, main = open_checkpoint(checkpoint, run_dir, "pretrained", longest, "the checkpoint", encoder=fine_tunes)
     template, text_encoder = main.template, main.text_encoder
     compared = open_compared(cfg, run_dir, longest)
     logger.info("evaluating %s (%d parameters) on %s", checkpoint, main.info["num_parameters"], device)
@@ -409,6 +414,14 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
         results["intrinsic"] = evaluate_intrinsic(model, run_dir / "shards", text_encoder.sha256, cfg.intrinsic, device)
         model.to("cpu")
         timings["intrinsic"] = time.perf_counter() - t
+    objective = checkpoint_objective(read_checkpoint_config(checkpoint)) if cfg.objective.enabled else None
+    if objective is not None:  # every member's held-out metric against its no-context baseline
+        t = time.perf_counter()
+        model.to(device)
+        results["objective"] = evaluate_objective(model, objective, run_dir / "shards", text_encoder.sha256,
+                                                  cfg.objective, device)
+        model.to("cpu")
+        timings["objective"] = time.perf_counter() - t
     prepared: dict[str, tuple[PreparedTask, TaskData]] = {}
     for name, task_cfg in cfg.enabled_tasks().items():
         results["tasks"][name], task, data, transfer = evaluate_task(name, task_cfg, cfg, main, device, run_dir,

@@ -42,7 +42,7 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
         if lines:
             last = lines[-1]
             rows.append(("pretrain", "steps", last.get("step")))
-            for k in ("loss", "mlm_loss", "nsp_loss"):
+            for k in ["loss"] + sorted(k for k in last if k.endswith("_loss")):  # every member's losses
                 if k in last:
                     rows.append(("pretrain", f"final {k}", last[k]))
     results = _results(run_dir)
@@ -52,7 +52,16 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
         rows.append(("evaluate", "  unigram baseline (no context)", intrinsic["unigram_mlm_accuracy"]))
         rows.append(("evaluate", "held-out mlm loss", intrinsic["mlm_loss"]))
         rows.append(("evaluate", "  unigram baseline (no context)", intrinsic["unigram_mlm_loss"]))
-        rows.append(("evaluate", "held-out nsp accuracy", intrinsic["nsp_accuracy"]))
+        if intrinsic.get("nsp_accuracy") is not None:  # models without a sentence-pair head have none
+            rows.append(("evaluate", "held-out nsp accuracy", intrinsic["nsp_accuracy"]))
+    head = (results.get("objective") or {}).get("headline") or {}
+    if head:  # the member's own held-out metric (MLM / SBO / RTD / PLM / CLM) against its no-context baseline
+        objective = results["objective"]["objective"]
+        rows.append(("evaluate", f"held-out {objective} {head['metric']}", head["value"]))
+        rows.append(("evaluate", f"  {head['baseline_name']}", head["baseline"]))
+        if "perplexity" in head:
+            rows.append(("evaluate", f"held-out {objective} perplexity", head["perplexity"]))
+            rows.append(("evaluate", f"  {head['baseline_name']}", head["baseline_perplexity"]))
     for task, per in results.get("tasks", {}).items():
         primary = per["primary_metric"]
         for model in ("pretrained", "random_init", "tfidf_logreg", "majority"):

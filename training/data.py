@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from bertfactory.errors import ConfigError, ContractError
+from preprocessing.hashing import mix64
 from preprocessing.shards import Instance, ShardSet
 
 from .models.bert import IGNORE_INDEX  # re-exported: evaluation imports it from here
@@ -78,12 +79,11 @@ def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int,
         "masked_positions": torch.from_numpy(masked_positions),
         "masked_labels": torch.from_numpy(masked_labels),
         "nsp_labels": torch.from_numpy(nsp_labels),
-    }
         # SpanBERT's SBO reads the stored span bounds; absent for shards without them
         **(span_bounds(instances, masked_positions) if all(i.mask_spans is not None for i in instances) else {}),
+    }
 
 
-def language_inputs(instances: Sequence[Instance], width: int, language_map: np.ndarray | None = None) -> torch.Tensor:
 def span_bounds(instances: Sequence[Instance], masked_positions: np.ndarray) -> dict[str, torch.Tensor]:
     """span_left / span_right [B, P] from each instance's stored span lengths (mask_spans): span j covers the next
     mask_spans[j] slots, so its slots get (first position - 1, last position + 1)."""
@@ -101,6 +101,7 @@ def span_bounds(instances: Sequence[Instance], masked_positions: np.ndarray) -> 
     return {"span_left": torch.from_numpy(left), "span_right": torch.from_numpy(right)}
 
 
+def language_inputs(instances: Sequence[Instance], width: int, language_map: np.ndarray | None = None) -> torch.Tensor:
     """language_ids [B, T]: every token its segment's language (lang_a over the first len_a tokens, lang_b after:
     ids into the manifest's instance_format.languages, or `language_map[id]` when given: the model's rows, XLM's
     model.xlm.languages), 0 on padding. A monolingual row has lang_a == lang_b: its language at every token."""
@@ -126,6 +127,16 @@ def translation_inputs(instances: Sequence[Instance], width: int,
     return {"position_ids": torch.from_numpy(positions), "language_ids": language_inputs(instances, width, language_map)}
 
 
+def row_seeds(seed: int, epoch: int, rows: np.ndarray) -> torch.Tensor:
+    """A 63-bit seed per row of a batch, from (seed, epoch, row index): what an objective's own random draws
+    (ELECTRA's replacements, XLNet's factorisation orders) are seeded with, so that they depend on the sample and
+    the epoch, never on which rank trains it or where in the batch it sits (W processes x B train as 1 x W*B)."""
+    with np.errstate(over="ignore"):
+        base = mix64(np.asarray([seed ^ (epoch << 32)], dtype=np.uint64))
+        keys = mix64(base ^ mix64(np.asarray(rows, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)))
+    return torch.from_numpy((keys >> np.uint64(1)).astype(np.int64))
+
+
 def dynamic_masker(shards: ShardSet):
     """The masking core set up as the shards' manifest says (policy, probabilities, seed) for their tokenizer:
     what preprocessing would have used to store masks."""
@@ -148,6 +159,10 @@ def masked_at_read_time(masker, inst: Instance, epoch: int, row: int, spans: boo
 
     from preprocessing.masking import mask_at_read_time, spans_at_read_time
 
+    if spans:
+        positions, tokens, lengths = spans_at_read_time(masker, inst.input_ids.tolist(), epoch, row)
+        return dataclasses.replace(inst, mask_positions=np.asarray(positions, np.int64),
+                                   mask_tokens=np.asarray(tokens, np.int64), mask_spans=np.asarray(lengths, np.int64))
     positions, tokens = mask_at_read_time(masker, inst.input_ids.tolist(), epoch, row)
     return dataclasses.replace(inst, mask_positions=np.asarray(positions, np.int64), mask_tokens=np.asarray(tokens, np.int64))
 
@@ -159,10 +174,6 @@ class Position:
     step: int
     epoch: int
     batch_in_epoch: int
-    if spans:
-        positions, tokens, lengths = spans_at_read_time(masker, inst.input_ids.tolist(), epoch, row)
-        return dataclasses.replace(inst, mask_positions=np.asarray(positions, np.int64),
-                                   mask_tokens=np.asarray(tokens, np.int64), mask_spans=np.asarray(lengths, np.int64))
     variant: int
 
 
@@ -297,6 +308,7 @@ class PretrainBatches:
             instances = [masked_at_read_time(self.dynamic_masker, inst, pos.epoch, int(r), self.shards.span_bounds)
                          for inst, r in zip(instances, rows)]
         batch = collate(instances, self.pad_id, self.max_predictions, self.width_of(step))
+        batch["row_seeds"] = row_seeds(self.seed, pos.epoch, rows)
         if self.translation:
             batch.update(translation_inputs(instances, batch["input_ids"].shape[1], self.language_map))
         elif self.row_languages:

@@ -113,9 +113,11 @@ def from_environment(device: torch.device) -> tuple[DistContext, torch.device]:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        # CUDA: nccl for the model's tensors, gloo beside it for the trainer's host-side collectives (mean,
+        # reduce_step: float64 CPU tensors), which a group with nccl alone cannot reduce
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)  # MASTER_ADDR / MASTER_PORT from the environment (torchrun)
-        logger.info("distributed: rank %d of %d (%s)", rank, world, backend)
+        logger.info("distributed: rank %d of %d (%s)", rank, world, "nccl" if device.type == "cuda" else "gloo")
     return ctx, device
 
 

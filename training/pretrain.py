@@ -203,8 +203,6 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         if cfg.batch_size % spmd_devices:
             raise ConfigError(f"pretrain.xla_spmd shards each batch over the {spmd_devices} XLA devices: "
                               f"pretrain.batch_size={cfg.batch_size} is not a multiple of {spmd_devices}")
-    if dist.enabled and cfg.stacking is not None:
-        raise ConfigError("pretrain.stacking is not supported with several processes (torchrun); train it in one")
     # stream_batches: clm shards as parallel document streams, for a memory carried across batches (training/streams.py)
     loader = StreamBatches if cfg.stream_batches else PretrainBatches
     batches = loader.open(shard_dir, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards,
@@ -229,7 +227,8 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     if objective.prepare_batches is not None:  # XLM: languages per row, the TLM pairs beside MLM (training/xlm_data.py)
         batches = objective.prepare_batches(batches, model_cfg, cfg, run_dir)
     architecture = get_architecture(objective.architecture)
-    arch_config = architecture.from_model_config(model_cfg, manifest.tokenizer.vocab_size, batches.pad_id)
+    arch_config = objective.configure(
+        architecture.from_model_config(model_cfg, manifest.tokenizer.vocab_size, batches.pad_id))
     longest = int(batches.shards.lengths().max())
     declared = manifest.instance_format.get("max_seq_len")
     needed = max(longest, int(declared) if isinstance(declared, int) else 0)
@@ -285,7 +284,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
             shard_mask_rate(float(masked), manifest.masking.get("max_predictions_per_seq"), mean_len),
             rows_per_batch=max(1, cfg.batch_size // (cfg.grad_accumulation * dist.world_size)), steps=cfg.max_steps,
             memory_across_batches=bool(getattr(cfg, "stream_batches", False)))
-    trainer = Trainer(model if is_sharded(model) else dist.wrap(model, device), optimizer, scheduler, batches,
+    trainer = Trainer(model, optimizer, scheduler, batches,
                       objective.loss, device, cfg.max_steps,
                       cfg.max_grad_norm, cfg.log_every, metrics_path, bf16=cfg.bf16, dist=dist,
                       train_flops_per_token=train_flops,
@@ -301,7 +300,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         step, directory = latest
         _check_compatible(directory, fingerprint, "checkpoint", cfg.allow_shard_change)
         if stacking.replay(trainer, step):  # the checkpoint holds the model as deep as it was at its step
-            model, arch_config = trainer.model, trainer.model.config
+            model, arch_config = trainer.module, trainer.module.config
         load_weights(model, directory / MODEL_FILE)
         trainer.load_state_dict(load_training_state(directory))
         resumed_from = step
@@ -326,7 +325,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     def checkpoint_if_due(t: Trainer) -> None:
         nonlocal model, arch_config
         if stacking.stack_if_due(t):  # progressive stacking: the deeper model replaces the trainer's
-            model, arch_config = t.model, t.model.config
+            model, arch_config = t.module, t.module.config
         if t.step % cfg.save_every == 0 and t.step < cfg.max_steps:
             dist.barrier()  # every rank has finished the step before rank 0 snapshots it
             sharded = is_sharded(model)  # FSDP: every rank takes part in gathering the full state

@@ -38,6 +38,7 @@ from torch import nn
 from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError, ContractError
 
+from .distributed import unwrap
 from .models.bert import BertConfig
 from .models.registry import architecture_of
 from .optim import parameter_groups
@@ -147,7 +148,7 @@ def stack_trainer(trainer, build_scheduler: Callable[[torch.optim.Optimizer], to
                   compile_model: bool = False) -> None:
     """Stack `trainer.model` and replace the trainer's model, optimizer and scheduler (the schedule continues
     at the same step and learning rate). `compile_model`: torch.compile the new model in place, as the old one."""
-    model, optimizer = stack_layers(trainer.model, trainer.optimizer)
+    model, optimizer = stack_layers(unwrap(trainer.model), trainer.optimizer)  # the trainer wraps it anew (DDP)
     learning_rates = [group["lr"] for group in optimizer.param_groups]
     scheduler = build_scheduler(optimizer)  # a new scheduler steps once and resets lr: restore state and lr
     scheduler.load_state_dict(trainer.scheduler.state_dict())

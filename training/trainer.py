@@ -11,6 +11,7 @@ Used by training.pretrain (`run_pretrain`); see there for how it is wired.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from bertfactory.io import append_jsonl
 from .backends import autocast_context
 from .checkpoint import FORMAT_VERSION, rng_state, set_rng_state
 from .data import PretrainBatches
-from .distributed import DistContext
+from .distributed import DistContext, unwrap
 from .fsdp import full_optimizer_state, is_sharded, load_full_optimizer_state
 from .objectives import Objective
 from .accumulation import combine_scalars, split_batch, weighted_loss
@@ -105,7 +106,10 @@ class Trainer:
                  train_flops_per_token: float | None = None, peak_flops: float | None = None,
                  grad_accumulation: int = 1, guard: StepGuard | None = None, loader_workers: int = 0,
                  static_width: int | None = None):
+        # the model trained: the bare model (`module`), DDP-wrapped under torchrun by `_sync_trainable`, which
+        # also freezes what the objective leaves untrained (they must agree, see there)
         self.model = model
+        self._trained_set: tuple[int, frozenset[str]] | None = None
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.batches = batches
@@ -134,6 +138,36 @@ class Trainer:
         self.train_seconds = 0.0
         self.window = Window()
         self.last_metrics: dict[str, Any] = {}
+        self._sync_trainable()
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The bare model (inside the DDP wrapper): what checkpoints store and stacking deepens."""
+        return unwrap(self.model)
+
+    def _sync_trainable(self) -> None:
+        """Freeze the parameters the model says its objective leaves untrained now (`untrained_parameter_names`:
+        e.g. the pooler without a sentence loss, the idle half of two-stage ELECTRA) and, under torchrun, (re)wrap
+        it in DDP over exactly the others. DDP expects a gradient for every parameter it holds in every step, so a
+        change of that set (two-stage ELECTRA's switch) or of the model (progressive stacking) needs a new wrapper.
+        Frozen parameters have no gradient either way, so the trajectory is the one of an unfrozen run."""
+        module = self.module
+        untrained = frozenset(module.untrained_parameter_names())
+        if self._trained_set == (id(module), untrained):
+            return
+        for name, param in module.named_parameters():
+            param.requires_grad_(name not in untrained)
+        if self.dist.enabled and not is_sharded(module):
+            if module is not self.model:
+                self.model = module
+                gc.collect()  # the old wrapper's reducer removes its gradient hooks when it is freed
+            self.model = self.dist.wrap(module, self.device)
+        else:
+            self.model = module
+        self._trained_set = (id(module), untrained)
+        if untrained:
+            logger.info("pretrain: %d parameter tensors are not trained by this objective now (e.g. %s)",
+                        len(untrained), sorted(untrained)[0])
 
     # ------------------------------------------------------------------------------------------- state
 
@@ -220,6 +254,7 @@ class Trainer:
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict:
         """One optimiser step over `batch` (in `grad_accumulation` micro-batches); its update is skipped when the
         step guard rejects the loss or gradient norm (`self.last_step_skipped`)."""
+        self._sync_trainable()
         self.model.train()
         parts = [(batch, None)] if self.grad_accumulation == 1 else split_batch(batch, self.grad_accumulation)
         step_scalars, total_loss = [], None

@@ -69,6 +69,12 @@ class DistillModel(nn.Module):
         self.student = student
         self.projections = projections if projections is not None else Projections(1, 1)
 
+    def untrained_parameter_names(self) -> list[str]:
+        """None frozen (training/models/registry.py): a part the distillation loss does not read (the student's
+        pooler in general distillation) gets no gradient and no update either way; distillation runs in one
+        process, so no DDP wrapper needs the set."""
+        return []
+
 
 def _backbone(model: nn.Module) -> nn.Module:
     """The encoder of a BertForPreTraining or of a TaskModel."""

@@ -57,6 +57,10 @@ class BertConfig:
     num_layer_groups: int = 1
     # XLM: a learned language embedding added to every token (0 = none)
     num_languages: int = 0
+    # the two-way sentence-pair head (NSP / SOP) on the pooled [CLS]: built only for objectives with a sentence
+    # loss (training/objectives: ObjectiveSpec.sentence_head), so e.g. a RoBERTa checkpoint holds no untrained
+    # NSP head. True by default: checkpoints written before the field existed all have one
+    sentence_head: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -107,6 +111,11 @@ class BertConfig:
         values = {}
         for name, value in data.items():
             kind = str(fields[name].type)
+            if kind == "bool":
+                if not isinstance(value, bool):
+                    raise ContractError(f"{source}: model config field '{name}' must be true or false, got {value!r}")
+                values[name] = value
+                continue
             if kind == "int | None" and value is None:
                 values[name] = None
                 continue
@@ -219,16 +228,18 @@ def gather_masked_fixed(hidden: torch.Tensor, masked_positions: torch.Tensor, ma
 
 
 class BertForPreTraining(nn.Module):
-    """BERT with the masked-LM head (decoder tied to the word embeddings) and the next-sentence head."""
+    """BERT with the masked-LM head (decoder tied to the word embeddings) and, with config.sentence_head, the
+    next-sentence (or sentence-order) head on the pooled [CLS]."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
         self.mlm_head = MaskedLMHead(config.hidden_size, config.vocab_size, config.layer_norm_eps, config.embedding_width)
-        self.nsp_head = NextSentenceHead(config.hidden_size)
         init_bert_weights(self.mlm_head, config.initializer_range)
-        init_bert_weights(self.nsp_head, config.initializer_range)
+        if config.sentence_head:
+            self.nsp_head = NextSentenceHead(config.hidden_size)
+            init_bert_weights(self.nsp_head, config.initializer_range)
         # the default of forward's `unpad` (pretrain.unpad sets it; not part of the weights or the config)
         self.unpad_by_default = False
         # MLM logits at all B * P prediction slots instead of the N real ones (gather_masked_fixed); the same
@@ -239,7 +250,8 @@ class BertForPreTraining(nn.Module):
                 masked_positions: torch.Tensor, masked_labels: torch.Tensor,
                 nsp_labels: torch.Tensor | None = None, unpad: bool | None = None) -> dict[str, torch.Tensor | None]:
         """Returns loss (mlm_loss + nsp_loss, or mlm_loss alone without nsp_labels), mlm_loss, nsp_loss,
-        mlm_logits [N, V] at the N real masked positions, nsp_logits [B, 2], mlm_correct and mlm_count.
+        mlm_logits [N, V] at the N real masked positions, nsp_logits [B, 2] (None without a sentence head, and then
+        nsp_labels are ignored), mlm_correct and mlm_count.
         `unpad`: the encoder runs on the real tokens only and the heads read the packed rows (varlen.py);
         None = `self.unpad_by_default`."""
         if unpad is None:
@@ -267,8 +279,9 @@ class BertForPreTraining(nn.Module):
                 mlm_loss = F.cross_entropy(mlm_logits.float(), labels)
             else:  # no masked token in the batch: a zero that still depends on the graph
                 mlm_loss = mlm_logits.float().sum() * 0.0
-        nsp_logits = self.nsp_head(self.bert.pooler(hidden))
-        nsp_loss = F.cross_entropy(nsp_logits.float(), nsp_labels) if nsp_labels is not None else None
+        nsp_logits = self.nsp_head(self.bert.pooler(hidden)) if self.config.sentence_head else None
+        nsp_loss = (F.cross_entropy(nsp_logits.float(), nsp_labels)
+                    if nsp_labels is not None and nsp_logits is not None else None)
         loss = mlm_loss + nsp_loss if nsp_loss is not None else mlm_loss
         with torch.no_grad():
             mlm_correct = ((mlm_logits.argmax(-1) == labels) & valid).sum()
@@ -288,6 +301,16 @@ class BertForPreTraining(nn.Module):
     def backbone(self) -> BertModel:
         """The encoder used for fine-tuning and features (see training/models/registry.py)."""
         return self.bert
+
+    def untrained_parameter_names(self) -> list[str]:
+        """Without a sentence head nothing reads the pooler in pretraining (fine-tuning trains it): see
+        training/models/registry.py."""
+        return [] if self.config.sentence_head else pooler_parameter_names(self, "bert.")
+
+
+def pooler_parameter_names(model: nn.Module, prefix: str) -> list[str]:
+    """The names of the [CLS] pooler's parameters under `prefix` (e.g. "bert."), as named_parameters gives them."""
+    return [name for name, _ in model.named_parameters() if name.startswith(prefix + "pooler.")]
 
 
 def chance_mlm_accuracy(vocab_size: int) -> float:

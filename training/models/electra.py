@@ -140,10 +140,22 @@ class ReplacedTokenDetectionHead(nn.Module):
         return self.dense_prediction(F.gelu(self.dense(hidden))).squeeze(-1)
 
 
-def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
-    """One token per row of `logits` [N, V], distributed as softmax(logits): argmax(logits + Gumbel noise), the
-    noise from torch's global RNG on the logits' device (the reference code's sample_from_softmax, temperature 1)."""
-    uniform = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+def gumbel_sample(logits: torch.Tensor, row_seeds: torch.Tensor | None = None,
+                  per_row: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row of `logits` [N, V], distributed as softmax(logits): argmax(logits + Gumbel noise) (the
+    reference code's sample_from_softmax, temperature 1). The noise comes from torch's global RNG on the logits'
+    device, or with `row_seeds` [B] and `per_row` [B] (how many of the N predictions each batch row holds, in
+    order) from one generator per batch row seeded with its seed: then a sample's replacements depend on the
+    sample, not on the rank or batch slot that trains it (training/data.py row_seeds)."""
+    if row_seeds is None:
+        uniform = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    else:
+        parts = []
+        for seed, count in zip(row_seeds.tolist(), per_row.tolist()):
+            generator = torch.Generator(device=logits.device).manual_seed(int(seed))
+            parts.append(torch.rand((count, logits.shape[1]), generator=generator, device=logits.device,
+                                    dtype=torch.float32))
+        uniform = torch.cat(parts) if parts else logits.new_empty((0, logits.shape[1]), dtype=torch.float32)
     gumbel = -torch.log(-torch.log(uniform + 1e-9) + 1e-9)
     return (logits.float() + gumbel).argmax(-1)
 
@@ -204,9 +216,11 @@ class ElectraForPreTraining(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
                 masked_positions: torch.Tensor, masked_labels: torch.Tensor,
-                nsp_labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+                nsp_labels: torch.Tensor | None = None,
+                row_seeds: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
         """input_ids [B, T] with the masks applied; masked_positions / masked_labels [B, P] (-100 = padding);
-        nsp_labels is accepted and ignored (ELECTRA has no sentence-pair loss). Returns loss, mlm_loss (generator),
+        nsp_labels is accepted and ignored (ELECTRA has no sentence-pair loss); row_seeds [B]: seeds of the rows'
+        replacement draws (gumbel_sample; None = torch's global RNG). Returns loss, mlm_loss (generator),
         disc_loss, mlm_logits [N, V] (generator, at the N real masked positions), disc_logits [B, T],
         disc_labels [B, T] (1 = replaced), corrupted_ids [B, T] (the discriminator's input), mlm_correct /
         mlm_count, disc_correct / disc_count (over real tokens) and disc_replaced (real tokens labelled replaced);
@@ -238,7 +252,8 @@ class ElectraForPreTraining(nn.Module):
             return out
 
         with torch.no_grad():  # replacements carry no gradient (the generator is trained by its MLM loss only)
-            sampled = gumbel_sample(mlm_logits.detach())
+            per_row = (masked_labels != IGNORE_INDEX).sum(dim=1) if row_seeds is not None else None
+            sampled = gumbel_sample(mlm_logits.detach(), row_seeds, per_row)
             corrupted = replace_masked(input_ids, masked_positions, masked_labels, sampled)
             original = replace_masked(input_ids, masked_positions, masked_labels, labels)
             real = attention_mask.bool()
@@ -260,6 +275,18 @@ class ElectraForPreTraining(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # the shared embeddings once
+
+    def untrained_parameter_names(self) -> list[str]:
+        """What the current stage leaves untrained (see training/models/registry.py): the discriminator's pooler
+        always (replaced-token detection is per token); in two-stage training the discriminator and its head
+        during the generator stage, the frozen generator and its head after it."""
+        stage = self.stage()
+        idle = ("discriminator.pooler.",)
+        if stage == "generator":
+            idle = ("discriminator.", "discriminator_head.")
+        elif stage == "discriminator":
+            idle = ("discriminator.pooler.", "generator.", "generator_head.")
+        return [name for name, _ in self.named_parameters() if name.startswith(idle)]
 
     def backbone(self) -> BertModel:
         """The discriminator encoder: what ELECTRA fine-tunes (see training/models/registry.py)."""

@@ -4,7 +4,10 @@ parses its `model` section and the module that `load_pretrained` builds.
 Every pretraining model class provides `config` (with `to_dict()`), `num_parameters()` and `backbone()`: the
 encoder that fine-tuning and feature extraction use, a module called as
 `backbone(input_ids, token_type_ids, attention_mask, output_hidden_states=False)` with a `pooler` and
-`config.hidden_size` (BertModel's interface).
+`config.hidden_size` (BertModel's interface), and `untrained_parameter_names()`: the parameters its objective
+leaves without a gradient at this point of training (e.g. the pooler, which only a sentence-level loss or
+fine-tuning trains). The trainer freezes those and gives DistributedDataParallel only the others, which is how
+every member trains under torchrun without `find_unused_parameters` (training/trainer.py, `_sync_trainable`).
 
     from training.models.registry import get_architecture
     arch = get_architecture("BertForPreTraining")

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bert import BertConfig, BertModel, gather_masked, init_bert_weights
+from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
 from .heads import MaskedLMHead
 from .registry import Architecture, register_architecture
 from .span_boundary import SpanBoundaryHead, gather_span_boundaries, stored_span_boundaries
@@ -96,6 +96,10 @@ class SpanBertForPreTraining(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def untrained_parameter_names(self) -> list[str]:
+        """The pooler: no sentence-level loss in pretraining (see training/models/registry.py)."""
+        return pooler_parameter_names(self, "bert.")
 
     def backbone(self) -> BertModel:
         """The encoder used for fine-tuning and features (see training/models/registry.py)."""

@@ -212,6 +212,10 @@ class TransformerXLLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def untrained_parameter_names(self) -> list[str]:
+        """None: the causal LM reads every parameter (see training/models/registry.py)."""
+        return []
+
     def backbone(self):
         """A causal LM has no bidirectional encoder to fine-tune on sentence tasks; say so instead of pretending."""
         from bertfactory.errors import ContractError

@@ -27,7 +27,7 @@ from torch import nn
 
 from bertfactory.errors import ConfigError
 
-from .bert import BertConfig, BertModel, gather_masked, init_bert_weights
+from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
 from .heads import MaskedLMHead
 from .registry import Architecture, register_architecture
 
@@ -94,6 +94,10 @@ class XlmForPreTraining(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def untrained_parameter_names(self) -> list[str]:
+        """The pooler: no sentence-level loss in pretraining (see training/models/registry.py)."""
+        return pooler_parameter_names(self, "bert.")
 
     def backbone(self) -> XlmModel:
         """The encoder used for fine-tuning and features (see training/models/registry.py)."""

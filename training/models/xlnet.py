@@ -302,3 +302,7 @@ class XLNetForPretraining(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def untrained_parameter_names(self) -> list[str]:
+        """The [CLS] pooler (fine-tuning's): the permutation LM never reads it (see training/models/registry.py)."""
+        return [name for name, _ in self.named_parameters() if name.startswith("transformer.pooler.")]

@@ -13,6 +13,7 @@ Adding an objective = one small module with the loss function and one `Objective
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -49,6 +50,16 @@ class ObjectiveSpec:
     # (batches, model config, pretrain config, run dir) -> the loader to train on: the pretrain stage's hook for
     # objectives whose batches need more than the run's shards (XLM: languages per row, TLM pairs beside MLM)
     prepare_batches: Callable[[Any, Any, Any, Any], Any] | None = None
+    # it trains a sentence-pair head (NSP / SOP) on the pooled [CLS]; the model is built with one only then
+    sentence_head: bool = False
+
+    def configure(self, arch_config: Any) -> Any:
+        """The architecture's config with only the heads this objective trains (a config with a `sentence_head`
+        field gets this objective's value; other architectures are returned unchanged)."""
+        if dataclasses.is_dataclass(arch_config) and any(f.name == "sentence_head"
+                                                         for f in dataclasses.fields(arch_config)):
+            return dataclasses.replace(arch_config, sentence_head=self.sentence_head)
+        return arch_config
 
     def check_shards(self, manifest: Any, source: str) -> None:
         """Refuse shards built for another objective, naming the manifest field and the format(s) needed."""
@@ -79,7 +90,7 @@ def register_objective(spec: ObjectiveSpec) -> ObjectiveSpec:
 register_objective(ObjectiveSpec(
     name="mlm_nsp", loss=mlm_nsp, architecture="BertForPreTraining", instance_formats=("nsp-pairs",),
     needs="masked tokens and next-sentence labels (shard fields mask_positions/mask_tokens and nsp_label)",
-    description="BERT: masked LM + next-sentence prediction",
+    description="BERT: masked LM + next-sentence prediction", sentence_head=True,
 ))
 register_objective(ObjectiveSpec(
     name="mlm", loss=mlm_only, architecture="BertForPreTraining", instance_formats=MASKED_TEXT_FORMATS,
@@ -89,7 +100,7 @@ register_objective(ObjectiveSpec(
 register_objective(ObjectiveSpec(
     name="mlm_sop", loss=mlm_sop, architecture="BertForPreTraining", instance_formats=("sop-pairs",),
     needs="masked tokens and sentence-order labels (shard fields mask_positions/mask_tokens and nsp_label)",
-    description="ALBERT: masked LM + sentence-order prediction",
+    description="ALBERT: masked LM + sentence-order prediction", sentence_head=True,
 ))
 register_objective(ObjectiveSpec(
     name="electra", loss=electra, architecture="ElectraForPreTraining", instance_formats=MASKED_TEXT_FORMATS,

@@ -13,4 +13,4 @@ import torch
 def electra(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict:
     # nsp_labels of the shards are not passed: ELECTRA has no sentence-pair loss
     return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_positions"],
-                 batch["masked_labels"])
+                 batch["masked_labels"], row_seeds=batch.get("row_seeds"))

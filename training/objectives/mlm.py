@@ -1,10 +1,12 @@
-"""Masked LM alone, without next-sentence prediction (as in RoBERTa). The NSP head still runs (its logits are
-returned) but gets no loss, so its weights stay at their initialisation."""
+"""Masked LM alone, without next-sentence prediction (as in RoBERTa). The model is built without a sentence-pair
+head (ObjectiveSpec.sentence_head False), and its pooler stays as initialised until fine-tuning trains it."""
 
 from __future__ import annotations
 
 import torch
 
+from .mlm_nsp import bert_inputs
+
 
 def mlm_only(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict:
-    return model(**{**batch, "nsp_labels": None})
+    return model(*bert_inputs(batch, nsp_labels=False))

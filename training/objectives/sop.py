@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import torch
 
+from .mlm_nsp import bert_inputs
+
 
 def mlm_sop(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict:
-    out = model(**batch)  # loss = mlm_loss + the two-way cross-entropy on the sentence-order labels
+    out = model(*bert_inputs(batch))  # loss = mlm_loss + the two-way cross-entropy on the sentence-order labels
     logits, labels = out.pop("nsp_logits"), batch["nsp_labels"]
     with torch.no_grad():
         correct = (logits.argmax(-1) == labels).sum()

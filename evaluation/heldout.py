@@ -1,0 +1,158 @@
+"""Held-out score of a checkpoint's own pretraining objective, for every member of the family: the objective the
+checkpoint was trained with (its config.json: training.fingerprint.pretrain.objective) run in eval mode over
+batches of the held-out shards, exactly as the trainer runs it, against the best no-context predictor.
+
+    from evaluation.heldout import evaluate_objective
+    scores = evaluate_objective(model, "plm", run_dir / "shards", tokenizer_sha256, ObjectiveEvalConfig(), device)
+
+What is reported, per loss the objective returns (`mlm`, `plm`, `clm`, `sbo`, `disc`, `nsp`/`sop`, ...):
+`<name>_loss` (mean over the evaluated predictions, each batch weighted by its `<name>_count`) and `<name>_acc`.
+Token-prediction losses (MLM, SBO, PLM, CLM) also get a perplexity and the no-context baseline: the cross-entropy
+of the held-out tokens under the train split's unigram distribution (add-one smoothed, special tokens excluded;
+evaluation/intrinsic.py). A masked position, XLNet's predicted tail of an order and CLM's next token are all
+draws of held-out tokens, so a model that learnt nothing from context sits at that baseline. ELECTRA's
+replaced-token detection is compared with always answering "original" (accuracy 1 - replaced rate, loss the
+binary entropy of that rate); NSP/SOP with always answering the majority label.
+
+The batches are the trainer's (training/data.py PretrainBatches over the split, its own permutation of the
+split's rows, seed `seed`), so an objective's own random draws (ELECTRA's replacements, XLNet's orders, dynamic
+masks) are seeded per sample as in training and the score is deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from bertfactory.errors import ContractError
+from training.data import PretrainBatches
+from training.objectives import get_objective_spec
+from training.streams import evaluation_batches
+
+from .config import ObjectiveEvalConfig
+from .intrinsic import _unigram_log_probs
+
+logger = logging.getLogger(__name__)
+
+# losses over predicted tokens of the text: their no-context baseline is the unigram cross-entropy
+TOKEN_LOSSES = ("mlm", "plm", "clm", "sbo", "tlm")
+
+
+def checkpoint_objective(config_doc: dict) -> str | None:
+    """The objective a pretraining checkpoint was trained with (None for a model imported from elsewhere)."""
+    training = config_doc.get("training") or {}
+    return ((training.get("fingerprint") or {}).get("pretrain") or {}).get("objective")
+
+
+@torch.no_grad()
+def evaluate_objective(model: torch.nn.Module, objective: str, shard_dir: Path, tokenizer_sha256: str,
+                       cfg: ObjectiveEvalConfig, device: torch.device) -> dict:
+    spec = get_objective_spec(objective)
+    probe = PretrainBatches.open(shard_dir, tokenizer_sha256, 1, cfg.seed, split=cfg.split, verify=False)
+    spec.check_shards(probe.shards.manifest, str(shard_dir / "manifest.json"))
+    rows = probe.rows
+    if rows == 0:
+        raise ContractError(f"{shard_dir}: split '{cfg.split}' has no instances to evaluate the objective on")
+    # recurrent members (txl_clm, plm with a memory) on clm shards: the documents as streams, the memory carried
+    # from segment to segment as in training (training/streams.py); else the trainer's PretrainBatches
+    batches = evaluation_batches(model, objective, shard_dir, tokenizer_sha256, min(cfg.batch_size, rows), cfg.seed,
+                                 cfg.split)
+    prepare = getattr(spec, "prepare_batches", None)
+    if prepare is not None:  # objectives whose batches need the model's settings (XLM's language map)
+        batches = prepare(batches, model.config) or batches
+    steps = batches.steps_per_epoch if cfg.max_batches is None else min(cfg.max_batches, batches.steps_per_epoch)
+    unigram = _unigram_log_probs(shard_dir, tokenizer_sha256, model.config.vocab_size,
+                                 batches.shards.manifest.tokenizer.special_ids.values())
+    special = np.array(sorted(set(batches.shards.manifest.tokenizer.special_ids.values())), dtype=np.int64)
+
+    model.eval()
+    loss_sums: dict[str, float] = {}  # name -> sum of loss x weight (the batch's count of that loss's predictions)
+    weights: dict[str, float] = {}
+    correct: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    token_nll = token_count = replaced = 0.0
+    label_counts = np.zeros(2, dtype=np.int64)
+    rng_state = torch.get_rng_state()
+    torch.manual_seed(cfg.seed)  # objectives that still draw from the global RNG (dropout is off in eval mode)
+    try:
+        for step in tqdm(range(steps), desc=f"objective {objective} ({cfg.split})", unit="batch", disable=None,
+                         leave=False):
+            batch = batches.batch(step)
+            text = _original(batch)
+            real = batch["attention_mask"].numpy().astype(bool) & ~np.isin(text, special)
+            token_nll -= float(unigram[text[real]].sum())
+            token_count += int(real.sum())
+            label_counts += np.bincount(batch["nsp_labels"].numpy(), minlength=2)[:2]
+            out = spec.loss(model, {k: v.to(device) for k, v in batch.items()})
+            scalars = {k: float(v) for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim() == 0}
+            for key, value in scalars.items():
+                name, _, kind = key.rpartition("_")
+                if kind == "loss" and name:
+                    weight = scalars.get(f"{name}_count", float(len(text)))
+                    loss_sums[name] = loss_sums.get(name, 0.0) + value * weight
+                    weights[name] = weights.get(name, 0.0) + weight
+                elif kind == "correct":
+                    correct[name] = correct.get(name, 0.0) + value
+                elif kind == "count":
+                    counts[name] = counts.get(name, 0.0) + value
+            replaced += scalars.get("disc_replaced", 0.0)
+    finally:
+        torch.set_rng_state(rng_state)
+
+    unigram_loss = token_nll / max(token_count, 1)
+    scores: dict = {"objective": objective, "split": cfg.split, "batches": steps,
+                    "instances": steps * batches.batch_size,
+                    "unigram_token_loss": unigram_loss, "unigram_token_perplexity": math.exp(min(unigram_loss, 700.0))}
+    for name, total in loss_sums.items():
+        if weights[name] <= 0:
+            continue
+        loss = total / weights[name]
+        scores[f"{name}_loss"] = loss
+        if counts.get(name):
+            scores[f"{name}_acc"] = correct.get(name, 0.0) / counts[name]
+        if name in TOKEN_LOSSES:
+            scores[f"{name}_perplexity"] = math.exp(min(loss, 700.0))
+    if "disc" in loss_sums and counts.get("disc"):
+        rate = replaced / counts["disc"]
+        scores["disc_baseline_acc"] = 1.0 - rate
+        scores["disc_baseline_loss"] = _binary_entropy(rate)
+    for name in ("nsp", "sop"):
+        if f"{name}_loss" in scores:
+            scores[f"{name}_baseline_acc"] = float(label_counts.max() / max(label_counts.sum(), 1))
+    scores["headline"] = headline(scores)
+    logger.info("held-out %s: %s", objective, scores["headline"])
+    return scores
+
+
+def headline(scores: dict) -> dict:
+    """The member's one number against its no-context baseline: the first token-prediction loss the objective
+    reports (MLM, SBO, PLM, CLM) as loss and perplexity, else replaced-token detection accuracy."""
+    for name in TOKEN_LOSSES:
+        if f"{name}_loss" in scores:
+            return {"metric": f"{name}_loss", "value": scores[f"{name}_loss"],
+                    "baseline": scores["unigram_token_loss"], "baseline_name": "unigram (no context)",
+                    "perplexity": scores[f"{name}_perplexity"], "baseline_perplexity": scores["unigram_token_perplexity"]}
+    if "disc_acc" in scores:
+        return {"metric": "disc_acc", "value": scores["disc_acc"], "baseline": scores["disc_baseline_acc"],
+                "baseline_name": "always 'original'"}
+    return {}
+
+
+def _original(batch: dict[str, torch.Tensor]) -> np.ndarray:
+    """The batch's text with the masks undone (what a no-context predictor is scored on)."""
+    ids = batch["input_ids"].numpy().copy()
+    positions, labels = batch["masked_positions"].numpy(), batch["masked_labels"].numpy()
+    rows, slots = np.nonzero(labels >= 0)
+    ids[rows, positions[rows, slots]] = labels[rows, slots]
+    return ids
+
+
+def _binary_entropy(p: float) -> float:
+    if p <= 0.0 or p >= 1.0:
+        return 0.0
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
