@@ -124,7 +124,8 @@ def translation_inputs(instances: Sequence[Instance], width: int,
         length, len_a = len(inst.input_ids), inst.len_a
         positions[i, :len_a] = np.arange(len_a)
         positions[i, len_a:length] = np.arange(1, length - len_a + 1)
-    return {"position_ids": torch.from_numpy(positions), "language_ids": language_inputs(instances, width, language_map)}
+    return {"position_ids": torch.from_numpy(positions),
+            "language_ids": language_inputs(instances, width, language_map)}
 
 
 def row_seeds(seed: int, epoch: int, rows: np.ndarray) -> torch.Tensor:
