@@ -253,6 +253,7 @@ def test_a_stopped_run_resumes_with_its_memory(objective, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", sorted(MODELS))
 def test_two_processes_train_like_one(objective, tmp_path):
+    """DDP and FSDP, each stopped at the step-4 checkpoint and resumed: the losses of 1 process x 4 slots."""
     from training.pretrain import pretrain
 
     from .ranks import launch_ranks
@@ -265,3 +266,7 @@ def test_two_processes_train_like_one(objective, tmp_path):
     launch_ranks(model, cfg, ddp, stop_after=4)  # stopped at the step-4 checkpoint, then resumed on 2 ranks
     launch_ranks(model, cfg, ddp)
     assert _losses(ddp) == pytest.approx(_losses(single), rel=1e-5)
+    fsdp = make_clm_run(tmp_path / "fsdp")
+    launch_ranks(model, cfg.model_copy(update={"parallelism": "fsdp"}), fsdp, stop_after=4)
+    launch_ranks(model, cfg.model_copy(update={"parallelism": "fsdp"}), fsdp)
+    assert _losses(fsdp) == pytest.approx(_losses(single), rel=1e-5)
