@@ -3,7 +3,8 @@ checkpoint was trained with (its config.json: training.fingerprint.pretrain.obje
 batches of the held-out shards, exactly as the trainer runs it, against the best no-context predictor.
 
     from evaluation.heldout import evaluate_objective
-    scores = evaluate_objective(model, "plm", run_dir / "shards", tokenizer_sha256, ObjectiveEvalConfig(), device)
+    scores = evaluate_objective(model, read_checkpoint_config(checkpoint), run_dir / "shards", tokenizer_sha256,
+                                ObjectiveEvalConfig(), device)
 
 What is reported, per loss the objective returns (`mlm`, `plm`, `clm`, `sbo`, `disc`, `nsp`/`sop`, ...):
 `<name>_loss` (mean over the evaluated predictions, each batch weighted by its `<name>_count`) and `<name>_acc`.
@@ -45,13 +46,25 @@ TOKEN_LOSSES = ("mlm", "plm", "clm", "sbo", "tlm")
 
 def checkpoint_objective(config_doc: dict) -> str | None:
     """The objective a pretraining checkpoint was trained with (None for a model imported from elsewhere)."""
-    training = config_doc.get("training") or {}
-    return ((training.get("fingerprint") or {}).get("pretrain") or {}).get("objective")
+    return _fingerprint(config_doc).get("pretrain", {}).get("objective")
+
+
+def _fingerprint(config_doc: dict) -> dict:
+    return ((config_doc.get("training") or {}).get("fingerprint")) or {}
+
+
+# what the held-out split is scored with: a joint schedule is scored on its part that the run's own shards feed
+SCORED_AS = {"xlm_mlm_tlm": "xlm_mlm"}
 
 
 @torch.no_grad()
-def evaluate_objective(model: torch.nn.Module, objective: str, shard_dir: Path, tokenizer_sha256: str,
+def evaluate_objective(model: torch.nn.Module, config_doc: dict, shard_dir: Path, tokenizer_sha256: str,
                        cfg: ObjectiveEvalConfig, device: torch.device) -> dict:
+    """Score the checkpoint (`config_doc`: its config.json) on `cfg.split` of `shard_dir` with its own objective."""
+    from training.config import ModelConfig, PretrainConfig
+
+    trained_with = checkpoint_objective(config_doc)
+    objective = SCORED_AS.get(trained_with, trained_with)
     spec = get_objective_spec(objective)
     probe = PretrainBatches.open(shard_dir, tokenizer_sha256, 1, cfg.seed, split=cfg.split, verify=False)
     spec.check_shards(probe.shards.manifest, str(shard_dir / "manifest.json"))
@@ -62,9 +75,10 @@ def evaluate_objective(model: torch.nn.Module, objective: str, shard_dir: Path, 
     # from segment to segment as in training (training/streams.py); else the trainer's PretrainBatches
     batches = evaluation_batches(model, objective, shard_dir, tokenizer_sha256, min(cfg.batch_size, rows), cfg.seed,
                                  cfg.split)
-    prepare = getattr(spec, "prepare_batches", None)
-    if prepare is not None:  # objectives whose batches need the model's settings (XLM's language map)
-        batches = prepare(batches, model.config) or batches
+    if spec.prepare_batches is not None:  # batches that need the recipe's settings (XLM's languages per row)
+        recipe = _fingerprint(config_doc)
+        batches = spec.prepare_batches(batches, ModelConfig(**recipe.get("model", {})),
+                                       PretrainConfig(objective=objective, verify_shards=False), shard_dir.parent)
     steps = batches.steps_per_epoch if cfg.max_batches is None else min(cfg.max_batches, batches.steps_per_epoch)
     unigram = _unigram_log_probs(shard_dir, tokenizer_sha256, model.config.vocab_size,
                                  batches.shards.manifest.tokenizer.special_ids.values())
@@ -105,7 +119,7 @@ def evaluate_objective(model: torch.nn.Module, objective: str, shard_dir: Path, 
         torch.set_rng_state(rng_state)
 
     unigram_loss = token_nll / max(token_count, 1)
-    scores: dict = {"objective": objective, "split": cfg.split, "batches": steps,
+    scores: dict = {"objective": trained_with, "scored_as": objective, "split": cfg.split, "batches": steps,
                     "instances": steps * batches.batch_size,
                     "unigram_token_loss": unigram_loss, "unigram_token_perplexity": math.exp(min(unigram_loss, 700.0))}
     for name, total in loss_sums.items():
@@ -136,7 +150,8 @@ def headline(scores: dict) -> dict:
         if f"{name}_loss" in scores:
             return {"metric": f"{name}_loss", "value": scores[f"{name}_loss"],
                     "baseline": scores["unigram_token_loss"], "baseline_name": "unigram (no context)",
-                    "perplexity": scores[f"{name}_perplexity"], "baseline_perplexity": scores["unigram_token_perplexity"]}
+                    "perplexity": scores[f"{name}_perplexity"],
+                    "baseline_perplexity": scores["unigram_token_perplexity"]}
     if "disc_acc" in scores:
         return {"metric": "disc_acc", "value": scores["disc_acc"], "baseline": scores["disc_baseline_acc"],
                 "baseline_name": "always 'original'"}

@@ -414,11 +414,11 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
         results["intrinsic"] = evaluate_intrinsic(model, run_dir / "shards", text_encoder.sha256, cfg.intrinsic, device)
         model.to("cpu")
         timings["intrinsic"] = time.perf_counter() - t
-    objective = checkpoint_objective(read_checkpoint_config(checkpoint)) if cfg.objective.enabled else None
-    if objective is not None:  # every member's held-out metric against its no-context baseline
+    config_doc = read_checkpoint_config(checkpoint)
+    if cfg.objective.enabled and checkpoint_objective(config_doc) is not None:  # every member's held-out metric
         t = time.perf_counter()
         model.to(device)
-        results["objective"] = evaluate_objective(model, objective, run_dir / "shards", text_encoder.sha256,
+        results["objective"] = evaluate_objective(model, config_doc, run_dir / "shards", text_encoder.sha256,
                                                   cfg.objective, device)
         model.to("cpu")
         timings["objective"] = time.perf_counter() - t

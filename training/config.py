@@ -198,8 +198,6 @@ class PretrainConfig(StrictModel):
 
         if self.objective not in objective_names():
             raise ValueError(f"unknown objective {self.objective!r}; valid choices: {', '.join(objective_names())}")
-        if self.warmup_steps > self.max_steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= max_steps ({self.max_steps})")
         if self.stream_batches:
             from .streams import stream_batches_problem
 

@@ -33,6 +33,7 @@ Each is a plain callable object in a LambdaLR, so scheduler state_dicts hold onl
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Callable, Iterable
 
@@ -44,6 +45,8 @@ from bertfactory.errors import ConfigError
 
 OPTIMIZERS = ("adamw", "lamb", "adafactor")
 SCHEDULES = ("linear", "constant", "slanted_triangular", "one_cycle")
+
+logger = logging.getLogger(__name__)
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -221,7 +224,14 @@ def optimizer_from_config(model: nn.Module, cfg) -> torch.optim.Optimizer:
 
 
 def scheduler_from_config(optimizer: torch.optim.Optimizer, cfg) -> LambdaLR:
-    """The schedule a PretrainConfig asks for (pretrain.schedule, warmup_steps, max_steps and its options)."""
-    return build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.schedule, stlr_ratio=cfg.stlr_ratio,
+    """The schedule a PretrainConfig asks for (pretrain.schedule, warmup_steps, max_steps and its options). A
+    warmup longer than the run (a recipe shortened with --set pretrain.max_steps=N for a quick try) warms up over
+    the whole run instead: the recipe stays usable as it is, with a warning saying so."""
+    warmup = cfg.warmup_steps
+    if warmup > cfg.max_steps:
+        logger.warning("pretrain.warmup_steps=%d is longer than pretrain.max_steps=%d: the learning rate warms up "
+                       "over all %d steps (set pretrain.warmup_steps to change it)", warmup, cfg.max_steps, cfg.max_steps)
+        warmup = cfg.max_steps
+    return build_scheduler(optimizer, warmup, cfg.max_steps, cfg.schedule, stlr_ratio=cfg.stlr_ratio,
                            one_cycle_div_factor=cfg.one_cycle_div_factor,
                            one_cycle_final_div_factor=cfg.one_cycle_final_div_factor)

@@ -265,6 +265,11 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         model.static_shapes = True
     if cfg.compile:
         model.compile()  # in place: parameter names and checkpoints stay those of the eager model
+    if cfg.parallelism == "fsdp" and model_cfg.electra is not None and model_cfg.electra.two_stage:
+        # measured: FSDP2's root unit leaves the two-stage generator's own embeddings sharded in its forward
+        # (DTensor and Tensor mixed in aten.embedding); joint ELECTRA, which shares one embedding block, shards fine
+        raise ConfigError("model.electra.two_stage is not supported with pretrain.parallelism fsdp (the generator's "
+                          "own embeddings stay sharded in its forward); use parallelism ddp, or joint training")
     if cfg.grad_accumulation > 1 and model_cfg.electra is not None and model_cfg.electra.two_stage:
         # ElectraForPreTraining counts its generator-alone stage in forward passes, i.e. micro-batches
         raise ConfigError("pretrain.grad_accumulation > 1 is not supported with model.electra.two_stage (its "

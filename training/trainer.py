@@ -150,14 +150,19 @@ class Trainer:
         e.g. the pooler without a sentence loss, the idle half of two-stage ELECTRA) and, under torchrun, (re)wrap
         it in DDP over exactly the others. DDP expects a gradient for every parameter it holds in every step, so a
         change of that set (two-stage ELECTRA's switch) or of the model (progressive stacking) needs a new wrapper.
-        Frozen parameters have no gradient either way, so the trajectory is the one of an unfrozen run."""
+        Frozen parameters have no gradient either way, so the trajectory is the one of an unfrozen run. Under FSDP
+        nothing is frozen: FSDP2 reduce-scatters the gradients that exist (an unused parameter keeps none), and
+        changing requires_grad of its sharded parameters after fully_shard would break its all-gathers."""
         module = self.module
+        if is_sharded(module):  # FSDP2 reduces the gradients that exist and has no reducer to disappoint
+            self.model = module
+            return
         untrained = frozenset(module.untrained_parameter_names())
         if self._trained_set == (id(module), untrained):
             return
         for name, param in module.named_parameters():
             param.requires_grad_(name not in untrained)
-        if self.dist.enabled and not is_sharded(module):
+        if self.dist.enabled:
             if module is not self.model:
                 self.model = module
                 gc.collect()  # the old wrapper's reducer removes its gradient hooks when it is freed

@@ -35,7 +35,7 @@ def write_tokenizer(path: Path, words: int) -> Path:
 
 
 def synthetic_rows(rows: int, words: int, variants: int, max_seq_len: int, seed: int, doc_offset: int = 0,
-                   min_seq_len: int = 12) -> list[dict]:
+                   min_seq_len: int = 12, not_next_prob: float = 0.5) -> list[dict]:
     rng = np.random.default_rng(seed)
     vocab_size = len(SPECIALS) + words
     out = []
@@ -45,7 +45,7 @@ def synthetic_rows(rows: int, words: int, variants: int, max_seq_len: int, seed:
         len_b_words = total - len_a_words
         start = int(rng.integers(words))
         a = [(start + i) % words for i in range(len_a_words)]
-        not_next = int(rng.random() < 0.5)
+        not_next = int(rng.random() < not_next_prob)
         b_start = int(rng.integers(words)) if not_next else (start + len_a_words) % words
         b = [(b_start + i) % words for i in range(len_b_words)]
         ids = [CLS] + [len(SPECIALS) + w for w in a] + [SEP] + [len(SPECIALS) + w for w in b] + [SEP]
@@ -65,7 +65,8 @@ def synthetic_rows(rows: int, words: int, variants: int, max_seq_len: int, seed:
 
 
 def make_run(run_dir: Path, train_rows: int = 256, heldout_rows: int = 64, words: int = 40, variants: int = 3,
-             max_seq_len: int = 32, seed: int = 0, shards: int = 2, min_seq_len: int = 12) -> Path:
+             max_seq_len: int = 32, seed: int = 0, shards: int = 2, min_seq_len: int = 12,
+             not_next_prob: float = 0.5) -> Path:
     """A run directory with RUN/tokenizer/tokenizer.json and RUN/shards (manifest + train/heldout shards)."""
     tokenizer = write_tokenizer(run_dir / "tokenizer" / "tokenizer.json", words)
     vocab_size = len(SPECIALS) + words
@@ -73,7 +74,7 @@ def make_run(run_dir: Path, train_rows: int = 256, heldout_rows: int = 64, words
     splits = {}
     for split, rows, split_seed in (("train", train_rows, seed), ("heldout", heldout_rows, seed + 1)):
         data = synthetic_rows(rows, words, variants, max_seq_len, split_seed, doc_offset=0 if split == "train" else 10**6,
-                              min_seq_len=min_seq_len)
+                              min_seq_len=min_seq_len, not_next_prob=not_next_prob)
         per = -(-len(data) // shards)
         infos = []
         for i in range(shards):

@@ -117,9 +117,23 @@ def test_tokenizer_changed_after_preprocessing_is_refused(tiny_run):
         run_pretrain(SMALL, PretrainConfig(batch_size=16, max_steps=2, warmup_steps=0), tiny_run)
 
 
+def test_a_warmup_longer_than_the_run_warms_up_over_the_whole_run(caplog):
+    # a recipe shortened with --set pretrain.max_steps=5 keeps its warmup_steps: accepted, with a warning
+    from training.optim import scheduler_from_config
+
+    cfg = PretrainConfig(warmup_steps=10, max_steps=5, learning_rate=1.0)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = scheduler_from_config(optimizer, cfg)
+    assert "warms up over all 5 steps" in caplog.text
+    lrs = []
+    for _ in range(5):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == [0.0, 0.2, 0.4, 0.6, 0.8]
+
+
 def test_config_validation():
-    with pytest.raises(ValueError, match="warmup_steps \\(10\\) must be <= max_steps \\(5\\)"):
-        PretrainConfig(warmup_steps=10, max_steps=5)
     with pytest.raises(ValueError, match="divisible"):
         ModelConfig(hidden_size=30, num_heads=4)
     with pytest.raises(ValueError, match="seed"):  # numpy's default_rng([seed, epoch]) refuses negative seeds
