@@ -206,7 +206,8 @@ def test_heldout_perplexity_walks_each_document_with_the_cache(clm_run):
 
     model = _txl()
     sha = read_manifest(clm_run / "shards").tokenizer.sha256
-    scores = evaluate_objective(model, "txl_clm", clm_run / "shards", sha,
+    trained_with = {"training": {"fingerprint": {"pretrain": {"objective": "txl_clm"}}}}  # its config.json's record
+    scores = evaluate_objective(model, trained_with, clm_run / "shards", sha,
                                 ObjectiveEvalConfig(batch_size=2, max_batches=None), torch.device("cpu"))
     heldout = StreamBatches.open(clm_run / "shards", sha, 2, seed=0, split="heldout")
     docs = [torch.from_numpy(np.concatenate([heldout.shards.instance(int(r)).input_ids for r in rows]).astype(np.int64))
