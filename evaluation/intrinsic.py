@@ -46,7 +46,7 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
     shards = ShardSet.open(shard_dir, cfg.split, tokenizer_sha256=tokenizer_sha256)
     if len(shards) == 0:
         raise ContractError(f"{shard_dir}: split '{cfg.split}' has no instances to evaluate on")
-    if cfg.mask_variant >= shards.k:
+    if shards.k and cfg.mask_variant >= shards.k:  # k = 0: dynamic masking, mask_variant is the epoch drawn below
         raise ContractError(f"{shard_dir}: evaluate.intrinsic.mask_variant={cfg.mask_variant} but the shards hold only "
                             f"{shards.k} mask variant(s)")
     longest = int(shards.lengths().max())

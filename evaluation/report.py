@@ -274,8 +274,8 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
             f"chance {intr['chance_mlm_accuracy']:.2g}) |",
             f"| MLM loss | {_f(intr['mlm_loss'])} (unigram baseline {_f(intr['unigram_mlm_loss'])}) |",
             f"| MLM perplexity | {_f(intr['mlm_perplexity'], 2)} |",
-            f"| NSP accuracy | {_f(intr['nsp_accuracy'])} |",
-            f"| NSP loss | {_f(intr['nsp_loss'])} |",
+            f"| NSP accuracy | {_f(intr.get('nsp_accuracy'))} |",  # absent: no sentence-pair head (RoBERTa)
+            f"| NSP loss | {_f(intr.get('nsp_loss'))} |",
         ]
     else:
         lines.append("Not run (`evaluate.intrinsic.enabled: false`).")
