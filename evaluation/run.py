@@ -408,7 +408,10 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     }
     if compared:
         results["compared_checkpoints"] = {c.label: c.info for c in compared}
-    if cfg.intrinsic.enabled:
+    if cfg.intrinsic.enabled and type(model).__name__ != "BertForPreTraining":
+        # its MLM/NSP heads are BERT's; every other member is scored by its own objective (evaluate.objective)
+        logger.info("intrinsic: skipped for a %s (the held-out objective score applies)", type(model).__name__)
+    elif cfg.intrinsic.enabled:
         t = time.perf_counter()
         model.to(device)
         results["intrinsic"] = evaluate_intrinsic(model, run_dir / "shards", text_encoder.sha256, cfg.intrinsic, device)

@@ -15,9 +15,8 @@ intermediate.dense, output.dense, output.LayerNorm; `word_embedding`, `mask_emb`
 `lm_loss.bias` (our `lm_bias`; the decoder weight is tied to the word embeddings on both sides).
 
 What does not map, and what happens to it:
-- HF's attention output projection `o` has no bias; ours (attention_output.dense) has one. A checkpoint whose
-  biases are not all zero cannot be exported exactly and is refused, naming the first such tensor; an import
-  sets them to zero (exact). (Original XLNet's `o` has no bias either; dropping ours is a model change.)
+- The attention output projection `o` has no bias on either side (nor in the original XLNet), so every XLNet of
+  ours exports exactly.
 - Our XLNetModel's [CLS] pooler (no pretraining loss trains it) has no place in HF XLNet: left out on export,
   initialised (seeded) on import and reported.
 - HF XLNet has one dropout rate for everything (`dropout`); ours has a separate attention_dropout, which is not
@@ -54,7 +53,6 @@ _SAME = {"r_w_bias": "attention.content_bias", "r_r_bias": "attention.position_b
          "r_s_bias": "attention.segment_bias", "seg_embed": "attention.segment_embeddings",
          "layer_norm.weight": "attention_output.LayerNorm.weight", "layer_norm.bias": "attention_output.LayerNorm.bias"}
 _FEED_FORWARD = {"layer_1": "intermediate.dense", "layer_2": "output.dense", "layer_norm": "output.LayerNorm"}
-_OUTPUT_BIAS = "attention_output.dense.bias"  # ours only
 _POOLER = "transformer.pooler."
 
 
@@ -138,7 +136,7 @@ def xlnet_config_from_hf(hf: Mapping[str, Any], source: str) -> XLNetConfig:
 
 def xlnet_hf_state(model: XLNetForPretraining, source: str) -> dict[str, torch.Tensor]:
     """Our XLNetForPretraining state -> XLNetLMHeadModel names (fp32, contiguous); the pooler is left out; refuses
-    a non-zero attention output bias (HF has none) and any tensor it has no name for."""
+    any tensor it has no name for."""
     config = model.config
     d, n = config.hidden_size, config.num_heads
     state = {k: v.detach().to("cpu", torch.float32) for k, v in model.state_dict().items()}
@@ -149,11 +147,6 @@ def xlnet_hf_state(model: XLNetForPretraining, source: str) -> dict[str, torch.T
         del state[name]
     for i in range(config.num_layers):
         ours, hf = f"transformer.layer.{i}.", f"transformer.layer.{i}."
-        bias = state.pop(ours + _OUTPUT_BIAS)
-        if bias.any():
-            raise ContractError(f"{source}: {ours + _OUTPUT_BIAS} is not zero (max |b| {bias.abs().max().item():.3g}):"
-                                " transformers XLNet's attention output projection `o` has no bias, so this model "
-                                "cannot be exported exactly")
         for key, name in _PROJECTIONS.items():
             out[f"{hf}rel_attn.{key}"] = state.pop(ours + name).T.reshape(d, n, d // n)
         out[f"{hf}rel_attn.{_OUTPUT[0]}"] = state.pop(ours + _OUTPUT[1]).reshape(d, n, d // n)
@@ -215,7 +208,6 @@ def _ours_from_hf(hf_state: Mapping[str, torch.Tensor], config: XLNetConfig, sou
                 out[ours + name] = state.pop(f"{hf}rel_attn.{key}").reshape(d, d).T
             o = state.pop(f"{hf}rel_attn.{_OUTPUT[0]}")
             out[ours + _OUTPUT[1]] = o.reshape(d, d)
-            out[ours + _OUTPUT_BIAS] = o.new_zeros(d)  # HF's o has no bias
             for theirs, name in _layer_names(hf, ours).items():
                 out[name] = state.pop(theirs)
         except KeyError as err:

@@ -45,7 +45,7 @@ from .objectives import get_objective_spec
 from .optim import optimizer_from_config, scheduler_from_config
 from .stacking import StackingSchedule
 from .step_guard import StepGuard
-from .trainer import Trainer
+from .trainer import Trainer, freeze_untrained
 
 logger = logging.getLogger(__name__)
 
@@ -275,6 +275,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         raise ConfigError("pretrain.grad_accumulation > 1 is not supported with model.electra.two_stage (its "
                           "generator_steps count forward passes, not optimiser steps); use grad_accumulation 1")
     if cfg.parallelism == "fsdp":  # before the optimiser: it must hold the shards (training/fsdp.py)
+        freeze_untrained(model)  # FSDP2 takes the frozen set at sharding (Trainer._sync_trainable)
         model = shard_model(model, dist, device, cfg.fsdp, cfg.bf16)
     optimizer = optimizer_from_config(model, cfg)
     scheduler = scheduler_from_config(optimizer, cfg)

@@ -36,6 +36,15 @@ from .step_guard import StepGuard
 
 logger = logging.getLogger(__name__)
 
+def freeze_untrained(module: torch.nn.Module) -> frozenset[str]:
+    """requires_grad off for the parameters `module.untrained_parameter_names()` lists, on for the others; returns
+    the frozen names (training/models/registry.py)."""
+    untrained = frozenset(module.untrained_parameter_names())
+    for name, param in module.named_parameters():
+        param.requires_grad_(name not in untrained)
+    return untrained
+
+
 def _is_loss(key: str) -> bool:
     """Losses an objective reports (`loss`, `mlm_loss`, `disc_loss`, ...): averaged per step into metrics.jsonl."""
     return key == "loss" or key.endswith("_loss")
@@ -151,17 +160,16 @@ class Trainer:
         it in DDP over exactly the others. DDP expects a gradient for every parameter it holds in every step, so a
         change of that set (two-stage ELECTRA's switch) or of the model (progressive stacking) needs a new wrapper.
         Frozen parameters have no gradient either way, so the trajectory is the one of an unfrozen run. Under FSDP
-        nothing is frozen: FSDP2 reduce-scatters the gradients that exist (an unused parameter keeps none), and
-        changing requires_grad of its sharded parameters after fully_shard would break its all-gathers."""
+        the set is frozen once, before fully_shard (training/pretrain.py): FSDP2 cannot take requires_grad changes
+        of its sharded parameters later (so the stage-changing two-stage ELECTRA is refused with FSDP)."""
         module = self.module
-        if is_sharded(module):  # FSDP2 reduces the gradients that exist and has no reducer to disappoint
+        if is_sharded(module):  # frozen before sharding (pretrain, freeze_untrained); FSDP2 keeps that set
             self.model = module
             return
         untrained = frozenset(module.untrained_parameter_names())
         if self._trained_set == (id(module), untrained):
             return
-        for name, param in module.named_parameters():
-            param.requires_grad_(name not in untrained)
+        freeze_untrained(module)
         if self.dist.enabled:
             if module is not self.model:
                 self.model = module

@@ -23,4 +23,4 @@ MEMBERS = {
 
 @pytest.mark.parametrize("member", sorted(MEMBERS))
 def test_tiny_twin_runs_through_the_flow_and_under_torchrun(member, tmp_path):
-    run_twin_through_flow_and_torchrun(*MEMBERS[member], tmp_path)
+    run_twin_through_flow_and_torchrun(*MEMBERS[member], tmp_path=tmp_path)

@@ -49,7 +49,11 @@ def test_every_full_recipe_has_its_tiny_twin_and_the_published_size():
         assert twin in names, f"{full} has no tiny twin {twin}.yaml"
         tiny = load_recipe(CONFIGS[0].parent / f"{twin}.yaml")
         full_recipe = load_recipe(CONFIGS[0].parent / f"{full}.yaml")
-        assert tiny.pretrain.objective == full_recipe.pretrain.objective, (full, twin)
+        # XLM's joint MLM + TLM schedule needs a second (parallel) shard set the flow does not build: its tiny twin
+        # trains the MLM half on the run's own shards (configs/tiny-xlm.yaml; the joint run is tested in
+        # tests/preprocessing/test_xlm_languages.py)
+        expected = {"xlm_mlm_tlm": "xlm_mlm"}.get(full_recipe.pretrain.objective, full_recipe.pretrain.objective)
+        assert tiny.pretrain.objective == expected, (full, twin)
     for name, (vocab, size) in PUBLISHED.items():
         if size is None:
             continue

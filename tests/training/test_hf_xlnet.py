@@ -69,9 +69,7 @@ def test_export_of_ours_parity_and_round_trip(tmp_path):
                          dropout=0.1, attention_dropout=0.1)
     torch.manual_seed(0)
     model = randomised(XLNetForPretraining(config), seed=5)
-    with torch.no_grad():  # transformers XLNet's attention output projection has no bias
-        for layer in model.transformer.layer:
-            layer.attention_output.dense.bias.zero_()
+    # a trained model as it is: the attention output projection has no bias on either side
     tokenizer = write_tokenizer(tmp_path / "tok" / "tokenizer.json", VOCAB - 5)
     ours_dir = save_pretrained(model, config, tokenizer, tmp_path / "ours")
     assert main(["export", str(ours_dir), "--to", "hf", str(tmp_path / "hf")]) == 0
@@ -100,15 +98,6 @@ def test_base_model_import_and_what_does_not_map_is_refused(tmp_path):
         diff = (base(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state
                 - ours.encode(ids, types, mask))[mask.bool()].abs().max().item()
     assert diff < 1e-5
-
-    model = XLNetForPretraining(ours.config)  # fresh: attention output biases are zero, so perturb one
-    with torch.no_grad():
-        model.transformer.layer[1].attention_output.dense.bias[3] = 0.5
-    tokenizer = write_tokenizer(tmp_path / "tok" / "tokenizer.json", VOCAB - 5)
-    directory = save_pretrained(model, ours.config, tokenizer, tmp_path / "biased")
-    with pytest.raises(ContractError, match=r"transformer\.layer\.1\.attention_output\.dense\.bias is not zero"):
-        export_to_hf(directory, tmp_path / "refused")
-    assert not (tmp_path / "refused").exists()
 
     import json
     doc = json.loads((tmp_path / "base" / "config.json").read_text())

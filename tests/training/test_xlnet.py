@@ -153,8 +153,7 @@ def test_both_streams_match_the_hugging_face_xlnet():
     ours = XLNetForPretraining(CONFIG).eval()
     for p in ours.parameters():  # larger weights than the init, so that every term matters
         p.data.add_(torch.randn_like(p) * 0.05)
-    for layer in ours.transformer.layer:  # XLNet's output projection has no bias
-        torch.nn.init.zeros_(layer.attention_output.dense.bias)
+    assert all(layer.attention_output.dense.bias is None for layer in ours.transformer.layer)  # as XLNet's `o`
     hf = transformers.XLNetModel(transformers.XLNetConfig(
         vocab_size=CONFIG.vocab_size, d_model=CONFIG.hidden_size, n_layer=CONFIG.num_layers, n_head=CONFIG.num_heads,
         d_inner=CONFIG.intermediate_size, ff_activation="gelu", untie_r=True, attn_type="bi", dropout=0.0,

@@ -69,11 +69,12 @@ class SelfAttention(nn.Module):
 
 
 class ResidualOutput(nn.Module):
-    """dense(in -> hidden) -> dropout -> + residual -> LayerNorm (post-LN, as in BERT)."""
+    """dense(in -> hidden) -> dropout -> + residual -> LayerNorm (post-LN, as in BERT). `bias` False: a projection
+    without bias (XLNet's and Transformer-XL's attention output `o`)."""
 
-    def __init__(self, in_size: int, hidden_size: int, dropout: float, layer_norm_eps: float):
+    def __init__(self, in_size: int, hidden_size: int, dropout: float, layer_norm_eps: float, bias: bool = True):
         super().__init__()
-        self.dense = nn.Linear(in_size, hidden_size)
+        self.dense = nn.Linear(in_size, hidden_size, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
 

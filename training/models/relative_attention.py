@@ -239,7 +239,8 @@ class RelativeTransformerLayer(nn.Module):
                  attention_dropout: float, layer_norm_eps: float, segments: bool):
         super().__init__()
         self.attention = RelativeMultiHeadAttention(hidden_size, num_heads, attention_dropout, segments)
-        self.attention_output = ResidualOutput(hidden_size, hidden_size, dropout, layer_norm_eps)
+        # no bias on the attention output projection, as the XLNet and Transformer-XL reference code (`o`, `o_net`)
+        self.attention_output = ResidualOutput(hidden_size, hidden_size, dropout, layer_norm_eps, bias=False)
         self.intermediate = Intermediate(hidden_size, intermediate_size)
         self.output = ResidualOutput(intermediate_size, hidden_size, dropout, layer_norm_eps)
 
