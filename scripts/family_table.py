@@ -7,6 +7,7 @@ no-context baseline (evaluation/heldout.py). The table between the `family-measu
 rewritten from the runs' results.json and summary.json, with the commit and date, so it is never typed by hand.
 
     python scripts/family_table.py                       # every member, runs/family/, ~1 h on 2 cores
+    python scripts/family_table.py --max-steps 400 --jobs 2   # a shorter budget for every twin
     python scripts/family_table.py --members roberta xlnet --jobs 2
     python scripts/family_table.py --write-only          # rebuild the table from existing runs
 
@@ -85,10 +86,11 @@ STATIC = {
 NO_TASKS = ["evaluate.tasks={}", "evaluate.feature_based.enabled=false", "evaluate.random_init_baseline=false"]
 
 
-def run_twin(member: str, runs: Path) -> tuple[str, str | None]:
+def run_twin(member: str, runs: Path, max_steps: int | None) -> tuple[str, str | None]:
     run_dir = runs / member.lower()
+    sets = NO_TASKS + ([f"pretrain.max_steps={max_steps}"] if max_steps else [])
     cmd = [str(Path(sys.executable).parent / "bertfactory"), "run", str(REPO / "configs" / TWINS[member]),
-           "--run-dir", str(run_dir)] + [a for s in NO_TASKS for a in ("--set", s)]
+           "--run-dir", str(run_dir)] + [a for s in sets for a in ("--set", s)]
     log = runs / f"{member.lower()}.log"
     with open(log, "w") as out:
         proc = subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
@@ -153,12 +155,14 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "family", help="where the twins' runs go")
     parser.add_argument("--jobs", type=int, default=1, help="twins trained at once (each one torch thread)")
     parser.add_argument("--write-only", action="store_true", help="only rebuild the table from existing runs")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="train each twin this many steps instead of its recipe's (the table says how many)")
     args = parser.parse_args()
     args.runs.mkdir(parents=True, exist_ok=True)
     errors: dict[str, str | None] = {}
     if not args.write_only:
         with ThreadPoolExecutor(args.jobs) as pool:
-            for member, error in pool.map(lambda m: run_twin(m, args.runs), args.members):
+            for member, error in pool.map(lambda m: run_twin(m, args.runs, args.max_steps), args.members):
                 errors[member] = error
                 print(f"{member}: {'ok' if error is None else error}", flush=True)
     write_table(args.runs, errors)
