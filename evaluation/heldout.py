@@ -115,6 +115,10 @@ def evaluate_objective(model: torch.nn.Module, config_doc: dict, shard_dir: Path
                 elif kind == "count":
                     counts[name] = counts.get(name, 0.0) + value
             replaced += scalars.get("disc_replaced", 0.0)
+            if out.get("nsp_logits") is not None and "nsp_correct" not in scalars:  # BERT's NSP: its accuracy too
+                predicted = out["nsp_logits"].argmax(-1).cpu()
+                correct["nsp"] = correct.get("nsp", 0.0) + float((predicted == batch["nsp_labels"]).sum())
+                counts["nsp"] = counts.get("nsp", 0.0) + float(len(predicted))
     finally:
         torch.set_rng_state(rng_state)
 

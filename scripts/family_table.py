@@ -114,7 +114,10 @@ def measured(member: str, runs: Path, error: str | None) -> str:
     cell = f"{head['metric']} **{head['value']:.3f}** vs {head['baseline']:.3f}"
     if "perplexity" in head:
         cell += f" (perplexity {head['perplexity']:.0f} vs {head['baseline_perplexity']:.0f})"
-    accs = [f"{k} {v:.3f}" for k, v in sorted(results["objective"].items()) if k.endswith("_acc")]
+    scores = results["objective"]
+    accs = [f"{k} {v:.3f}" + (f" (majority {scores[k[:-4] + '_baseline_acc']:.3f})"
+                              if k[:-4] + "_baseline_acc" in scores else "")
+            for k, v in sorted(scores.items()) if k.endswith("_acc") and not k.endswith("_baseline_acc")]
     return cell + (f"; {', '.join(accs)}" if accs else "") + \
         f"; {summary['steps']} steps, {summary['seconds'] / 60:.1f} min"
 

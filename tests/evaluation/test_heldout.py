@@ -67,6 +67,13 @@ def test_electra_reports_replaced_token_detection_against_always_original(tmp_pa
     assert scores["headline"]["metric"] == "mlm_loss"
 
 
+def test_bert_reports_its_sentence_task_against_the_majority_label(tmp_path):
+    run, model, doc = _trained(tmp_path, "mlm_nsp", 4)
+    scores = _score(run, model, doc)
+    assert 0.0 <= scores["nsp_acc"] <= 1.0 and 0.5 <= scores["nsp_baseline_acc"] <= 1.0
+    assert scores["headline"]["metric"] == "mlm_loss" and "mlm_perplexity" in scores
+
+
 def test_an_imported_model_without_a_recorded_objective_is_not_scored(tmp_path):
     _, _, doc = _trained(tmp_path, "mlm", 2)
     doc.pop("training")
