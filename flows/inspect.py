@@ -40,6 +40,10 @@ def inspect_shards(path: Path, split: str = "train", index: int = 0, variant: in
     if len(shards) == 0:
         return "\n".join(out + [f"(split {split} is empty)"])
     inst = shards.instance(index, variant)
+    if shards.k == 0:  # dynamic masking: the masks the training loader draws for this row in epoch `variant`
+        from training.data import dynamic_masker, masked_at_read_time
+
+        inst = masked_at_read_time(dynamic_masker(shards), inst, variant, index, shards.span_bounds)
     ids = [int(i) for i in inst.input_ids]
     toks = [tokenizer.id_to_token(i) for i in ids]
     label = {0: "IsNext", 1: "NotNext (random B)"}.get(inst.nsp_label, str(inst.nsp_label))
@@ -58,7 +62,9 @@ def inspect_shards(path: Path, split: str = "train", index: int = 0, variant: in
         else:
             kind = f"random {tokenizer.id_to_token(new)!r}"
         changes.append(f"{pos}:{orig!r}->{kind}")
-    out.append(f"  variant {variant % shards.k} of {shards.k}: {len(changes)} masked: " + ", ".join(changes))
+    which = (f"variant {variant % shards.k} of {shards.k}" if shards.k
+             else f"dynamic masks of epoch {variant} (drawn at read time)")
+    out.append(f"  {which}: {len(changes)} masked: " + ", ".join(changes))
     shown = list(toks)
     for pos, new in zip(inst.mask_positions.tolist(), inst.mask_tokens.tolist()):
         shown[pos] = f"<{tokenizer.id_to_token(new)}>"

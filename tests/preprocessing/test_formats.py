@@ -247,6 +247,13 @@ def test_dynamic_masking_stores_no_masks_and_the_loader_masks_per_epoch(tmp_path
         assert bool(((predicted >= 1) & (predicted <= cfg.masking.max_predictions_per_seq)).all())
         assert bool((predicted <= (real * 0.15).round().clamp(min=1)).all())
     assert (one.batch(1)["input_ids"] == mask_id).any()
+    # `bertfactory inspect` shows the masks the loader draws for a row in a given epoch
+    from flows.inspect import inspect_shards
+
+    shown = inspect_shards(tmp_path / "run/shards", index=row, variant=1)
+    drawn = one.batch(later)["masked_labels"][j]
+    assert "dynamic masks of epoch 1 (drawn at read time)" in shown
+    assert f"{int((drawn != -100).sum())} masked:" in shown
 
 
 def torch_equal(a, b) -> bool:
