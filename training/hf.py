@@ -43,7 +43,7 @@ from bertfactory.tokens import role_tokens_of_file
 
 from .checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir,
                          load_pretrained, load_weights, read_checkpoint_config, save_pretrained)
-from .hf_layouts import choose_layout, export_layout
+from .hf_layouts import choose_layout, encoder_config_problems, export_layout
 from .models.bert import BertConfig, BertForPreTraining, BertModel
 
 logger = logging.getLogger(__name__)
@@ -104,22 +104,9 @@ def bert_config_from_hf(hf: Any, source: str = "config.json", treat_as: str | No
         raise ContractError(f"treat_as={treat_as!r} is not a supported architecture; choose one of "
                             f"{', '.join(SUPPORTED_ARCHITECTURES)}")
     archs = [treat_as] if treat_as is not None else hf.get("architectures") or []
-    if not isinstance(archs, list) or any(a not in SUPPORTED_ARCHITECTURES for a in archs):
-        problems.append(f"architectures {archs!r} not supported (a BERT subclass with extra heads can be imported "
-                        "with --treat-as BertForMaskedLM --drop PREFIX for each extra head)")
-    if hf.get("hidden_act", "gelu") != "gelu":
-        problems.append(f"hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        problems.append(f"position_embedding_type {hf['position_embedding_type']!r} is not supported")
-    for flag in ("is_decoder", "add_cross_attention"):
-        if hf.get(flag):
-            problems.append(f"{flag} is true")
-    if hf.get("tie_word_embeddings", True) is not True:
-        problems.append("tie_word_embeddings is false (our MLM decoder is the word-embedding matrix)")
-    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                           "intermediate_size", "max_position_embeddings") if k not in hf]
-    if missing:
-        problems.append(f"missing key(s) {', '.join(missing)}")
+    problems += encoder_config_problems(hf, SUPPORTED_ARCHITECTURES, archs, hint=(
+        " (a BERT subclass with extra heads can be imported with --treat-as BertForMaskedLM --drop PREFIX for each "
+        "extra head)"))
     if problems:
         raise ContractError(f"{source}: {'; '.join(problems)}. Supported: {SUPPORTED}")
     values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf and hf[theirs] is not None}

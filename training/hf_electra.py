@@ -33,6 +33,7 @@ from bertfactory.io import publish_dir
 
 from .checkpoint import CONFIG_FILE, _staging_dir, load_pretrained, read_checkpoint_config
 from .hf import _check_out, hf_tokenizer_config, write_hf_files
+from .hf_layouts import encoder_config_problems
 from .models.bert import BertConfig
 from .models.electra import ElectraConfig, ElectraForPreTraining
 
@@ -166,22 +167,7 @@ def electra_side_values(hf: Any, source: str, architectures: tuple[str, ...]) ->
     problems = []
     if hf.get("model_type") != "electra":
         problems.append(f"model_type is {hf.get('model_type')!r}, expected 'electra'")
-    archs = hf.get("architectures") or []
-    if not isinstance(archs, list) or any(a not in architectures for a in archs):
-        problems.append(f"architectures {archs!r} not supported here (expected {', '.join(architectures)})")
-    if hf.get("hidden_act", "gelu") != "gelu":
-        problems.append(f"hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        problems.append(f"position_embedding_type {hf['position_embedding_type']!r} is not supported")
-    for flag in ("is_decoder", "add_cross_attention"):
-        if hf.get(flag):
-            problems.append(f"{flag} is true")
-    if hf.get("tie_word_embeddings", True) is not True:
-        problems.append("tie_word_embeddings is false (our MLM decoder is the word-embedding matrix)")
-    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                           "intermediate_size", "max_position_embeddings") if k not in hf]
-    if missing:
-        problems.append(f"missing key(s) {', '.join(missing)}")
+    problems += encoder_config_problems(hf, architectures, hint=f" here (expected {', '.join(architectures)})")
     if problems:
         raise ContractError(f"{source}: cannot import as ELECTRA: {'; '.join(problems)}")
     values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf and hf[theirs] is not None}

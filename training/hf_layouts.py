@@ -199,11 +199,15 @@ ALBERT_ARCHITECTURES = ("AlbertForPreTraining", "AlbertForMaskedLM", "AlbertMode
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # non-persistent in HF; old files hold them
 
 
-def _common_problems(hf: Mapping[str, Any], architectures: tuple[str, ...]) -> list[str]:
+def encoder_config_problems(hf: Mapping[str, Any], architectures: tuple[str, ...], archs: Any = None,
+                            hint: str = "") -> list[str]:
+    """What in a transformers BERT-style config.json (BERT, RoBERTa, ALBERT, ELECTRA) our encoder cannot compute:
+    an architecture not in `architectures` (`archs` overrides the file's list, `hint` follows the complaint), an
+    activation other than exact GELU, relative positions, decoder flags, an untied decoder, missing sizes."""
     problems = []
-    archs = hf.get("architectures") or []
+    archs = (hf.get("architectures") or []) if archs is None else archs
     if not isinstance(archs, list) or any(a not in architectures for a in archs):
-        problems.append(f"architectures {archs!r} not supported")
+        problems.append(f"architectures {archs!r} not supported{hint}")
     if hf.get("hidden_act", "gelu") != "gelu":
         problems.append(f"hidden_act {hf['hidden_act']!r} is not supported (our encoder and MLM head use exact erf "
                         "'gelu'; 'gelu_new' is the tanh approximation)")
@@ -231,7 +235,7 @@ def import_layout(hf: Mapping[str, Any], hf_state: Mapping[str, torch.Tensor], s
 
     model_type = hf.get("model_type")
     architectures = ROBERTA_ARCHITECTURES if model_type == "roberta" else ALBERT_ARCHITECTURES
-    problems = _common_problems(hf, architectures)
+    problems = encoder_config_problems(hf, architectures)
     pad = hf.get("pad_token_id", 1 if model_type == "roberta" else 0)
     if model_type == "roberta" and isinstance(hf.get("max_position_embeddings"), int) \
             and hf["max_position_embeddings"] <= pad + 1:
