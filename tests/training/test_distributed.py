@@ -2,11 +2,6 @@
 error when the world size does not divide the batch, and 2 gloo processes x B training exactly like 1 x 2B."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +14,8 @@ from training.config import ModelConfig, PretrainConfig
 from training.data import PretrainBatches
 from training.pretrain import pretrain
 
-REPO = Path(__file__).resolve().parents[2]
+from .ranks import launch_ranks
+
 # no dropout: the ranks' dropout masks over B rows cannot be the one process's masks over 2B rows
 NO_DROPOUT = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=32,
                          hidden_dropout=0.0, attention_dropout=0.0)
@@ -56,46 +52,6 @@ def test_world_size_that_does_not_divide_the_batch_is_refused(shared_tiny_run):
         _open(shared_tiny_run, 32, rank=2, world_size=2)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-_WORKER = """
-import json, sys
-from pathlib import Path
-from training.config import ModelConfig, PretrainConfig
-from training.pretrain import pretrain
-model, cfg, run = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
-summary = pretrain(ModelConfig(**model), PretrainConfig(**cfg), run)
-print("SUMMARY", json.dumps(summary))
-"""
-
-
-def _launch(world: int, model: ModelConfig, cfg: PretrainConfig, run: Path) -> list[str]:
-    """What torchrun does: one process per rank with RANK / WORLD_SIZE / MASTER_* in its environment."""
-    port = _free_port()
-    procs = []
-    for rank in range(world):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": str(REPO)}
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", _WORKER, model.model_dump_json(), cfg.model_dump_json(), str(run)],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = []
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise
-        assert proc.returncode == 0, out[-3000:]
-        outputs.append(out)
-    return outputs
-
-
 def _metrics(run):
     return [json.loads(line) for line in (run / "pretrain" / "metrics.jsonl").read_text().splitlines()]
 
@@ -107,8 +63,7 @@ def test_two_gloo_processes_of_batch_b_train_like_one_process_of_batch_2b(run_fa
     cfg = PretrainConfig(batch_size=16, max_steps=8, warmup_steps=2, learning_rate=2e-3, log_every=1, save_every=4,
                          seed=11, num_threads=1, device="cpu")
     single = pretrain(NO_DROPOUT, cfg, one_run)
-    outputs = _launch(2, NO_DROPOUT, cfg, two_run)
-    summaries = [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for out in outputs]
+    summaries = launch_ranks(NO_DROPOUT, cfg, two_run, world=2, timeout=120)
     assert [s["world_size"] for s in summaries] == [2, 2] and single["world_size"] == 1
 
     one, two = _metrics(one_run), _metrics(two_run)  # rank 0 alone wrote metrics.jsonl

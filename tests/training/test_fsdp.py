@@ -9,11 +9,7 @@ clipping factor and the updates differ in the last float32 bits, and the losses 
 steps. A resume on the same layout is exact (==): it restores the same bits (gathered, then re-sharded)."""
 
 import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,10 +22,10 @@ from training.config import ModelConfig, PretrainConfig
 from training.pretrain import pretrain
 
 from .conftest import make_run
+from .ranks import launch_ranks
 
 pytestmark = pytest.mark.slow  # torchrun-style process groups: several 2-rank runs
 
-REPO = Path(__file__).resolve().parents[2]
 # no dropout: the ranks' dropout masks over B rows cannot be the one process's masks over 2B rows
 NO_DROPOUT = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=32,
                          hidden_dropout=0.0, attention_dropout=0.0)
@@ -38,46 +34,9 @@ CFG = PretrainConfig(batch_size=16, max_steps=8, warmup_steps=2, learning_rate=2
 FSDP = CFG.model_copy(update={"parallelism": "fsdp"})
 LOSSES = ("loss", "mlm_loss", "nsp_loss")
 
-_WORKER = """
-import json, sys
-from pathlib import Path
-from training.config import ModelConfig, PretrainConfig
-from training.pretrain import pretrain
-model, cfg, run = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
-stop = int(sys.argv[4]) if sys.argv[4] != "none" else None
-summary = pretrain(ModelConfig(**model), PretrainConfig(**cfg), run, stop_after=stop)
-print("SUMMARY", json.dumps(summary))
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(cfg: PretrainConfig, run: Path, stop_after: int | None = None, world: int = 2) -> list[dict]:
-    """What torchrun does: one process per rank with RANK / WORLD_SIZE / MASTER_* set; each rank's summary."""
-    port = _free_port()
-    procs = []
-    for rank in range(world):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": str(REPO)}
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", _WORKER, NO_DROPOUT.model_dump_json(), cfg.model_dump_json(), str(run),
-             str(stop_after) if stop_after is not None else "none"],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = []
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise
-        assert proc.returncode == 0, out[-3000:]
-        outputs.append(out)
-    return [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for out in outputs]
+    """What torchrun does (tests/training/ranks.py); each rank's summary."""
+    return launch_ranks(NO_DROPOUT, cfg, run, world=world, stop_after=stop_after, timeout=180)
 
 
 def _metrics(run: Path) -> list[dict]:
