@@ -162,7 +162,7 @@ def test_replacements_are_valid_ids_and_labels_compare_with_the_original(monkeyp
     # force the samples: even-numbered predictions copy the original (label 0), odd ones replace it (label 1)
     labels = batch["masked_labels"][real]
     forced = torch.where(torch.arange(labels.numel()) % 2 == 0, labels, (labels + 1) % vocab)
-    monkeypatch.setattr(electra_module, "gumbel_sample", lambda logits: forced)
+    monkeypatch.setattr(electra_module, "gumbel_sample", lambda logits, *row_seeds: forced)
     out = model(**batch)
     expected = torch.zeros_like(batch["input_ids"])
     rows = torch.arange(4)[:, None].expand_as(real)[real]

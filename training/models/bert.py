@@ -236,9 +236,10 @@ class BertForPreTraining(nn.Module):
         self.config = config
         self.bert = BertModel(config)
         self.mlm_head = MaskedLMHead(config.hidden_size, config.vocab_size, config.layer_norm_eps, config.embedding_width)
+        if config.sentence_head:  # built before the heads are initialised: the RNG order of every earlier release
+            self.nsp_head = NextSentenceHead(config.hidden_size)
         init_bert_weights(self.mlm_head, config.initializer_range)
         if config.sentence_head:
-            self.nsp_head = NextSentenceHead(config.hidden_size)
             init_bert_weights(self.nsp_head, config.initializer_range)
         # the default of forward's `unpad` (pretrain.unpad sets it; not part of the weights or the config)
         self.unpad_by_default = False
