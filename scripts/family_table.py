@@ -127,9 +127,10 @@ def write_table(runs: Path, errors: dict[str, str | None]) -> None:
                             text=True).stdout.strip()
     lines = [START, "",
              f"Measured by `python scripts/family_table.py` at commit {commit} on "
-             f"{datetime.now(timezone.utc):%Y-%m-%d} (2-core CPU): the last column is each tiny twin's whole recipe on "
-             "the real samples, scored on its held-out shards by its own objective against the best no-context "
-             "predictor (evaluation/heldout.py: the train split's unigram distribution). DDP / FSDP cells name the "
+             f"{datetime.now(timezone.utc):%Y-%m-%d} (2-core CPU): the last column is each tiny twin's recipe on "
+             "the real samples, trained for the steps its cell names (`--max-steps` shortens the recipe's budget), "
+             "scored on its held-out shards by its own objective against the best no-context predictor "
+             "(evaluation/heldout.py: the train split's unigram distribution). DDP / FSDP cells name the "
              f"case of `{DDP}`; flow cells the case of `tests/flows/test_members_absolute.py` / `_other.py`; HF cells "
              "are tested in tests/training/test_hf*.py (logits within 1e-5 of transformers' classes built offline).",
              "",
