@@ -126,7 +126,7 @@ def write_table(runs: Path, errors: dict[str, str | None]) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
     lines = [START, "",
-             f"Measured by `python scripts/family_table.py` at commit {commit} on "
+             f"Written by `python scripts/family_table.py` at commit {commit} (the runs: this code path) on "
              f"{datetime.now(timezone.utc):%Y-%m-%d} (2-core CPU): the last column is each tiny twin's recipe on "
              "the real samples, trained for the steps its cell names (`--max-steps` shortens the recipe's budget), "
              "scored on its held-out shards by its own objective against the best no-context predictor "
