@@ -15,19 +15,16 @@ from training.checkpoint import load_pretrained, read_checkpoint_config
 from training.config import ModelConfig, PretrainConfig
 from training.pretrain import pretrain
 
+from tests.evaluation.conftest import one_thread
 from tests.training.conftest import make_run
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 BASE = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=32)
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with one_thread():  # tests/evaluation/conftest.py: tiny models on one thread
+        yield
 
 
 def _trained(tmp_path, objective: str, steps: int, **model):
