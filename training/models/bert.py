@@ -317,7 +317,7 @@ def pooler_parameter_names(model: nn.Module, prefix: str) -> list[str]:
 def chance_mlm_accuracy(vocab_size: int) -> float:
     return 1.0 / vocab_size if vocab_size > 0 else math.nan
 
-from .registry import Architecture, register_architecture  # noqa: E402  (registry imports this module lazily)
+from .registry import STATIC_SHAPES, UNPAD, Architecture, register_architecture  # noqa: E402  (registry imports this module lazily)
 
 register_architecture(Architecture(
     name="BertForPreTraining",
@@ -326,4 +326,5 @@ register_architecture(Architecture(
     from_model_config=lambda model_cfg, vocab_size, pad_id: model_cfg.to_bert_config(vocab_size, pad_id),
     description="BERT-style encoder (absolute positions; BERT, RoBERTa, ALBERT, SpanBERT, XLM) with MLM and "
                 "sentence-pair (NSP/SOP) heads",
+    supports=frozenset({UNPAD, STATIC_SHAPES}),
 ))

@@ -24,6 +24,13 @@ from torch import nn
 from bertfactory.errors import ContractError
 
 
+# Options of the pretraining stage that only some architectures implement; each architecture declares the ones it
+# does (`Architecture.supports`), and the stage refuses an option its architecture does not declare
+UNPAD = "unpad"  # pretrain.unpad: the model's forward runs on the real tokens only (`model.unpad_by_default`)
+STATIC_SHAPES = "static_shapes"  # pretrain.static_shapes: MLM logits at every prediction slot (`model.static_shapes`)
+CAPABILITIES = frozenset({UNPAD, STATIC_SHAPES})
+
+
 @dataclass(frozen=True)
 class Architecture:
     name: str
@@ -33,6 +40,14 @@ class Architecture:
     # becomes this architecture's config
     from_model_config: Callable[[Any, int, int], Any]
     description: str
+    # the CAPABILITIES this architecture implements (declared, so nothing probes a model instance for them)
+    supports: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.supports) - CAPABILITIES)
+        if unknown:
+            raise ValueError(f"architecture {self.name}: unknown capabilities {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(CAPABILITIES))}")
 
 
 _ARCHITECTURES: dict[str, Architecture] = {}

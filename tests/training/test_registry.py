@@ -1,0 +1,38 @@
+"""The architecture registry: each architecture declares the pretraining options it implements
+(`Architecture.supports`), and the declaration matches what its model class really has."""
+
+from __future__ import annotations
+
+import pytest
+
+from training.models.registry import (CAPABILITIES, STATIC_SHAPES, UNPAD, Architecture, architectures,
+                                      get_architecture)
+
+# the model attribute each capability switches on (what pretraining sets when the recipe asks for the option)
+_SWITCH = {UNPAD: "unpad_by_default", STATIC_SHAPES: "static_shapes"}
+
+
+def test_bert_declares_unpad_and_static_shapes_and_the_others_nothing():
+    assert get_architecture("BertForPreTraining").supports == frozenset({UNPAD, STATIC_SHAPES})
+    for name in architectures():
+        if name != "BertForPreTraining":
+            assert get_architecture(name).supports == frozenset(), name
+
+
+@pytest.mark.parametrize("name", ["BertForPreTraining", "SpanBertForPreTraining", "XlmForPreTraining"])
+def test_declared_capabilities_are_the_switches_the_model_has(name):
+    from training.models.bert import BertConfig
+    arch = get_architecture(name)
+    config = arch.config_from_dict(BertConfig(vocab_size=32, hidden_size=8, num_layers=1, num_heads=2,
+                                              intermediate_size=16, max_position_embeddings=16,
+                                              num_languages=1).to_dict(), "test")
+    model = arch.build(config)
+    for capability, attribute in _SWITCH.items():
+        assert hasattr(model, attribute) == (capability in arch.supports), (name, capability)
+
+
+def test_an_unknown_capability_is_refused_at_registration():
+    with pytest.raises(ValueError, match="unknown capabilities fast"):
+        Architecture(name="X", config_from_dict=lambda d, s: d, build=lambda c: None,
+                     from_model_config=lambda m, v, p: m, description="x", supports=frozenset({"fast"}))
+    assert CAPABILITIES == {UNPAD, STATIC_SHAPES}
