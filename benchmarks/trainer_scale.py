@@ -140,7 +140,8 @@ def bench_ddp(root: Path, steps: int = 15) -> None:
 def bench_trainer(root: Path, steps: int = 20, rounds: int = 3) -> None:
     import torch
 
-    from training.config import ModelConfig, PretrainConfig
+    from training.config import ModelConfig
+    from training.pretrain_config import PretrainConfig
     from training.data import PretrainBatches
     from training.models.bert import BertForPreTraining
     from training.objectives import get_objective_spec

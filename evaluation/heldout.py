@@ -61,7 +61,8 @@ SCORED_AS = {"xlm_mlm_tlm": "xlm_mlm"}
 def evaluate_objective(model: torch.nn.Module, config_doc: dict, shard_dir: Path, tokenizer_sha256: str,
                        cfg: ObjectiveEvalConfig, device: torch.device) -> dict:
     """Score the checkpoint (`config_doc`: its config.json) on `cfg.split` of `shard_dir` with its own objective."""
-    from training.config import ModelConfig, PretrainConfig
+    from training.config import ModelConfig
+    from training.pretrain_config import PretrainConfig
 
     trained_with = checkpoint_objective(config_doc)
     objective = SCORED_AS.get(trained_with, trained_with)

@@ -1,7 +1,7 @@
 """The recipe: one YAML file with a section per stage, each validated by the config class that lives next to
 the stage's code. `load_recipe("configs/local.yaml", ["pretrain.max_steps=200"])` returns a typed Recipe.
 
-Sections: corpus, preprocess (preprocessing.config), model, pretrain (training.config), evaluate
+Sections: corpus, preprocess (preprocessing.config), model (training.config), pretrain (training.pretrain_config), evaluate
 (evaluation.config), refresh (below: corpus_refresh's watching). A missing section takes its class defaults (the paper-scale values); configs/local.yaml
 overrides them down to the tiny embedded default.
 """
@@ -16,7 +16,8 @@ from pydantic import Field
 from bertfactory.config import StrictModel, apply_overrides, load_yaml, validate
 from evaluation.config import EvaluateConfig
 from preprocessing.config import CorpusConfig, PreprocessConfig
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 
 
 class RefreshConfig(StrictModel):

@@ -34,7 +34,8 @@ from .batch_ramp import RampedBatches
 from .checkpoint import (best_checkpoint, CONFIG_FILE, fingerprint_diff, list_checkpoints, load_training_state,
                          load_weights, MODEL_FILE, read_checkpoint_config, save_checkpoint, save_pretrained,
                          verify_checkpoint)
-from .config import ModelConfig, PretrainConfig
+from .config import ModelConfig
+from .pretrain_config import PretrainConfig
 from .data import PretrainBatches
 from .streams import StreamBatches
 from .flops import shard_mask_rate, train_flops_per_token

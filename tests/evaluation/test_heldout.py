@@ -12,7 +12,8 @@ from bertfactory.io import sha256_file
 from evaluation.config import ObjectiveEvalConfig
 from evaluation.heldout import checkpoint_objective, evaluate_objective
 from training.checkpoint import load_pretrained, read_checkpoint_config
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 from tests.evaluation.conftest import one_thread

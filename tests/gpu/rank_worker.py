@@ -35,7 +35,8 @@ CONFIG = BertConfig(vocab_size=512, hidden_size=128, num_layers=2, num_heads=2, 
 
 
 def pretrain_rank(model_json: str, cfg_json: str, run_dir: str) -> None:
-    from training.config import ModelConfig, PretrainConfig
+    from training.config import ModelConfig
+    from training.pretrain_config import PretrainConfig
     from training.pretrain import pretrain
 
     summary = pretrain(ModelConfig(**json.loads(model_json)), PretrainConfig(**json.loads(cfg_json)), Path(run_dir))

@@ -18,7 +18,8 @@ import torch
 
 from bertfactory.io import sha256_file
 from training.backends import autocast_context, resolve_device
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.models.bert import BertConfig, BertForPreTraining
 from training.pretrain import pretrain

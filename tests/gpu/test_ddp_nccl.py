@@ -17,7 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 pytestmark = pytest.mark.cuda

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.fsdp import mixed_precision
 from training.fsdp_config import FsdpConfig
 from training.pretrain import pretrain

@@ -19,7 +19,8 @@ from preprocessing.langid import LangIdConfig, LanguageIdentifier
 from preprocessing.pipeline import run_preprocess
 from preprocessing.shards import ShardSet
 from preprocessing.sources.parallel_udhr import read_declaration
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.pretrain import pretrain
 from training.xlm_data import AlternatingBatches, prepare_batches

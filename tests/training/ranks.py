@@ -11,14 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
 _WORKER = """
 import json, sys
 from pathlib import Path
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 model, cfg, run = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
 stop = int(sys.argv[4]) if sys.argv[4] != "none" else None

@@ -10,7 +10,8 @@ import torch
 
 from bertfactory.io import sha256_file
 from training.accumulation import split_batch, weighted_loss
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.models.bert import IGNORE_INDEX, BertConfig, BertForPreTraining
 from training.objectives import get_objective_spec

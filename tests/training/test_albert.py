@@ -17,7 +17,8 @@ from preprocessing.config import MaskingConfig
 from preprocessing.masking import Masker
 from preprocessing.shards import read_manifest, write_manifest, write_shard
 from training.checkpoint import load_pretrained, save_pretrained
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.describe import count_parameters, meta_model
 from training.models.attention import padding_mask
 from training.models.bert import BertConfig, BertForPreTraining, BertModel

@@ -12,7 +12,8 @@ import torch
 from bertfactory.errors import ConfigError
 from bertfactory.io import sha256_file
 from training.batch_ramp import BatchRampConfig, RampedBatches, ramp_sizes
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.pretrain import pretrain
 

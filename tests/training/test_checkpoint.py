@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 from bertfactory.errors import ContractError
 from training.checkpoint import (list_checkpoints, load_pretrained, load_training_state, save_checkpoint,
                                  save_pretrained)
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.models.bert import BertConfig, BertForPreTraining
 from training.pretrain import pretrain
 

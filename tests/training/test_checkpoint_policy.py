@@ -9,7 +9,8 @@ import pytest
 
 from bertfactory.errors import ContractError
 from training.checkpoint import best_checkpoint, list_checkpoints, save_checkpoint, verify_checkpoint
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.flops import train_flops_per_token
 from training.models.bert import BertConfig, BertForPreTraining
 from training.pretrain import pretrain

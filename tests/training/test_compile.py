@@ -12,7 +12,8 @@ import torch
 
 from bertfactory.errors import ContractError
 from training.checkpoint import load_pretrained
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 # importing torch._dynamo (model.compile) makes torch.jit warn about its own deprecated internals

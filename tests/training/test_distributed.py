@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 
 from bertfactory.errors import ConfigError
 from bertfactory.io import sha256_file
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.pretrain import pretrain
 

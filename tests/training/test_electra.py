@@ -14,7 +14,8 @@ from bertfactory.errors import ConfigError, ContractError
 from bertfactory.io import sha256_file
 from flows.recipe import load_recipe
 from training.checkpoint import load_pretrained, save_pretrained
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.describe import count_parameters, meta_model
 from training.electra_config import ElectraSettings

@@ -9,7 +9,8 @@ import pytest
 
 from preprocessing.config import CorpusConfig, PreprocessConfig
 from preprocessing.pipeline import run_preprocess
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 SMALL = dict(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, max_position_embeddings=64)

@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 
 from bertfactory.config import validate
 from bertfactory.errors import ConfigError
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 from .conftest import make_run

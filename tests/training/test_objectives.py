@@ -6,7 +6,8 @@ import json
 import pytest
 
 from bertfactory.errors import ContractError
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.models.registry import architectures
 from training.objectives import get_objective_spec, objective_names
 from training.pretrain import pretrain

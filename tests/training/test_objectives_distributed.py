@@ -24,7 +24,8 @@ from safetensors.torch import load_file
 from preprocessing.shards import read_manifest, write_manifest
 from bertfactory.config import validate
 from bertfactory.errors import ConfigError
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 from .conftest import make_run

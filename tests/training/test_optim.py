@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from training.config import PretrainConfig
+from training.pretrain_config import PretrainConfig
 from training.optim import (Lamb, OneCycle, SlantedTriangular, WarmupLinearDecay, build_optimizer, build_scheduler,
                             optimizer_from_config, scheduler_from_config)
 

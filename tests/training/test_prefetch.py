@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from bertfactory.errors import ConfigError
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.distributed import DistContext
 from training.prefetch import per_thread, prefetch_batches

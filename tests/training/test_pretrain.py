@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from bertfactory.errors import ConfigError, ContractError
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.optim import WarmupLinearDecay, build_optimizer, parameter_groups
 from training.models.bert import BertConfig, BertForPreTraining
 from training.pretrain import pretrain, run_pretrain

@@ -7,7 +7,8 @@ import pytest
 
 from bertfactory.errors import ConfigError
 from training.checkpoint import load_pretrained
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, hidden_dropout=0.0, attention_dropout=0.0)

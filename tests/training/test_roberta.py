@@ -10,7 +10,8 @@ import torch
 from pydantic import ValidationError
 
 from flows.recipe import load_recipe
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.describe import count_parameters
 from training.models.bert import BertConfig, BertForPreTraining
 from training.pretrain import pretrain

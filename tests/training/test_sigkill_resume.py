@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from training.checkpoint import list_checkpoints
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 REPO = Path(__file__).resolve().parents[2]

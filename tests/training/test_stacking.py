@@ -13,7 +13,8 @@ import torch
 from bertfactory.errors import ConfigError
 from bertfactory.io import sha256_file
 from flows.recipe import load_recipe
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.models.attention import padding_mask
 from training.models.bert import BertConfig, BertForPreTraining

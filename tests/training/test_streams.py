@@ -18,7 +18,8 @@ import torch
 
 from bertfactory.errors import ContractError
 from preprocessing.shards import SplitInfo, read_manifest, write_manifest, write_shard
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.models.transformer_xl import TransformerXLConfig, TransformerXLLM
 from training.models.xlnet import XLNetConfig, XLNetForPretraining
 from training.objectives.txl import recurrent_clm

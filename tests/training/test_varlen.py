@@ -175,7 +175,8 @@ def test_pretrain_unpad_follows_the_padded_loss_curve_without_dropout(run_factor
     (with dropout on, masks are drawn over the packed tokens, another sample path)."""
     import json
 
-    from training.config import ModelConfig, PretrainConfig
+    from training.config import ModelConfig
+    from training.pretrain_config import PretrainConfig
     from training.pretrain import pretrain
 
     model_cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
@@ -193,7 +194,8 @@ def test_pretrain_unpad_follows_the_padded_loss_curve_without_dropout(run_factor
 
 def test_pretrain_unpad_is_refused_for_other_architectures(run_factory):
     from bertfactory.errors import ConfigError
-    from training.config import ModelConfig, PretrainConfig
+    from training.config import ModelConfig
+    from training.pretrain_config import PretrainConfig
     from training.pretrain import pretrain
 
     cfg = PretrainConfig(objective="plm", batch_size=8, max_steps=2, warmup_steps=0, unpad=True)

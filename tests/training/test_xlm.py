@@ -24,7 +24,8 @@ from flows.recipe import load_recipe
 from preprocessing.config import MaskingConfig
 from preprocessing.masking import Masker
 from training.checkpoint import load_pretrained
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.models.bert import IGNORE_INDEX
 from training.describe import meta_model
 from training.models.registry import get_architecture

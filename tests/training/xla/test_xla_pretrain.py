@@ -11,7 +11,8 @@ import json
 import pytest
 
 from bertfactory.errors import ConfigError
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 # dropout off: XLA's and the CPU's random streams differ; without them the two devices compute the same steps
@@ -81,7 +82,8 @@ _CACHED_RUN = """
 import json, sys
 from pathlib import Path
 import torch_xla.debug.metrics as met
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 model = ModelConfig.model_validate_json(sys.argv[1])
 cfg = PretrainConfig.model_validate_json(sys.argv[2])

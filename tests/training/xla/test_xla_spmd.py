@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 
 REPO = Path(__file__).resolve().parents[3]
@@ -29,7 +30,8 @@ _WORKER = """
 import json, sys
 from pathlib import Path
 from bertfactory.errors import ConfigError
-from training.config import ModelConfig, PretrainConfig
+from training.config import ModelConfig
+from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
 from training import xla
 model, cfg, run, slices = ModelConfig(**json.loads(sys.argv[1])), PretrainConfig(**json.loads(sys.argv[2])), \\
