@@ -14,12 +14,13 @@ and the metrics file, never from training internals. `render_comparison` makes t
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
-from bertfactory.errors import ContractError
-from bertfactory.io import AtomicFile, atomic_write_text
+from bertfactory.io import atomic_write_text
+# the pretraining curves and the figure helpers live with pretraining, which writes the same curve at its end
+from training.loss_curve import plot_pretrain_curves, read_pretrain_metrics
+from training.loss_curve import pyplot as _pyplot, save_png as _save
 
 logger = logging.getLogger(__name__)
 
@@ -29,64 +30,6 @@ FINETUNE_PLOT = "finetune_dev_curves.png"
 SCORES_PLOT = "task_scores.png"
 MODEL_LABELS = {"pretrained": "pretrained", "random_init": "random init", "tfidf_logreg": "TF-IDF + logistic regression",
                 "majority": "majority"}
-
-
-def read_pretrain_metrics(path: Path) -> list[dict]:
-    """metrics.jsonl -> records with at least `step` (int) and `loss` (number), in file order."""
-    records = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ContractError(f"{path}:{lineno}: not a JSON object ({err.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int) or \
-                not isinstance(record.get("loss"), (int, float)):
-            raise ContractError(f"{path}:{lineno}: a metrics record needs an integer 'step' and a numeric 'loss'")
-        records.append(record)
-    return records
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    # A fixed Software tag keeps the PNG bytes independent of the matplotlib version string.
-    with AtomicFile(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": "bertfactory"})
-
-
-def plot_pretrain_curves(records: list[dict], path: Path) -> None:
-    plt = _pyplot()
-    has_lr = any("lr" in r for r in records)
-    fig, axes = plt.subplots(1, 2 if has_lr else 1, figsize=(10 if has_lr else 6, 3.8), squeeze=False)
-    ax = axes[0][0]
-    for key in ("loss", "mlm_loss", "nsp_loss"):
-        points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-        if points:
-            ax.plot(*zip(*points), label=key, marker="." if len(points) < 30 else None)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (window mean)")
-    ax.set_title("pretraining loss")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    if has_lr:
-        ax = axes[0][1]
-        ax.plot([r["step"] for r in records if "lr" in r], [r["lr"] for r in records if "lr" in r])
-        ax.set_xlabel("step")
-        ax.set_ylabel("learning rate")
-        ax.set_title("schedule")
-        ax.grid(alpha=0.3)
-    _save(fig, path)
-    plt.close(fig)
 
 
 MODELS = ("pretrained", "random_init", "tfidf_logreg", "majority")

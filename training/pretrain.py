@@ -40,6 +40,7 @@ from .data import PretrainBatches
 from .streams import StreamBatches
 from .flops import shard_mask_rate, train_flops_per_token
 from .distributed import from_environment
+from .loss_curve import write_loss_curve
 from .fsdp import full_model_state, is_sharded, local_parameter_count, shard_model
 from .models.registry import get_architecture
 from .objectives import get_objective_spec
@@ -160,13 +161,6 @@ def _intact_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
         raise ContractError("no intact checkpoint to resume from, refusing to load a damaged one: "
                             + "; ".join(problems) + f". Delete {checkpoints_dir} to start over")
     return None
-
-
-def _write_loss_curve(metrics_path: Path, png_path: Path) -> None:
-    from evaluation.report import plot_pretrain_curves, read_pretrain_metrics  # matplotlib only when plotting
-
-    if metrics_path.is_file() and (records := read_pretrain_metrics(metrics_path)):
-        plot_pretrain_curves(records, png_path)
 
 
 def run_pretrain(model: ModelConfig, cfg: PretrainConfig, run_dir: Path) -> dict:
@@ -376,7 +370,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
     if dist.is_main:
         save_pretrained(model, arch_config, tokenizer_path, final_dir, training=provenance(trainer), weights=weights)
         atomic_write_json(summary_path, summary)
-        _write_loss_curve(metrics_path, out_dir / "loss_curve.png")
+        write_loss_curve(metrics_path, out_dir / "loss_curve.png")
     dist.barrier()
     dist.shutdown()
     logger.info("pretrain: done, final model in %s (loss %s)", final_dir, summary.get("loss"))
