@@ -23,8 +23,9 @@ from torch import nn
 
 from bertfactory.errors import ContractError
 
-from .embeddings import BertEmbeddings
+from .architecture import STATIC_SHAPES, UNPAD, Architecture
 from .attention import padding_mask
+from .embeddings import BertEmbeddings
 from .encoder import Encoder
 from .heads import MaskedLMHead, NextSentenceHead, Pooler
 from .varlen import encode_unpadded, gather_masked_packed
@@ -317,9 +318,8 @@ def pooler_parameter_names(model: nn.Module, prefix: str) -> list[str]:
 def chance_mlm_accuracy(vocab_size: int) -> float:
     return 1.0 / vocab_size if vocab_size > 0 else math.nan
 
-from .registry import STATIC_SHAPES, UNPAD, Architecture, register_architecture  # noqa: E402  (registry imports this module lazily)
 
-register_architecture(Architecture(
+ARCHITECTURE = Architecture(
     name="BertForPreTraining",
     config_from_dict=lambda data, source: BertConfig.from_dict(data, source=source),
     build=BertForPreTraining,
@@ -327,4 +327,4 @@ register_architecture(Architecture(
     description="BERT-style encoder (absolute positions; BERT, RoBERTa, ALBERT, SpanBERT, XLM) with MLM and "
                 "sentence-pair (NSP/SOP) heads",
     supports=frozenset({UNPAD, STATIC_SHAPES}),
-))
+)

@@ -46,7 +46,7 @@ from bertfactory.errors import ConfigError, ContractError
 
 from .bert import IGNORE_INDEX, BertConfig, BertModel, gather_masked, init_bert_weights
 from .heads import MaskedLMHead
-from .registry import Architecture, register_architecture
+from .architecture import Architecture
 
 _ELECTRA_FIELDS = {"generator_size": float, "disc_weight": float, "two_stage": bool, "generator_steps": int}
 
@@ -305,11 +305,11 @@ def electra_config_from_model_config(model_cfg: Any, vocab_size: int, pad_token_
         raise ConfigError(f"model / model.electra: {err}") from None
 
 
-register_architecture(Architecture(
+ARCHITECTURE = Architecture(
     name="ElectraForPreTraining",
     config_from_dict=lambda data, source: ElectraConfig.from_dict(data, source=source),
     build=ElectraForPreTraining,
     from_model_config=electra_config_from_model_config,
     description="ELECTRA: a small MLM generator proposes replacements, a discriminator (the backbone) detects "
                 "them at every token; shared embeddings; joint or two-stage training",
-))
+)

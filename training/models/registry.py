@@ -1,13 +1,6 @@
-"""Architectures a checkpoint can hold: the name stored in config.json's `architecture`, the config class that
-parses its `model` section and the module that `load_pretrained` builds.
-
-Every pretraining model class provides `config` (with `to_dict()`), `num_parameters()` and `backbone()`: the
-encoder that fine-tuning and feature extraction use, a module called as
-`backbone(input_ids, token_type_ids, attention_mask, output_hidden_states=False)` with a `pooler` and
-`config.hidden_size` (BertModel's interface), and `untrained_parameter_names()`: the parameters its objective
-leaves without a gradient at this point of training (e.g. the pooler, which only a sentence-level loss or
-fine-tuning trains). The trainer freezes those and gives DistributedDataParallel only the others, which is how
-every member trains under torchrun without `find_unused_parameters` (training/trainer.py, `_sync_trainable`).
+"""The architectures a checkpoint can hold, by the name stored in config.json's `architecture` (see
+architecture.py for what one is). This module lists every member; nothing it imports imports it back, so adding
+a member is its model module (with an `ARCHITECTURE`) plus one line in `_MEMBERS`.
 
     from training.models.registry import get_architecture
     arch = get_architecture("BertForPreTraining")
@@ -16,56 +9,28 @@ every member trains under torchrun without `find_unused_parameters` (training/tr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
-
 from torch import nn
 
 from bertfactory.errors import ContractError
 
+from . import bert, electra, spanbert, transformer_xl, xlm, xlnet
+from .architecture import CAPABILITIES, STATIC_SHAPES, UNPAD, Architecture
 
-# Options of the pretraining stage that only some architectures implement; each architecture declares the ones it
-# does (`Architecture.supports`), and the stage refuses an option its architecture does not declare
-UNPAD = "unpad"  # pretrain.unpad: the model's forward runs on the real tokens only (`model.unpad_by_default`)
-STATIC_SHAPES = "static_shapes"  # pretrain.static_shapes: MLM logits at every prediction slot (`model.static_shapes`)
-CAPABILITIES = frozenset({UNPAD, STATIC_SHAPES})
+__all__ = ["CAPABILITIES", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
+           "architectures"]
 
-
-@dataclass(frozen=True)
-class Architecture:
-    name: str
-    config_from_dict: Callable[[Mapping[str, Any], str], Any]  # (data, source for error messages) -> config
-    build: Callable[[Any], nn.Module]
-    # (training.config.ModelConfig, tokenizer vocabulary size, pad id) -> config: how a recipe's model section
-    # becomes this architecture's config
-    from_model_config: Callable[[Any, int, int], Any]
-    description: str
-    # the CAPABILITIES this architecture implements (declared, so nothing probes a model instance for them)
-    supports: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.supports) - CAPABILITIES)
-        if unknown:
-            raise ValueError(f"architecture {self.name}: unknown capabilities {', '.join(unknown)}; "
-                             f"known: {', '.join(sorted(CAPABILITIES))}")
-
-
-_ARCHITECTURES: dict[str, Architecture] = {}
-
-
-def register_architecture(arch: Architecture) -> Architecture:
-    _ARCHITECTURES[arch.name] = arch
-    return arch
-
-
-def _ensure_registered() -> None:
-    # the model modules register themselves on import; import them here so a bare `get_architecture` works
-    from . import bert  # noqa: F401
-    from . import families  # noqa: F401
+_MEMBERS: tuple[Architecture, ...] = (
+    bert.ARCHITECTURE,
+    electra.ARCHITECTURE,
+    spanbert.ARCHITECTURE,
+    xlm.ARCHITECTURE,
+    xlnet.ARCHITECTURE,
+    transformer_xl.ARCHITECTURE,
+)
+_ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in _MEMBERS}
 
 
 def get_architecture(name: str, source: str = "config.json") -> Architecture:
-    _ensure_registered()
     if name not in _ARCHITECTURES:
         raise ContractError(f"{source}: architecture {name!r} is not one bertfactory can build; "
                             f"known: {', '.join(sorted(_ARCHITECTURES))}")
@@ -75,7 +40,6 @@ def get_architecture(name: str, source: str = "config.json") -> Architecture:
 def architecture_of(model: nn.Module) -> Architecture:
     """The registered architecture of a model instance (its class name; under FSDP, which swaps the class for a
     subclass FSDP<Name>, the first registered class of its MRO)."""
-    _ensure_registered()
     for cls in type(model).__mro__:
         if cls.__name__ in _ARCHITECTURES:
             return _ARCHITECTURES[cls.__name__]
@@ -83,5 +47,4 @@ def architecture_of(model: nn.Module) -> Architecture:
 
 
 def architectures() -> list[str]:
-    _ensure_registered()
     return sorted(_ARCHITECTURES)

@@ -25,7 +25,7 @@ from torch import nn
 
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
 from .heads import MaskedLMHead
-from .registry import Architecture, register_architecture
+from .architecture import Architecture
 from .span_boundary import SpanBoundaryHead, gather_span_boundaries, stored_span_boundaries
 
 
@@ -114,10 +114,10 @@ def _from_model_config(model_cfg: Any, vocab_size: int, pad_id: int) -> SpanBert
     return SpanBertConfig(**bert.to_dict(), **extra)
 
 
-register_architecture(Architecture(
+ARCHITECTURE = Architecture(
     name="SpanBertForPreTraining",
     config_from_dict=lambda data, source: SpanBertConfig.from_dict(data, source=source),
     build=SpanBertForPreTraining,
     from_model_config=_from_model_config,
     description="SpanBERT: BERT encoder with masked-LM and span boundary (SBO) heads, no NSP",
-))
+)

@@ -26,8 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertfactory.errors import ConfigError
+
+from .architecture import Architecture
 from .bert import IGNORE_INDEX, init_bert_weights
 from .config_fields import config_from_dict, relative_config_problems
+from .relative_config import relative_fields_from_model_config
 from .stream_memory import memory_of
 from .relative_attention import (
     RelativeTransformerLayer, init_relative_weights, shift_geometry, sinusoid_embeddings, update_memory, with_memory,
@@ -222,3 +226,21 @@ class TransformerXLLM(nn.Module):
 
         raise ContractError("a Transformer-XL checkpoint is a causal language model with no encoder for fine-tuning; "
                             "evaluate it with TransformerXLLM.evaluate_long (perplexity over long text)")
+
+
+def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> TransformerXLConfig:
+    settings = model_cfg.transformer_xl.model_dump() if model_cfg.transformer_xl is not None else {}
+    try:
+        return TransformerXLConfig(
+            **relative_fields_from_model_config(model_cfg, vocab_size, pad_token_id, "Transformer-XL"), **settings)
+    except ValueError as err:
+        raise ConfigError(f"model / model.transformer_xl: {err}") from None
+
+
+ARCHITECTURE = Architecture(
+    name="TransformerXLLM",
+    config_from_dict=lambda data, source: TransformerXLConfig.from_dict(data, source=source),
+    build=TransformerXLLM,
+    from_model_config=_from_model_config,
+    description="Transformer-XL: causal LM with segment-level recurrence (no encoder for fine-tuning)",
+)

@@ -29,7 +29,7 @@ from bertfactory.errors import ConfigError
 
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
 from .heads import MaskedLMHead
-from .registry import Architecture, register_architecture
+from .architecture import Architecture
 
 
 @dataclass(frozen=True)
@@ -120,10 +120,10 @@ def _from_model_config(model_cfg: Any, vocab_size: int, pad_id: int) -> XlmConfi
     return XlmConfig(**model_cfg.to_bert_config(vocab_size, pad_id).to_dict(), language_id=language_id)
 
 
-register_architecture(Architecture(
+ARCHITECTURE = Architecture(
     name="XlmForPreTraining",
     config_from_dict=lambda data, source: XlmConfig.from_dict(data, source=source),
     build=XlmForPreTraining,
     from_model_config=_from_model_config,
     description="XLM: BERT encoder + language embeddings with one tied LM head for CLM, MLM and TLM, no NSP",
-))
+)

@@ -29,8 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertfactory.errors import ConfigError
+
+from .architecture import Architecture
 from .bert import IGNORE_INDEX, init_bert_weights
 from .config_fields import config_from_dict, relative_config_problems
+from .relative_config import relative_fields_from_model_config
 from .heads import Pooler
 from .relative_attention import (
     RelativeGeometry, RelativeTransformerLayer, gather_geometry, init_relative_weights, shift_geometry,
@@ -306,3 +310,21 @@ class XLNetForPretraining(nn.Module):
     def untrained_parameter_names(self) -> list[str]:
         """The [CLS] pooler (fine-tuning's): the permutation LM never reads it (see training/models/registry.py)."""
         return [name for name, _ in self.named_parameters() if name.startswith("transformer.pooler.")]
+
+
+def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> XLNetConfig:
+    settings = model_cfg.xlnet.model_dump() if model_cfg.xlnet is not None else {}
+    try:
+        return XLNetConfig(**relative_fields_from_model_config(model_cfg, vocab_size, pad_token_id, "XLNet"),
+                           **settings)
+    except ValueError as err:
+        raise ConfigError(f"model / model.xlnet: {err}") from None
+
+
+ARCHITECTURE = Architecture(
+    name="XLNetForPretraining",
+    config_from_dict=lambda data, source: XLNetConfig.from_dict(data, source=source),
+    build=XLNetForPretraining,
+    from_model_config=_from_model_config,
+    description="XLNet: permutation LM with two-stream relative attention; the content stream is the backbone",
+)
