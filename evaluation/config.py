@@ -39,6 +39,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bertfactory.config import StrictModel
+from bertfactory.names import name_problem
 
 from .tasks.base import TASK_TYPES
 
@@ -222,6 +223,15 @@ class EvaluateConfig(StrictModel):
             return {name: {} for name in value}
         if isinstance(value, dict):
             return {k: ({} if v is None else v) for k, v in value.items()}
+        return value
+
+    @field_validator("tasks")
+    @classmethod
+    def _names_are_file_names(cls, value: dict[str, TaskConfig]) -> dict[str, TaskConfig]:
+        for name in value:  # each becomes RUN/cache/tasks/<name>, RUN/eval/finetuned/<name>, confusion_<name>.png
+            problem = name_problem(name)
+            if problem is not None:
+                raise ValueError(f"task name {name!r} becomes a file name and {problem}")
         return value
 
     @model_validator(mode="after")

@@ -31,6 +31,7 @@ from torch import nn
 import bertfactory
 from bertfactory.errors import ConfigError
 from bertfactory.io import atomic_write_json, sha256_file
+from bertfactory.names import check_name, path_inside
 from bertfactory.samples import resolve_input, sample_path
 from training.checkpoint import MODEL_FILE, load_pretrained, read_checkpoint_config
 
@@ -292,6 +293,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     crosslingual entry or None)."""
     from .finetune import finetune_model
 
+    check_name(name, "evaluate.tasks")  # the config checked it; a name reaching here otherwise must not escape
     ft = task_cfg.recipe(cfg.finetune)
     data = limit_examples(load_task(name, task_cfg), ft)
     text_encoder, template = main.text_encoder, main.template
@@ -329,7 +331,8 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     timings[f"{name}.pretrained"] = pretrained.seconds
     if cfg.save_best:
         config = template.config.to_dict() if hasattr(template.config, "to_dict") else {}
-        save_finetuned(pretrained, task, run_dir / "eval" / FINETUNED_DIR / name, text_encoder.sha256, config)
+        directory = path_inside(run_dir / "eval" / FINETUNED_DIR, name, f"evaluate.tasks.{name}")
+        save_finetuned(pretrained, task, directory, text_encoder.sha256, config)
     pretrained.best_state = None
     random_init = None
     if cfg.random_init_baseline:

@@ -27,6 +27,7 @@ import json
 from pathlib import Path
 
 from bertfactory.errors import ConfigError
+from bertfactory.names import check_name
 
 
 def add_evaluate_parser(sub) -> None:
@@ -79,11 +80,19 @@ def add_report_parser(sub) -> None:
     p.add_argument("--out", metavar="FILE", help="write the markdown here instead of printing it")
 
 
+def _file_task_name(args: argparse.Namespace) -> str:
+    """The --task-file's task name (it names files in the run directory: checked here, naming the option)."""
+    if args.task_name is not None:
+        return check_name(args.task_name, "--task-name")
+    return check_name(Path(args.task_file).stem,
+                      f"--task-file {args.task_file}: its stem (the default task name; set one with --task-name)")
+
+
 def task_overrides(args: argparse.Namespace) -> list[str]:
     """--task / --task-file options -> an `evaluate.tasks=...` override (JSON is YAML), or none."""
     if not args.tasks and not args.task_file:
         return []
-    tasks: dict[str, dict] = {name: {} for name in args.tasks}
+    tasks: dict[str, dict] = {check_name(name, "--task"): {} for name in args.tasks}
     if args.task_file:
         if not args.task_type:
             raise ConfigError("--task-file needs --task-type (one of the task types; see bertfactory evaluate -h)")
@@ -96,7 +105,7 @@ def task_overrides(args: argparse.Namespace) -> list[str]:
         for key, value in (("dev_input", args.dev_file), ("test_input", args.test_file)):
             if value:
                 entry[key] = str(Path(value).resolve())
-        tasks[args.task_name or Path(args.task_file).stem] = entry
+        tasks[_file_task_name(args)] = entry
     elif args.task_type or args.text_column or args.label_column:
         raise ConfigError("--task-type/--text-column/--label-column describe a --task-file; none was given")
     return [f"evaluate.tasks={json.dumps(tasks)}"]
@@ -112,7 +121,7 @@ def transfer_overrides(args: argparse.Namespace) -> list[str]:
                               "--transfer-language: give one language code per transfer file, in the same order")
         task = args.transfer_task
         if task is None:
-            named = list(args.tasks) + ([args.task_name or Path(args.task_file).stem] if args.task_file else [])
+            named = list(args.tasks) + ([_file_task_name(args)] if args.task_file else [])
             if len(named) != 1:
                 raise ConfigError("--transfer-file needs --transfer-task NAME (the source task) unless exactly one "
                                   f"task is given with --task / --task-file (got {len(named)})")
