@@ -1,7 +1,7 @@
 """Distillation on the movie-review sentences (movie_sentiment): teacher vs student score, retention, parameters and
 inference speed-up side by side in one run, for DistilBERT-style (every other layer), BERT-PKD (first k layers)
 and TinyBERT-style (narrower, fewer layers) students, each beside the same student trained without distillation.
-Thin wrapper around training.distill.stage.run_distill; prints the report and writes RUN/distill/results.json.
+Thin wrapper around distillation.stage.run_distill; prints the report and writes RUN/distill/results.json.
 
     # the real MiniLM teacher (6 layers, 384 wide, no MLM head): DistilBERT-style 3-of-6 (init only: no MLM head,
     # no shards in its vocabulary), PKD-Skip 3 layers, TinyBERT-style 4 layers x 312 (12 heads) with augmentation
@@ -16,7 +16,7 @@ Thin wrapper around training.distill.stage.run_distill; prints the report and wr
         --set task=movie_sentiment --set teacher.checkpoint=../teacher12/pretrain/checkpoints/step-500 \
         --set shards=../teacher12/shards --set tinybert.ablations=false
 
---set KEY=VALUE overrides any config field (training/distill/config.py). --threads sets torch's CPU threads
+--set KEY=VALUE overrides any config field (distillation/config.py). --threads sets torch's CPU threads
 (1 on a shared machine). Speed-up = teacher / student seconds for one pass over the test inputs (median of
 speed_repeats passes, batch eval_batch_size, same device).
 """
@@ -55,8 +55,8 @@ SMOKE = ["finetune.epochs=1", "finetune.max_train_examples=64", "finetune.max_ev
 
 def main(argv: list[str] | None = None) -> int:
     from bertfactory.config import apply_overrides, load_yaml, validate
-    from training.distill.config import DistillConfig
-    from training.distill.stage import run_distill
+    from distillation.config import DistillConfig
+    from distillation.stage import run_distill
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True)

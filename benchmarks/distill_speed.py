@@ -2,7 +2,7 @@
 on a task's real test inputs: the shapes of a distill config (DistilBERT every-other-layer, BERT-PKD first k
 layers, TinyBERT narrow) built from the config's teacher. Speed does not depend on the weights, so nothing is
 trained here: this is the speed half of the issue's goal (>= 1.8x for the 6-layer student), measured with the
-stage's own timing (training.distill.stage.inference_seconds: the models take turns inside every repeat, median of
+stage's own timing (distillation.stage.inference_seconds: the models take turns inside every repeat, median of
 `speed_repeats`, one warm-up pass).
 
     python benchmarks/distill_speed.py --run-dir runs/teacher12 --config configs/distill-12layer.yaml \\
@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     from evaluation.finetune import prepare_task
     from evaluation.heads import TaskModel
     from evaluation.tasks.registry import BUILTIN_TASKS
-    from training.distill.stage import inference_clock, inference_seconds, load_distill_config, load_teacher
-    from training.distill.models import distilbert_student, first_layers_student, narrow_student, num_parameters
+    from distillation.stage import inference_clock, inference_seconds, load_distill_config, load_teacher
+    from distillation.models import distilbert_student, first_layers_student, narrow_student, num_parameters
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True, help="run directory holding the config's teacher")

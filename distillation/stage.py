@@ -7,7 +7,7 @@ student shape trained on the task directly without task distillation (`student_d
 the task's primary metric on its test split; `speedup` = teacher / student inference seconds over the test inputs
 (median of `speed_repeats` passes, same batches, same device, the two models taking turns).
 
-    from training.distill.stage import run_distill
+    from distillation.stage import run_distill
     results = run_distill(load_distill_config("configs/distill-local.yaml"), Path("runs/local"))
 """
 

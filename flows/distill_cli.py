@@ -5,7 +5,7 @@ Prefect flow `distill` is in flows/distill_flow.py. Both skip a distillation who
     bertfactory distill configs/distill-local.yaml --run-dir runs/local [--set pkd.epochs=5] [--prefect]
 
 Writes RUN/distill/results.json (per method: teacher.score, student.score, retention, teacher.params,
-student.params, speedup, student_direct.score) and RUN/distill/report.md; see training/distill/stage.py.
+student.params, speedup, student_direct.score) and RUN/distill/report.md; see distillation/stage.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 def add_distill_parser(sub) -> None:
     text = "distil the run's teacher into DistilBERT / BERT-PKD / TinyBERT students -> RUN/distill"
     p = sub.add_parser("distill", help=text, description=text + ". Teacher and students are scored side by side on "
-                       "a real task (results.json + report.md). See training/distill/.")
+                       "a real task (results.json + report.md). See distillation/.")
     p.add_argument("config", help="distill YAML, e.g. configs/distill-local.yaml")
     p.add_argument("--run-dir", required=True, help="run directory holding the teacher (pretrain/final) and shards")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -25,7 +25,7 @@ def add_distill_parser(sub) -> None:
 
 
 def cmd_distill(args) -> int:
-    from training.distill.stage import load_distill_config
+    from distillation.stage import load_distill_config
 
     from .distill_flow import distill, run_distill_stage
     from .lock import run_dir_lock

@@ -1,4 +1,4 @@
-"""The Prefect flow `distill`: the distillation stage (training/distill/stage.py, its public `run_distill`) as a
+"""The Prefect flow `distill`: the distillation stage (distillation/stage.py, its public `run_distill`) as a
 cached, retried, locked flow with artifacts, like the recipe stages in flows/stages.py.
 
 Its stamp (RUN/.bertfactory/distill.json, flows/stamps.py) keys on the distillation config, the teacher's files
@@ -48,7 +48,7 @@ def distill_inputs(cfg, run_dir: Path) -> list[Path]:
 def run_distill_stage(cfg, run_dir: Path, force: bool = False) -> dict:
     """Distil unless RUN/distill holds the results of the same config and inputs (the stage stamp)."""
     from bertfactory.errors import BertfactoryError
-    from training.distill.stage import run_distill
+    from distillation.stage import run_distill
 
     run_dir = Path(run_dir)
     files = distill_inputs(cfg, run_dir)
@@ -63,7 +63,7 @@ def run_distill_stage(cfg, run_dir: Path, force: bool = False) -> dict:
 @task(name="stage", task_run_name="distill", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[10, 60],
       retry_condition_fn=_is_transient)
 def distill_task(config_json: dict, run_dir: str) -> dict:
-    from training.distill.config import DistillConfig
+    from distillation.config import DistillConfig
 
     from .artifacts import publish_distill_artifacts
 
@@ -75,7 +75,7 @@ def distill_task(config_json: dict, run_dir: str) -> dict:
 @flow(name="distill", flow_run_name=_flow_run_name, log_prints=True, validate_parameters=True)
 def distill(config: str, run_dir: str, overrides: list[str] | None = None) -> dict:
     """Distil the run's teacher into the students of `config` (a distill YAML) -> RUN/distill."""
-    from training.distill.stage import load_distill_config
+    from distillation.stage import load_distill_config
 
     with flow_guard("distill", StageParams, config=config, run_dir=run_dir, overrides=overrides) as params:
         cfg = load_distill_config(params.config, params.overrides)

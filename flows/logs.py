@@ -1,4 +1,4 @@
-"""The stages' own progress lines (preprocessing, training, evaluation loggers) in the Prefect flow-run logs.
+"""The stages' own progress lines (preprocessing, training, evaluation, distillation loggers) in the Prefect flow-run logs.
 
 Prefect forwards a non-Prefect logger to the API only when it is named in PREFECT_LOGGING_EXTRA_LOGGERS at the
 moment Prefect configures logging. The `bertfactory` CLI sets that variable, but a deployment run started by a
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-STAGE_LOGGERS = ("preprocessing", "training", "evaluation", "bertfactory", "flows")
+STAGE_LOGGERS = ("preprocessing", "training", "evaluation", "distillation", "bertfactory", "flows")
 
 
 def forward_stage_logs() -> None:

@@ -15,7 +15,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("PREFECT_UI_ENABLED", "false")
 # stage code run outside a flow (unit tests, --no-prefect) logs locally only, without a warning per line
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "preprocessing,training,evaluation,bertfactory,flows")
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "preprocessing,training,evaluation,distillation,bertfactory,flows")
 
 
 # Test files that share an expensive session fixture: under xdist they are one unit of work, so that the fixture is

@@ -7,7 +7,7 @@ import torch
 
 from bertfactory.errors import ConfigError
 from evaluation.inputs import Features
-from training.distill.augment import Augmenter, augment_features
+from distillation.augment import Augmenter, augment_features
 from training.models.bert import BertConfig, BertForPreTraining
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from flows.recipe import load_recipe
-from training.distill.layer_map import every_other, pkd_map, tinybert_map
-from training.distill.models import Projections, distilbert_student, narrow_student, num_parameters
-from training.distill.stage import load_distill_config
+from distillation.layer_map import every_other, pkd_map, tinybert_map
+from distillation.models import Projections, distilbert_student, narrow_student, num_parameters
+from distillation.stage import load_distill_config
 from training.models.bert import BertConfig, BertForPreTraining
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

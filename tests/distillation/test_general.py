@@ -7,10 +7,10 @@ import torch
 
 from bertfactory.io import sha256_file
 from training.data import PretrainBatches
-from training.distill.layer_map import tinybert_map
-from training.distill.loop import (DistilBertObjective, DistillModel, Teacher, TinyBertIntermediateObjective,
+from distillation.layer_map import tinybert_map
+from distillation.loop import (DistilBertObjective, DistillModel, Teacher, TinyBertIntermediateObjective,
                                    run_distillation)
-from training.distill.models import Projections, distilbert_student, narrow_student
+from distillation.models import Projections, distilbert_student, narrow_student
 from training.models.bert import BertConfig, BertForPreTraining
 
 

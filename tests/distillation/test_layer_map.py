@@ -3,7 +3,7 @@
 import pytest
 
 from bertfactory.errors import ConfigError
-from training.distill.layer_map import check_map, every_other, pkd_map, tinybert_map
+from distillation.layer_map import check_map, every_other, pkd_map, tinybert_map
 
 
 def test_every_other():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from training.distill import losses
+from distillation import losses
 
 
 def test_soft_kl_by_hand():

@@ -12,12 +12,12 @@ from evaluation.config import FinetuneConfig
 from evaluation.encode import TextEncoder
 from evaluation.finetune import prepare_task
 from evaluation.tasks.registry import BUILTIN_TASKS
-from training.distill.config import DistillConfig
-from training.distill.layer_map import tinybert_map
-from training.distill.loop import (DistilBertObjective, DistillModel, TaskBatches, TinyBertIntermediateObjective,
+from distillation.config import DistillConfig
+from distillation.layer_map import tinybert_map
+from distillation.loop import (DistilBertObjective, DistillModel, TaskBatches, TinyBertIntermediateObjective,
                                    run_distillation)
-from training.distill.models import Projections, narrow_student
-from training.distill.stage import load_teacher
+from distillation.models import Projections, narrow_student
+from distillation.stage import load_teacher
 
 pytestmark = pytest.mark.skipif(not (is_fetched("minilm") and is_fetched("movie_reviews")),
                                 reason="needs `bertfactory samples fetch minilm movie_reviews`")

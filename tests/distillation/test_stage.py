@@ -10,8 +10,8 @@ import torch
 from bertfactory.errors import ConfigError, ContractError
 from bertfactory.io import sha256_file
 from training.checkpoint import save_pretrained
-from training.distill.config import DistillConfig
-from training.distill.stage import run_distill
+from distillation.config import DistillConfig
+from distillation.stage import run_distill
 from training.models.bert import BertConfig, BertForPreTraining
 
 
@@ -86,7 +86,7 @@ def test_cli_distill_command(run_factory, tmp_path, capsys):
 
 
 def test_logit_distillation_from_a_teacher_without_mlm_head_refused_before_training(run_factory, monkeypatch):
-    from training.distill import stage
+    from distillation import stage
 
     run, _ = _run_with_teacher(run_factory)
     real = stage.load_teacher
@@ -114,7 +114,7 @@ def test_trec_questions_six_classes(run_factory):
 def test_majority_accuracy_by_hand():
     from types import SimpleNamespace
 
-    from training.distill.stage import majority_accuracy
+    from distillation.stage import majority_accuracy
 
     split = lambda labels: SimpleNamespace(features=SimpleNamespace(labels=labels))  # noqa: E731
     task = SimpleNamespace(train=split([2, 0, 2, 1, 2]), test=split([2, 1, 1, 2]))
@@ -124,7 +124,7 @@ def test_majority_accuracy_by_hand():
 def test_inference_clock_counts_one_threads_work_not_its_waits():
     import time
 
-    from training.distill.stage import inference_clock
+    from distillation.stage import inference_clock
 
     threads = torch.get_num_threads()
     try:

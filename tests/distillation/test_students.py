@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from bertfactory.errors import ConfigError, ContractError
-from training.distill.loop import DistilBertObjective, Teacher
-from training.distill.models import Projections, check_tokenizers, distilbert_student, narrow_student
-from training.distill.outputs import encoder_outputs
+from distillation.loop import DistilBertObjective, Teacher
+from distillation.models import Projections, check_tokenizers, distilbert_student, narrow_student
+from distillation.outputs import encoder_outputs
 from training.models.bert import BertConfig, BertForPreTraining
 
 CFG = BertConfig(vocab_size=30, hidden_size=16, num_layers=4, num_heads=2, intermediate_size=32,

@@ -9,7 +9,7 @@ from flows.recipe import load_recipe
 from training.describe import count_parameters
 
 ALL_CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
-# distill-*.yaml configure the distillation stage (training/distill/config.py), not a pipeline recipe
+# distill-*.yaml configure the distillation stage (distillation/config.py), not a pipeline recipe
 DISTILL_CONFIGS = [p for p in ALL_CONFIGS if p.stem.startswith("distill-")]
 CONFIGS = [p for p in ALL_CONFIGS if p not in DISTILL_CONFIGS]
 # full recipe -> (vocabulary its paper used, published size); None = no single published figure to hold it to
@@ -37,7 +37,7 @@ def test_every_recipe_validates_and_builds_on_the_meta_device(path):
 
 @pytest.mark.parametrize("path", DISTILL_CONFIGS, ids=[p.stem for p in DISTILL_CONFIGS])
 def test_every_distillation_config_validates(path):
-    from training.distill.stage import load_distill_config
+    from distillation.stage import load_distill_config
 
     assert load_distill_config(path).task
 

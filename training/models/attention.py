@@ -33,7 +33,7 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(hidden_size, hidden_size)
         self.value = nn.Linear(hidden_size, hidden_size)
         self.dropout = dropout
-        # opt-in (distillation, training/distill): when a list, every padded forward also appends its PRE-softmax
+        # opt-in (distillation/): when a list, every padded forward also appends its PRE-softmax
         # scores q.k/sqrt(d) [B, heads, T, T] (no mask applied) and attends through an explicit softmax instead of
         # SDPA — same outputs, slower; None (the default) keeps the fused SDPA path untouched
         self.score_sink: list[torch.Tensor] | None = None

@@ -78,7 +78,7 @@ class PrefectServer:
             "PREFECT_API_URL": self.api_url,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "PREFECT_UI_ENABLED": "false",
-            "PREFECT_LOGGING_EXTRA_LOGGERS": "preprocessing,training,evaluation,bertfactory,flows",
+            "PREFECT_LOGGING_EXTRA_LOGGERS": "preprocessing,training,evaluation,distillation,bertfactory,flows",
             # the scheduler fills upcoming runs of scheduled deployments every few seconds instead of every 60
             "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
         })
