@@ -28,7 +28,7 @@ from bertfactory.config import load_yaml, validate
 from bertfactory.errors import BertfactoryError
 
 from .config import RunnerConfig, SdkEnvironmentConfig
-from .worker_errors import recover_input_error
+from .worker_errors import quiet_user_errors, recover_input_error
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +109,9 @@ def run_pipeline(build, cfg: RunnerConfig, name: str) -> None:
     build(pipeline)
     logger.info("%s: running on %s (%s)", name, RUNNER_NAMES[cfg.preset], describe(cfg))
     try:
-        result = pipeline.run()
-        state = result.wait_until_finish()
+        with quiet_user_errors():  # the first user error comes out once, below, not as the workers' tracebacks
+            result = pipeline.run()
+            state = result.wait_until_finish()
     except BertfactoryError as err:
         clean = recover_input_error(err)
         raise (clean or err) from None

@@ -8,7 +8,8 @@ stream and read it line by line with a bound on how much of one line is ever hel
 Paths: local files and fsspec URLs (`file://`, `memory://`, `https://`, `gs://`, `s3://` — remote filesystems need
 their fsspec backend installed). Compression follows the extension: `.gz`, `.bz2`, `.xz`, `.zst`. File-level
 problems raise `InputError` naming the file: missing, 0 bytes, empty after decompression, compressed data under a
-name that says otherwise, corrupt or truncated compression (with how many lines were read), and a UTF-16/UTF-32
+name that says otherwise, corrupt or truncated compression (with how many lines were read: a `CorruptInput`, which
+the pipeline quarantines, sources.corrupt), and a UTF-16/UTF-32
 byte-order mark (these readers split lines on the byte 0x0A, which UTF-16 text does not have on its own).
 """
 
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from bertfactory.errors import InputError
+
+from .corrupt import CorruptInput
 
 _COMPRESSION_BY_SUFFIX = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd",
                           ".zstd": "zstd"}
@@ -149,8 +152,10 @@ class LineReader:
         try:
             return self.stream.readline(limit)
         except DECOMPRESSION_ERRORS as e:
-            raise InputError(f"{self.name}: corrupt or truncated compressed data after {self.lines_read} "
-                             f"{self.what} ({type(e).__name__}: {e})") from None
+            raise CorruptInput(f"{self.name}: corrupt or truncated compressed data after {self.lines_read} "
+                               f"{self.what} ({type(e).__name__}: {e})",
+                               reason="corrupt_compression", file=self.name, records_read=self.lines_read,
+                               offset=None) from None
 
     def __iter__(self) -> Iterator[Line]:
         offset = 0

@@ -30,8 +30,11 @@ Main-text extraction: `trafilatura_precision` (default: trafilatura with favor_p
 against newspaper4k's 23 gold texts, 0.964 vs 0.925 for trafilatura's defaults and 0.890 for resiliparse; see
 benchmarks/extraction.py and benchmarks/RESULTS.md) or `resiliparse` (main_content=True; ~10x faster, for when
 throughput matters more than boilerplate in the text).
-File-level problems (empty, not a WARC, corrupt/truncated gzip) raise `InputError` naming the file and how many
-records were read.
+File-level problems raise `InputError` naming the file: before the first record (missing, empty, not a WARC) a plain
+one; part way through (a corrupt or truncated gzip, framing that stops being WARC) a `CorruptInput` (sources.corrupt)
+with the byte offset and the records read, which the pipeline quarantines instead of ending the job.
+Line ends: `WARC/1.0` lines and header lines may end CR LF, LF or CR CR LF (warcio reads all three, and crawlers
+have written the last).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from bertfactory.config import StrictModel
 from bertfactory.errors import InputError
 
 from ..records import Document, Dropped, Quarantined
+from .corrupt import CorruptInput
 
 ExtractorName = Literal["trafilatura", "trafilatura_precision", "trafilatura_recall", "resiliparse",
                         "resiliparse_all"]
@@ -60,7 +64,7 @@ _BINARY_MAGIC = (b"\x89PNG", b"GIF8", b"\xff\xd8\xff", b"%PDF", b"PK\x03\x04", b
 _DATE_META = ("article:published_time", "og:published_time", "datepublished", "pubdate", "publishdate",
               "publish-date", "date", "dc.date.issued", "dc.date", "parsely-pub-date", "sailthru.date",
               "article.published", "published_time")
-_WARC_VERSION_LINE = re.compile(rb"^WARC/1\.[01]\r?\n$")
+_WARC_VERSION_LINE = re.compile(rb"^WARC/1\.[01]\r*\n$")
 
 
 class WarcOptions(StrictModel):
@@ -174,8 +178,20 @@ class _Stream:
         try:
             return fn()
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
-            raise InputError(f"{self.name}: corrupt or truncated gzip after {self.records} WARC records "
-                             f"({type(e).__name__}: {e})") from None
+            offset = self.compressed_offset()
+            at = f" (at byte {offset:,} of the file)" if offset is not None else ""
+            raise CorruptInput(f"{self.name}: corrupt or truncated gzip after {self.records} WARC records{at}: "
+                               f"{type(e).__name__}: {e}",
+                               reason="truncated_gzip" if isinstance(e, EOFError) else "corrupt_gzip",
+                               file=self.name, records_read=self.records, offset=offset) from None
+
+    def compressed_offset(self) -> int | None:
+        """Bytes of the file read so far (for a gzip file: compressed bytes, read ahead in small blocks)."""
+        inner = getattr(self.raw, "fileobj", self.raw)
+        try:
+            return inner.tell()
+        except (OSError, ValueError):
+            return None
 
     def readline(self) -> bytes:
         if self.pushed:
@@ -237,15 +253,18 @@ def _records(stream: _Stream, name: str, max_record_bytes: int) -> Iterator[tupl
     """(WARC headers, block, problem) per record; block None with a problem for a record that cannot be used."""
     while True:
         line = stream.readline()
-        while line in (b"\r\n", b"\n"):
+        while line and _is_blank(line):
             line = stream.readline()
         if not line:
             return
         if not _WARC_VERSION_LINE.match(line):
-            raise InputError(f"{name}: not a WARC file: expected a 'WARC/1.x' line after {stream.records} records, "
-                             f"got {line[:60]!r}")
+            offset = stream.compressed_offset()
+            near = f" near byte {offset:,} of the file" if offset is not None else ""
+            raise CorruptInput(f"{name}: not a WARC file after {stream.records} records: expected a 'WARC/1.x' line"
+                               f"{near}, got {line[:60]!r}", reason="bad_warc_framing",
+                               file=name, records_read=stream.records, offset=offset)
         header_lines = []
-        while (line := stream.readline()) not in (b"\r\n", b"\n", b""):
+        while (line := stream.readline()) and not _is_blank(line):
             header_lines.append(line.rstrip(b"\r\n"))
         headers = _parse_headers(header_lines)
         stream.records += 1
@@ -271,7 +290,7 @@ def _records(stream: _Stream, name: str, max_record_bytes: int) -> Iterator[tupl
             yield headers, block, None
             continue
         # Content-Length too long: the next record starts inside the block. Too short: the block goes on.
-        nxt = re.search(rb"\r\n\r\n(WARC/1\.[01]\r\n)", block + trailer)
+        nxt = re.search(rb"\r\n\r\n(WARC/1\.[01]\r*\n)", block + trailer)
         if nxt is not None:
             stream.push_back((block + trailer)[nxt.start(1):])
             yield headers, None, f"bad_length: Content-Length {length} runs {length + 4 - nxt.start(1)} bytes " \
@@ -280,6 +299,11 @@ def _records(stream: _Stream, name: str, max_record_bytes: int) -> Iterator[tupl
             stream.push_back(trailer)
             yield headers, None, f"bad_length: block of Content-Length {length} is not followed by CRLF CRLF"
             _resync(stream)
+
+
+def _is_blank(line: bytes) -> bool:
+    """A line holding only its line end (CR LF, LF, CR CR LF)."""
+    return not line.strip(b"\r\n")
 
 
 def _resync(stream: _Stream) -> None:

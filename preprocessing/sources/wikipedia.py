@@ -2,8 +2,10 @@
 
 The file is never loaded whole: `bz2.open` decompresses as `xml.etree.ElementTree.iterparse` reads, and each
 <page> element is cleared (and detached from the root) once yielded. A page whose fields are missing or
-malformed is yielded as a quarantine record, never dropped silently. A corrupt bz2 stream or broken XML stops
-the file with an InputError that names it and how far reading got.
+malformed is yielded as a quarantine record, never dropped silently. A corrupt or truncated bz2 stream or broken
+XML stops the file with a `CorruptInput` (an InputError; sources.corrupt) that names it, the byte offset and the
+pages read; the pipeline quarantines the file. A damaged bz2 block is reported as such even when its garbage
+reached the XML parser first.
 
     python -m preprocessing.sources.wikipedia DUMP.xml.bz2     # prints one line per page
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Iterator
 
 from bertfactory.errors import InputError
+
+from .corrupt import CorruptInput
 
 BZ2_MAGIC = b"BZh"
 _SNIFF_BYTES = 64 << 10
@@ -180,23 +184,50 @@ def iter_pages(path: Path, source: int = 0, display_name: str | None = None) -> 
     compressed = _is_bz2(path)
     stream = bz2.BZ2File(io.BufferedReader(counter, buffer_size=1 << 16)) if compressed else io.BufferedReader(counter)
     pages = 0
+    size = path.stat().st_size
     try:
         for record in page_records(stream, source, name):
             yield record
             pages += 1
     except (OSError, EOFError) as err:
-        raise InputError(
-            f"{name}: corrupt bz2 data after {counter.consumed:,} compressed bytes of {path.stat().st_size:,} "
-            f"({pages} pages read): {err}"
-        ) from None
+        raise _bz2_error(name, err, counter.consumed, size, pages) from None
     except ET.ParseError as err:
-        raise InputError(
+        if compressed:
+            # A damaged bz2 block decompresses to garbage before libbz2 checks the block's CRC at its end, so the
+            # XML parser usually trips first: read on to the CRC check (a bz2 block is < 1 MB compressed) and
+            # report the damaged stream, not "broken XML", when that is what it is.
+            bz2_err = _bz2_error_ahead(stream, counter, limit=2 << 20)
+            if bz2_err is not None:
+                raise _bz2_error(name, bz2_err, counter.consumed, size, pages) from None
+        raise CorruptInput(
             f"{name}: broken XML at line {err.position[0]}, column {err.position[1]} "
-            f"after {pages} pages ({counter.consumed:,} bytes of the file read): {err}"
+            f"after {pages} pages ({counter.consumed:,} bytes of the file read): {err}",
+            reason="broken_xml", file=name, records_read=pages, offset=counter.consumed,
         ) from None
     finally:
         stream.close()
         raw.close()
+
+
+def _bz2_error(name: str, err: Exception, consumed: int, size: int, pages: int) -> CorruptInput:
+    if isinstance(err, EOFError):
+        return CorruptInput(f"{name}: truncated bz2 data: the file ends ({size:,} bytes) before its bz2 "
+                            f"end-of-stream marker ({pages} pages read): {err}", reason="truncated_bz2", file=name,
+                            records_read=pages, offset=size)
+    return CorruptInput(f"{name}: corrupt bz2 data after {consumed:,} compressed bytes of {size:,} ({pages} pages "
+                        f"read): a damaged bz2 block ends before byte {consumed:,} ({err})", reason="corrupt_bz2",
+                        file=name, records_read=pages, offset=consumed)
+
+
+def _bz2_error_ahead(stream, counter: _CountingReader, limit: int) -> Exception | None:
+    """Decompress up to `limit` more compressed bytes; the bz2 error met on the way, else None."""
+    start = counter.consumed
+    try:
+        while counter.consumed - start < limit and stream.read(1 << 16):
+            pass
+    except (OSError, EOFError) as err:
+        return err
+    return None
 
 
 if __name__ == "__main__":

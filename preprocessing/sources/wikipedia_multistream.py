@@ -22,6 +22,7 @@ from typing import Iterator
 
 from bertfactory.errors import InputError
 
+from .corrupt import CorruptInput
 from .wikipedia import Page, Quarantined, page_records
 
 # Pages per stream in Wikimedia's dumps is 100; a chunk of 50 streams (~5,000 pages, tens of MB of wikitext)
@@ -125,17 +126,22 @@ def _end_of_last_page_stream(dump: Path, last_offset: int) -> int:
         return last_offset + consumed - len(decompressor.unused_data)
 
 
-def _decompress_streams(data: bytes, name: str, start: int) -> Iterator[bytes]:
-    """The decompressed bytes of consecutive bz2 streams, as they come."""
+def _decompress_streams(data: bytes, name: str, chunk: Chunk) -> Iterator[bytes]:
+    """The decompressed bytes of consecutive bz2 streams, as they come. A damaged stream is a CorruptInput at its
+    offset; none of the chunk's pages has been yielded then (the chunk is decompressed before it is parsed)."""
     position = 0
+    lost = f"the chunk's {chunk.pages} pages (from page {chunk.first_ordinal}) are not read"
     while position < len(data):
         decompressor = bz2.BZ2Decompressor()
+        offset = chunk.start + position
         try:
             yield decompressor.decompress(data[position:])
         except OSError as err:
-            raise InputError(f"{name}: corrupt bz2 stream at byte {start + position:,}: {err}") from None
+            raise CorruptInput(f"{name}: corrupt bz2 stream at byte {offset:,}: {err}; {lost}", reason="corrupt_bz2",
+                               file=name, records_read=chunk.first_ordinal, offset=offset) from None
         if not decompressor.eof:
-            raise InputError(f"{name}: the bz2 stream at byte {start + position:,} is truncated")
+            raise CorruptInput(f"{name}: the bz2 stream at byte {offset:,} is truncated; {lost}",
+                               reason="truncated_bz2", file=name, records_read=chunk.first_ordinal, offset=offset)
         position = len(data) - len(decompressor.unused_data)
 
 
@@ -145,15 +151,16 @@ def iter_chunk_pages(dump: Path, chunk: Chunk, source: int = 0, display_name: st
     with open(dump, "rb") as f:
         f.seek(chunk.start)
         data = f.read(chunk.end - chunk.start)
-    xml = io.BytesIO(b"<mediawiki>" + b"".join(_decompress_streams(data, name, chunk.start)) + b"</mediawiki>")
+    xml = io.BytesIO(b"<mediawiki>" + b"".join(_decompress_streams(data, name, chunk)) + b"</mediawiki>")
     ordinal = chunk.first_ordinal
     try:
         for record in page_records(xml, source, name, chunk.first_ordinal):
             yield record
             ordinal += 1
     except ET.ParseError as err:
-        raise InputError(f"{name}: broken XML in the streams at bytes {chunk.start:,}..{chunk.end:,} after "
-                         f"{ordinal - chunk.first_ordinal} pages of that chunk: {err}") from None
+        raise CorruptInput(f"{name}: broken XML in the streams at bytes {chunk.start:,}..{chunk.end:,} after "
+                           f"{ordinal - chunk.first_ordinal} pages of that chunk: {err}", reason="broken_xml",
+                           file=name, records_read=ordinal, offset=chunk.start) from None
     if ordinal - chunk.first_ordinal != chunk.pages:
         raise InputError(f"{name}: the streams at bytes {chunk.start:,}..{chunk.end:,} hold "
                          f"{ordinal - chunk.first_ordinal} pages, the multistream index says {chunk.pages}")
