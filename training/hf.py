@@ -12,8 +12,8 @@
   as `BertForPreTraining` initialises them (seeded) and listed in the returned `HfImport`. Other model types go to
   their module by config.json `model_type` (`IMPORTERS`: roberta / albert -> hf_layouts.py, electra ->
   hf_electra.py, xlnet -> hf_xlnet.py, xlm -> hf_xlm.py); exports of ELECTRA, XLNet and XLM checkpoints go by
-  `architecture` to hf_electra.py, hf_xlnet.py, hf_xlm.py. The shared pieces (seeded build, strict mapped load
-  with optional parts, the staged HF directory writer) live here.
+  `architecture` to hf_electra.py, hf_xlnet.py, hf_xlm.py. The pieces they all share (seeded build, strict mapped
+  load with optional parts, the staged HF directory writer) are training/hf_files.py.
 
 The encoder's parameter names are the same on both sides (`bert.*`); the heads map as
 `mlm_head.{dense,LayerNorm}` <-> `cls.predictions.transform.{dense,LayerNorm}`, `mlm_head.bias` <->
@@ -28,48 +28,26 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from bertfactory.errors import ContractError, InputError
-from bertfactory.io import atomic_write_json, publish_dir, read_json_file
-from bertfactory.tokens import role_tokens_of_file
+from bertfactory.io import read_json_file
 
-from .checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir,
-                         load_pretrained, load_weights, read_checkpoint_config, save_pretrained)
+from .checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, load_weights, read_checkpoint_config
+from .hf_files import (HF_BERT_FIELDS, HfImport, check_output_dir, finish_import, hf_tokenizer_config,
+                       hf_tokenizer_file, load_mapped, read_hf_weights, seeded, with_sentence_head, write_hf_dir)
 from .hf_layouts import choose_layout, encoder_config_problems, export_layout
 from .models.bert import BertConfig, BertForPreTraining, BertModel
 
 logger = logging.getLogger(__name__)
 
-HF_INDEX_FILE = "model.safetensors.index.json"
-HF_TORCH_FILE = "pytorch_model.bin"
-HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 SUPPORTED_ARCHITECTURES = ("BertModel", "BertForPreTraining", "BertForMaskedLM")
 SUPPORTED = (f"model_type 'bert', architectures {', '.join(SUPPORTED_ARCHITECTURES)}, hidden_act 'gelu', "
              "position_embedding_type 'absolute', tied MLM decoder, encoder only (no is_decoder / cross-attention)")
 
-# HF config key -> BertConfig field
-_HF_FIELDS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_hidden_layers": "num_layers",
-    "num_attention_heads": "num_heads",
-    "intermediate_size": "intermediate_size",
-    "max_position_embeddings": "max_position_embeddings",
-    "type_vocab_size": "type_vocab_size",
-    "hidden_dropout_prob": "hidden_dropout",
-    "attention_probs_dropout_prob": "attention_dropout",
-    "layer_norm_eps": "layer_norm_eps",
-    "initializer_range": "initializer_range",
-    "pad_token_id": "pad_token_id",
-}
 # our head parameter -> HF name (the encoder `bert.*` is named alike)
 _HEADS_TO_HF = {
     "mlm_head.dense.weight": "cls.predictions.transform.dense.weight",
@@ -109,13 +87,13 @@ def bert_config_from_hf(hf: Any, source: str = "config.json", treat_as: str | No
         "extra head)"))
     if problems:
         raise ContractError(f"{source}: {'; '.join(problems)}. Supported: {SUPPORTED}")
-    values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf and hf[theirs] is not None}
+    values = {ours: hf[theirs] for theirs, ours in HF_BERT_FIELDS.items() if theirs in hf and hf[theirs] is not None}
     return BertConfig.from_dict(values, source=source)
 
 
 def hf_config_from_bert(config: BertConfig) -> dict[str, Any]:
     """Our BertConfig -> a `transformers` BertConfig dict for `BertForPreTraining`."""
-    doc = {theirs: getattr(config, ours) for theirs, ours in _HF_FIELDS.items()}
+    doc = {theirs: getattr(config, ours) for theirs, ours in HF_BERT_FIELDS.items()}
     doc.update({
         "model_type": "bert",
         "architectures": ["BertForPreTraining"],
@@ -156,24 +134,13 @@ def _hf_encoder_name(name: str) -> str | None:
 # --------------------------------------------------------------------------------------------------- export
 
 
-def _check_out(out: Path, source: Path, overwrite: bool) -> None:
-    src, dst = source.resolve(), out.resolve()
-    if dst == src or dst in src.parents or src in dst.parents:
-        raise InputError(f"output {out} must not be, contain or lie inside the source {source}")
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise InputError(f"output directory {out} exists and is not empty; choose another path or pass --overwrite "
-                         "(it is then replaced as a whole)")
-
-
 def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False, layout: str | None = None) -> Path:
     """Write our model directory `model_dir` as a `transformers` directory `out` (staged, then published
     atomically) in `layout`: "bert" (BertForPreTraining), "roberta" (RobertaForMaskedLM) or "albert"
     (AlbertForPreTraining); None or "auto" chooses from the checkpoint (training/hf_layouts.py). The `training`
     provenance of config.json is not carried over."""
     model_dir, out = Path(model_dir), Path(out)
-    _check_out(out, model_dir, overwrite)
+    check_output_dir(out, model_dir, overwrite)
     if not model_dir.is_dir():
         raise ContractError(f"model directory {model_dir} does not exist")
     architecture = read_checkpoint_config(model_dir)["architecture"]
@@ -218,40 +185,6 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
     return out
 
 
-def hf_tokenizer_config(tokenizer_path: Path, special_ids: Mapping[str, int], max_length: int | None
-                        ) -> dict[str, Any]:
-    """tokenizer_config.json of an export: the fast tokenizer class and our special tokens under HF's names."""
-    special = {name: token for name, token in role_tokens_of_file(tokenizer_path).items() if name in special_ids}
-    doc: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
-    if max_length is not None:
-        doc["model_max_length"] = max_length
-    return {**doc, **{f"{name}_token": token for name, token in special.items()}}
-
-
-def write_hf_files(directory: Path, state: Mapping[str, torch.Tensor], hf_config: Mapping[str, Any],
-                   tokenizer_path: Path, tokenizer_config: Mapping[str, Any]) -> None:
-    """model.safetensors, tokenizer.json, config.json and tokenizer_config.json into `directory` (fsynced)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(dict(state), str(directory / MODEL_FILE), metadata={"format": "pt"})
-    shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
-    for name in (MODEL_FILE, TOKENIZER_FILE):
-        _fsync_file(directory / name)
-    atomic_write_json(directory / CONFIG_FILE, dict(hf_config))
-    atomic_write_json(directory / HF_TOKENIZER_CONFIG, dict(tokenizer_config))
-
-
-def write_hf_dir(out: Path, state: Mapping[str, torch.Tensor], hf_config: Mapping[str, Any], tokenizer_path: Path,
-                 tokenizer_config: Mapping[str, Any]) -> None:
-    """`write_hf_files` into a staging directory, then published as `out` atomically."""
-    staging = _staging_dir(out)
-    try:
-        write_hf_files(staging, state, hf_config, tokenizer_path, tokenizer_config)
-        publish_dir(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
 def _span_bert_as_masked_lm(model: torch.nn.Module, config: BertConfig) -> tuple[BertForPreTraining, BertConfig]:
     """SpanBERT has no transformers class (its published checkpoints are BERT's layout): its encoder and MLM head
     as a BertForPreTraining without a sentence head, exported as a masked LM; the span boundary head (SBO) has no
@@ -266,53 +199,6 @@ def _span_bert_as_masked_lm(model: torch.nn.Module, config: BertConfig) -> tuple
 
 
 # --------------------------------------------------------------------------------------------------- import
-
-
-@dataclass(frozen=True)
-class HfImport:
-    """What `import_from_hf` did: the directory written, the HF architecture it read, and the parts of our model
-    the HF checkpoint lacked (initialised as BertForPreTraining initialises them, with `seed`)."""
-
-    path: Path
-    architecture: str
-    initialised: tuple[str, ...] = field(default_factory=tuple)
-    seed: int = 0
-    dropped: tuple[str, ...] = field(default_factory=tuple)  # HF tensors left out (`drop`, or parts ours lacks)
-
-
-def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
-    single, index = directory / MODEL_FILE, directory / HF_INDEX_FILE
-    if single.is_file():
-        files = [single]
-    elif index.is_file():
-        doc = read_json_file(index, f"no {HF_INDEX_FILE} in {directory}")
-        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-        if not isinstance(weight_map, dict):
-            raise ContractError(f"{index}: field 'weight_map' is missing or not an object")
-        files = [directory / f for f in sorted(set(weight_map.values()))]
-    elif (directory / HF_TORCH_FILE).is_file():
-        # the pre-safetensors format: a pickle, read with weights_only=True so that it can hold tensors only
-        path = directory / HF_TORCH_FILE
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError... for bad files
-            raise ContractError(f"{path} is not a readable weights-only PyTorch state dict: {err}") from None
-        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-            raise ContractError(f"{path} does not hold a flat state dict of tensors")
-        return dict(state)
-    else:
-        found = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
-        raise ContractError(f"{directory} holds no {MODEL_FILE} (or {HF_INDEX_FILE}, or {HF_TORCH_FILE}). "
-                            f"Found: {found}")
-    state: dict[str, torch.Tensor] = {}
-    for path in files:
-        if not path.is_file():
-            raise ContractError(f"weights file {path} (named in {index}) does not exist")
-        try:
-            state.update(load_file(str(path)))
-        except (SafetensorError, OSError) as err:
-            raise ContractError(f"{path} is not a readable safetensors file: {err}") from None
-    return state
 
 
 def _ours_from_hf(hf_state: dict[str, torch.Tensor], source: Path,
@@ -354,65 +240,6 @@ def _ours_from_hf(hf_state: dict[str, torch.Tensor], source: Path,
     return ours, sorted(dropped)
 
 
-def _hf_tokenizer(hf_dir: Path) -> Path:
-    tokenizer_path = hf_dir / TOKENIZER_FILE
-    if not tokenizer_path.is_file():
-        raise ContractError(f"no {TOKENIZER_FILE} in {hf_dir}: our model directories need the fast-tokenizer file "
-                            "(write it with a transformers fast tokenizer's save_pretrained)")
-    return tokenizer_path
-
-
-def with_sentence_head(values: dict[str, Any], sentence_head: bool) -> dict[str, Any]:
-    """`values` plus BertConfig's `sentence_head` where our BertConfig has that field (a model without a
-    sentence-pair head, e.g. RoBERTa's, is then built without `nsp_head`)."""
-    if "sentence_head" in {f.name for f in dataclasses.fields(BertConfig)}:
-        return {**values, "sentence_head": sentence_head}
-    return values
-
-
-def seeded(build: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
-    """`build()` under torch seed `seed`, leaving the global RNG untouched."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build()
-
-
-def load_mapped(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path, source_config: Path,
-                optional: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """Load `state` (HF tensors under our names) into `model` (built seeded), strictly but for the parts in
-    `optional` (our name prefix -> what it is): a part the HF checkpoint lacks keeps its initialisation, a part
-    it has that `model` lacks (e.g. a pooler of a model built without one) is dropped. Returns (initialised parts,
-    dropped parts); refuses a part present in part, other missing or unexpected names and wrong shapes."""
-    expected = model.state_dict()
-    dropped = []
-    for prefix, part in optional.items():
-        extra = [k for k in state if k.startswith(prefix)]
-        if extra and not any(k.startswith(prefix) for k in expected):
-            dropped.append(part)
-            state = {k: v for k, v in state.items() if not k.startswith(prefix)}
-    unexpected = sorted(set(state) - set(expected))
-    absent = sorted(set(expected) - set(state))
-    required = [k for k in absent if not k.startswith(tuple(optional))]
-    if unexpected or required:
-        raise ContractError(f"{source}: weights do not match {source_config}: missing {required[:5]}, unexpected "
-                            f"{unexpected[:5]}")
-    wrong = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}" for k in state
-             if state[k].shape != expected[k].shape]
-    if wrong:
-        raise ContractError(f"{source}: tensor shapes do not match {source_config}: {'; '.join(wrong[:5])}")
-    initialised = []
-    for prefix, part in optional.items():
-        names = [k for k in expected if k.startswith(prefix)]
-        lacking = [k for k in names if k not in state]
-        if lacking and len(lacking) != len(names):
-            raise ContractError(f"{source}: the {part} is incomplete (missing {lacking}, has "
-                                f"{sorted(set(names) - set(lacking))})")
-        if lacking:
-            initialised.append(part)
-    model.load_state_dict({**expected, **{k: v.to(torch.float32) for k, v in state.items()}}, strict=True)
-    return initialised, dropped
-
-
 def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite: bool = False,
                    treat_as: str | None = None, drop: tuple[str, ...] = ()) -> HfImport:
     """Write a HF directory (config.json, safetensors or weights-only pytorch_model.bin weights, tokenizer.json)
@@ -426,7 +253,7 @@ def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite
     hf_dir, out = Path(hf_dir), Path(out)
     if not hf_dir.is_dir():
         raise InputError(f"Hugging Face directory {hf_dir} does not exist")
-    _check_out(out, hf_dir, overwrite)
+    check_output_dir(out, hf_dir, overwrite)
     config_path = hf_dir / CONFIG_FILE
     hf_config = read_json_file(config_path, f"no {CONFIG_FILE} in {hf_dir}; is this a Hugging Face model directory?")
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
@@ -438,8 +265,8 @@ def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite
         raise ContractError(f"{config_path}: model_type {model_type!r} cannot be imported. Supported: {SUPPORTED}; "
                             f"and model_type {', '.join(IMPORTERS)} (docs/checkpoints.md)")
     config = bert_config_from_hf(hf_config, source=str(config_path), treat_as=treat_as)
-    tokenizer_path = _hf_tokenizer(hf_dir)
-    state, dropped = _ours_from_hf(_read_hf_weights(hf_dir), hf_dir, tuple(drop))
+    tokenizer_path = hf_tokenizer_file(hf_dir)
+    state, dropped = _ours_from_hf(read_hf_weights(hf_dir), hf_dir, tuple(drop))
     model = seeded(lambda: BertForPreTraining(config), seed)
     initialised, _ = load_mapped(model, state, hf_dir, config_path, _OPTIONAL_PARTS)
     archs = hf_config.get("architectures") or []
@@ -450,24 +277,13 @@ def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite
                          tuple(dropped))
 
 
-def finish_import(model: torch.nn.Module, config: Any, tokenizer_path: Path, out: Path, hf_dir: Path,
-                  architecture: str, initialised: list[str], seed: int, dropped: tuple[str, ...] = ()) -> HfImport:
-    """Log what was initialised, write our model directory `out`, and say what was done."""
-    if initialised:
-        logger.warning("%s (%s) has no %s: initialised as our %s does (seed %d); train them before relying on "
-                       "them", hf_dir, architecture, ", ".join(initialised), type(model).__name__, seed)
-    save_pretrained(model, config, tokenizer_path, out)
-    return HfImport(path=out, architecture=architecture, initialised=tuple(initialised), seed=seed,
-                    dropped=dropped)
-
-
 def _import_bert_layout(hf_dir: Path, out: Path, hf_config: dict[str, Any], seed: int) -> HfImport:
     """model_type roberta / albert: names and config through training/hf_layouts.py, then as BERT."""
     from .hf_layouts import import_layout
 
     config_path = hf_dir / CONFIG_FILE
-    tokenizer_path = _hf_tokenizer(hf_dir)
-    config, state, notes = import_layout(hf_config, _read_hf_weights(hf_dir), str(config_path))
+    tokenizer_path = hf_tokenizer_file(hf_dir)
+    config, state, notes = import_layout(hf_config, read_hf_weights(hf_dir), str(config_path))
     model = seeded(lambda: BertForPreTraining(config), seed)
     initialised, dropped = load_mapped(model, state, hf_dir, config_path, _OPTIONAL_PARTS)
     archs = hf_config.get("architectures") or []

@@ -32,7 +32,8 @@ from bertfactory.errors import ContractError
 from bertfactory.io import publish_dir
 
 from .checkpoint import CONFIG_FILE, _staging_dir, load_pretrained, read_checkpoint_config
-from .hf import _check_out, hf_tokenizer_config, write_hf_files
+from .hf_files import (HF_BERT_FIELDS, check_output_dir, finish_import, hf_tokenizer_config, hf_tokenizer_file,
+                       load_mapped, read_hf_weights, seeded, with_sentence_head, write_hf_files)
 from .hf_layouts import encoder_config_problems
 from .models.bert import BertConfig
 from .models.electra import ElectraConfig, ElectraForPreTraining
@@ -122,7 +123,7 @@ def export_electra_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool
     if layout not in (None, "auto", "electra"):
         raise ContractError(f"{model_dir / CONFIG_FILE}: an ELECTRA checkpoint exports only as layout 'electra' "
                             f"(got {layout!r})")
-    _check_out(out, model_dir, overwrite)
+    check_output_dir(out, model_dir, overwrite)
     model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
     if not isinstance(model, ElectraForPreTraining):
         raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not ELECTRA")
@@ -160,7 +161,6 @@ _OPTIONAL = {"discriminator.pooler.": "discriminator pooler", "discriminator_hea
 def electra_side_values(hf: Any, source: str, architectures: tuple[str, ...]) -> dict[str, Any]:
     """One side's transformers ElectraConfig dict -> our BertConfig fields; refuses what our encoder does not
     compute, naming the key."""
-    from .hf import _HF_FIELDS
 
     if not isinstance(hf, dict):
         raise ContractError(f"{source}: expected a JSON object, got {type(hf).__name__}")
@@ -170,7 +170,7 @@ def electra_side_values(hf: Any, source: str, architectures: tuple[str, ...]) ->
     problems += encoder_config_problems(hf, architectures, hint=f" here (expected {', '.join(architectures)})")
     if problems:
         raise ContractError(f"{source}: cannot import as ELECTRA: {'; '.join(problems)}")
-    values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf and hf[theirs] is not None}
+    values = {ours: hf[theirs] for theirs, ours in HF_BERT_FIELDS.items() if theirs in hf and hf[theirs] is not None}
     embedding = hf.get("embedding_size", hf["hidden_size"])
     values["embedding_size"] = None if embedding == hf["hidden_size"] else embedding
     return values
@@ -216,17 +216,16 @@ def import_electra_from_hf(hf_dir: Path, out: Path, hf_config: dict[str, Any], s
       initialised (seeded) and reported;
     - an ElectraForMaskedLM alone (a generator) -> our BertForPreTraining (a masked LM with factorised
       embeddings; no sentence head)."""
-    from .hf import _hf_tokenizer, _read_hf_weights, finish_import, load_mapped, seeded, with_sentence_head
     from .models.bert import BertForPreTraining
 
     config_path = hf_dir / CONFIG_FILE
-    tokenizer_path = _hf_tokenizer(hf_dir)
+    tokenizer_path = hf_tokenizer_file(hf_dir)
     archs = hf_config.get("architectures") or []
     if archs == ["ElectraForMaskedLM"]:
         values = with_sentence_head(electra_side_values(hf_config, str(config_path), GENERATOR_ARCHITECTURES), False)
         config = BertConfig.from_dict(values, source=str(config_path))
         heads = {"mlm_head" + k[len("generator_head"):]: v for k, v in _GENERATOR_IMPORT.items()}
-        state = _side_state(_prefixed(_read_hf_weights(hf_dir)), "bert.", heads, hf_dir)
+        state = _side_state(_prefixed(read_hf_weights(hf_dir)), "bert.", heads, hf_dir)
         _check_tied(state, hf_dir, "bert.")
         model = seeded(lambda: BertForPreTraining(config), seed)
         initialised, dropped = load_mapped(model, state, hf_dir, config_path,
@@ -234,7 +233,7 @@ def import_electra_from_hf(hf_dir: Path, out: Path, hf_config: dict[str, Any], s
         return finish_import(model, config, tokenizer_path, out, hf_dir, "ElectraForMaskedLM", initialised, seed,
                              tuple(dropped))
     values = electra_side_values(hf_config, str(config_path), DISCRIMINATOR_ARCHITECTURES)
-    state = _side_state(_prefixed(_read_hf_weights(hf_dir)), "discriminator.", _DISCRIMINATOR_HEAD, hf_dir)
+    state = _side_state(_prefixed(read_hf_weights(hf_dir)), "discriminator.", _DISCRIMINATOR_HEAD, hf_dir)
     generator_dir = hf_dir / GENERATOR_DIR
     electra: dict[str, Any] = {}
     architecture = archs[0] if archs else "ELECTRA (no 'architectures' in config.json)"
@@ -245,7 +244,7 @@ def import_electra_from_hf(hf_dir: Path, out: Path, hf_config: dict[str, Any], s
         generator_values = electra_side_values(read_json_file(generator_path, f"no {CONFIG_FILE} in {generator_dir}"),
                                                str(generator_path), GENERATOR_ARCHITECTURES)
         electra["generator_size"] = generator_values["hidden_size"] / values["hidden_size"]
-        generator = _side_state(_prefixed(_read_hf_weights(generator_dir)), "generator.", _GENERATOR_IMPORT,
+        generator = _side_state(_prefixed(read_hf_weights(generator_dir)), "generator.", _GENERATOR_IMPORT,
                                 generator_dir)
         _check_tied(generator, generator_dir, "generator.")
         for name in [k for k in generator if k.startswith("generator.embeddings.")]:

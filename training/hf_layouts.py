@@ -35,6 +35,7 @@ import torch
 
 from bertfactory.errors import ContractError
 
+from .hf_files import HF_BERT_FIELDS, with_sentence_head
 from .models.bert import BertConfig
 
 LAYOUTS = ("bert", "roberta", "albert")
@@ -231,7 +232,6 @@ def import_layout(hf: Mapping[str, Any], hf_state: Mapping[str, torch.Tensor], s
     AlbertForMaskedLM / AlbertModel) config.json and state dict -> (our BertConfig, the tensors under our
     BertForPreTraining names, notes on HF tensors left out). The inverse of `export_layout`; refuses what our
     encoder cannot compute, naming the config key or tensor."""
-    from .hf import _HF_FIELDS, with_sentence_head  # training/hf.py imports this module
 
     model_type = hf.get("model_type")
     architectures = ROBERTA_ARCHITECTURES if model_type == "roberta" else ALBERT_ARCHITECTURES
@@ -251,7 +251,7 @@ def import_layout(hf: Mapping[str, Any], hf_state: Mapping[str, torch.Tensor], s
     if problems:
         raise ContractError(f"{source}: cannot import as {model_type}: {'; '.join(problems)}. Supported: "
                             f"{', '.join(architectures)} with hidden_act 'gelu', absolute positions, tied decoder")
-    values = {ours: hf[theirs] for theirs, ours in _HF_FIELDS.items() if theirs in hf and hf[theirs] is not None}
+    values = {ours: hf[theirs] for theirs, ours in HF_BERT_FIELDS.items() if theirs in hf and hf[theirs] is not None}
     values["pad_token_id"] = pad
     if model_type == "roberta":
         values["max_position_embeddings"] = hf["max_position_embeddings"] - pad - 1

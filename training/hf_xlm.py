@@ -43,8 +43,8 @@ import torch
 from bertfactory.errors import ContractError
 
 from .checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, read_checkpoint_config
-from .hf import (HfImport, _check_out, _hf_tokenizer, _read_hf_weights, finish_import, hf_tokenizer_config,
-                 load_mapped, seeded, write_hf_dir)
+from .hf_files import (HfImport, check_output_dir, finish_import, hf_tokenizer_config, hf_tokenizer_file,
+                       load_mapped, read_hf_weights, seeded, write_hf_dir)
 from .models.xlm import XlmConfig, XlmForPreTraining
 
 logger = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def export_xlm_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = F
     """Write our XLM model directory's encoder as a transformers XLMModel directory `out` (layout 'xlm-encoder';
     'xlm' / auto is refused, see the module docstring)."""
     model_dir, out = Path(model_dir), Path(out)
-    _check_out(out, model_dir, overwrite)
+    check_output_dir(out, model_dir, overwrite)
     model, config, tokenizer_path = load_pretrained(model_dir)
     if not isinstance(model, XlmForPreTraining):
         raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not XLM")
@@ -228,8 +228,8 @@ def import_xlm_from_hf(hf_dir: Path, out: Path, hf_config: Mapping[str, Any], se
     encoder exact; MLM head and pooler initialised from torch seed `seed`)."""
     config_path = hf_dir / CONFIG_FILE
     config = xlm_config_from_hf(hf_config, str(config_path))
-    tokenizer_path = _hf_tokenizer(hf_dir)
-    state, dropped = _ours_from_hf(_read_hf_weights(hf_dir), config, hf_dir)
+    tokenizer_path = hf_tokenizer_file(hf_dir)
+    state, dropped = _ours_from_hf(read_hf_weights(hf_dir), config, hf_dir)
     model = seeded(lambda: XlmForPreTraining(config), seed)
     initialised, _ = load_mapped(model, state, hf_dir, config_path, {"bert.pooler.": "pooler", "mlm_head.": "MLM head"})
     if hf_config.get("causal"):

@@ -39,8 +39,8 @@ import torch
 from bertfactory.errors import ContractError
 
 from .checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, read_checkpoint_config
-from .hf import (HfImport, _check_out, _hf_tokenizer, _read_hf_weights, finish_import, hf_tokenizer_config,
-                 load_mapped, seeded, write_hf_dir)
+from .hf_files import (HfImport, check_output_dir, finish_import, hf_tokenizer_config, hf_tokenizer_file,
+                       load_mapped, read_hf_weights, seeded, write_hf_dir)
 from .models.xlnet import XLNetConfig, XLNetForPretraining
 
 logger = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def export_xlnet_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool =
     if layout not in (None, "auto", "xlnet"):
         raise ContractError(f"{model_dir / CONFIG_FILE}: an XLNet checkpoint exports only as layout 'xlnet' "
                             f"(got {layout!r})")
-    _check_out(out, model_dir, overwrite)
+    check_output_dir(out, model_dir, overwrite)
     model, config, tokenizer_path = load_pretrained(model_dir)
     if not isinstance(model, XLNetForPretraining):
         raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not XLNet")
@@ -226,8 +226,8 @@ def import_xlnet_from_hf(hf_dir: Path, out: Path, hf_config: Mapping[str, Any], 
     checkpoint lacks (the pooler always; the LM bias for XLNetModel) are initialised from torch seed `seed`."""
     config_path = hf_dir / CONFIG_FILE
     config = xlnet_config_from_hf(hf_config, str(config_path))
-    tokenizer_path = _hf_tokenizer(hf_dir)
-    state = _ours_from_hf(_read_hf_weights(hf_dir), config, hf_dir)
+    tokenizer_path = hf_tokenizer_file(hf_dir)
+    state = _ours_from_hf(read_hf_weights(hf_dir), config, hf_dir)
     model = seeded(lambda: XLNetForPretraining(config), seed)
     initialised, _ = load_mapped(model, state, hf_dir, config_path, {_POOLER: "pooler", "lm_bias": "LM bias"})
     archs = hf_config.get("architectures") or ["XLNet (no 'architectures' in config.json)"]
