@@ -69,6 +69,9 @@ class TaskDataInfo(_Strict):
     label_counts: dict[Literal["train", "dev", "test"], dict[str, int]] | None = Field(
         None, description="classification: examples per label name; tagging: words per tag")
     dropped: dict[str, int] = Field(description="examples not used, by reason (e.g. zero_valence)")
+    suspicious_labels: dict[str, int] | None = Field(
+        None, description="user task files whose label set was inferred: labels with fewer than 5 % of the most "
+                          "frequent label's training examples (typos?), label -> examples")
     truncated: dict[Literal["train", "dev", "test"], int] = Field(
         default_factory=dict, description="inputs cut by max_seq_len (tagging: words left without a prediction)")
 

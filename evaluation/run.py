@@ -183,6 +183,7 @@ def data_info(data: TaskData, task: PreparedTask) -> dict:
     info = {"source_path": str(source.get("path", "")), "source_sha256": str(source.get("sha256", "")),
             "lines": int(source.get("lines", 0)), "split_method": data.split_method, "sizes": data.sizes(),
             "label_names": list(data.label_names), "dropped": dict(data.dropped),
+            "suspicious_labels": dict(data.suspicious_labels) or None,
             "truncated": {s: getattr(task, s).features.truncated for s in ("train", "dev", "test")}}
     if data.task_type in CLASSIFICATION_TYPES or data.task_type == "tagging":
         counts = {}

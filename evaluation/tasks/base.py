@@ -91,6 +91,7 @@ class TaskData:
     source: dict[str, Any]  # path, sha256, lines
     split_method: str
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    suspicious_labels: dict[str, int] = field(default_factory=dict)  # rare label -> training examples (see files.py)
     task_type: str = "classification"  # one of TASK_TYPES
     language: str = "en"  # ISO 639 code of the text (cross-lingual transfer evaluates on other languages)
 

@@ -10,7 +10,11 @@ file only -> 90/10 train/dev; both -> all of `path` is train. The key (`split_se
   "context" (squad).
 Labels: `label_names` fixes the label set (a label outside it is an error naming the file, line and value);
 without it the set is what the training file (`path`) uses — integers in numeric order, else sorted text, BIO tags
-as `O, B-x, I-x, ...` — and a dev/test label outside that set is an error too.
+as `O, B-x, I-x, ...` — and a dev/test label outside that set is an error too. A record of a table whose label is
+missing (empty, JSON null, NaN, `null`, `n/a`, ...: tabular.MISSING_LABELS) is dropped and counted
+(`dropped.missing_label`, with a warning naming the lines). Without `label_names`, a label with fewer than 5 % of
+the most frequent label's training examples (RARE_LABEL_FRACTION) is kept but warned about and listed in
+`TaskData.suspicious_labels` (results.json: `data.suspicious_labels`): typically a typo such as `maybe`.
 
     data = load_task_file(Path("reviews.csv"), "classification", text_column="review", label_column="stars")
     data = load_task_file(Path("train.conll"), "tagging", dev_path=Path("dev.conll"), test_path=Path("test.conll"))
@@ -18,6 +22,8 @@ as `O, B-x, I-x, ...` — and a dev/test label outside that set is an error too.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,9 +33,14 @@ from .base import TASK_TYPES, AnyExample, TaggingExample, TaskData
 from .conll import bio_label_set, read_conll, tag_ids
 from .reading import SPLIT_PLANS, LabelSet, assign_splits, describe_sources, plan_description, require_filled
 from .squad import read_squad, usable_for_training
-from .tabular import Columns, build_examples, check_columns, label_value, read_records
+from .tabular import Columns, Records, build_examples, check_columns, is_missing_label, label_value, read_records
+
+logger = logging.getLogger(__name__)
 
 SQUAD_SPLIT_KEYS = ("title", "id", "context")
+# A label with fewer examples than this fraction of the most frequent label's is reported as suspicious (kept as a
+# class; warned about in the log and listed in results.json) when the label set is inferred from the file.
+RARE_LABEL_FRACTION = 0.05
 
 
 def _plan(dev_path: Path | None, test_path: Path | None) -> str:
@@ -59,24 +70,61 @@ def _too_few_labels(path: Path, found: Sequence[str]) -> InputError:
                       "pass label_names to fix the label set")
 
 
+def _without_missing_labels(records: Records, column: str, label_names: Sequence[str] | None) -> tuple[Records, int]:
+    """The records whose label is a label (not empty / NaN / null), and how many were not; logged naming lines."""
+    kept, missing = [], []
+    for lineno, row in records.rows:
+        if column in row and is_missing_label(label_value(records, lineno, row, column), label_names):
+            missing.append(lineno)
+        else:
+            kept.append((lineno, row))
+    if missing:
+        lines = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        logger.warning("%s: %d example(s) with no label (empty, NaN or null in column %r; line(s) %s) dropped "
+                       "(counted as dropped.missing_label)", records.path, len(missing), column, lines)
+    return Records(records.path, records.columns, tuple(kept)), len(missing)
+
+
+def suspicious_labels(counts: Counter) -> dict[str, int]:
+    """Labels with fewer than RARE_LABEL_FRACTION of the most frequent label's examples: in a file whose label set
+    was inferred, these are often typos or stray values (`maybe` among 150 `pos` and 150 `neg`)."""
+    most = max(counts.values(), default=0)
+    return {label: n for label, n in sorted(counts.items()) if n < RARE_LABEL_FRACTION * most}
+
+
 def _table_items(paths: dict[str, Path], task_type: str, columns: Columns, label_names: Sequence[str] | None,
-                 split_key: str | None) -> tuple[dict[str, list], tuple[str, ...]]:
+                 split_key: str | None, dropped: dict[str, int]
+                 ) -> tuple[dict[str, list], tuple[str, ...], dict[str, int]]:
+    """-> (split -> [(split key, example)], label names, suspicious labels of the training file)."""
     records = {split: read_records(p) for split, p in paths.items()}
     for r in records.values():
         check_columns(r, task_type, columns, split_key)
     labels = None
+    suspicious: dict[str, int] = {}
     if task_type in ("classification", "pair-classification"):
-        train = records["train"]
         column = columns.label or "label"
+        missing = 0
+        for split, r in records.items():
+            records[split], n = _without_missing_labels(r, column, label_names)
+            missing += n
+        if missing:
+            dropped["missing_label"] = missing
+        train = records["train"]
         if label_names is not None:
             labels = LabelSet(tuple(label_names))
         else:
-            found = {label_value(train, n, row, column) for n, row in train.rows}
-            if len(found) < 2:
-                raise _too_few_labels(train.path, sorted(found))
-            labels = LabelSet.infer(found)
+            counts = Counter(label_value(train, n, row, column) for n, row in train.rows)
+            if len(counts) < 2:
+                raise _too_few_labels(train.path, sorted(counts))
+            labels = LabelSet.infer(set(counts))
+            suspicious = suspicious_labels(counts)
+            for label, n in suspicious.items():
+                logger.warning("%s: label %r has only %d example(s), against %d of the most frequent label: a typo "
+                               "or a stray value? It is kept as a class (results.json: data.suspicious_labels); give "
+                               "label_names (--label-names) to fix the label set", train.path, label, n,
+                               max(counts.values()))
     items = {split: build_examples(r, task_type, columns, labels, split_key) for split, r in records.items()}
-    return items, labels.names if labels else ()
+    return items, labels.names if labels else (), suspicious
 
 
 def _tagging_items(paths: dict[str, Path], label_names: Sequence[str] | None,
@@ -110,6 +158,7 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
     paths.update({split: Path(p) for split, p in (("dev", dev_path), ("test", test_path)) if p is not None})
     plan = _plan(paths.get("dev"), paths.get("test"))
     dropped: dict[str, int] = {}
+    suspicious: dict[str, int] = {}
     source_extra: dict = {}
     if task_type == "tagging":
         items, names = _tagging_items(paths, label_names, split_seed_key)
@@ -127,7 +176,7 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
         dropped["answer_start_mismatch"] = sum(f.mismatched for f in parsed.values())
     else:
         columns = Columns(text_column, text_b_column, label_column)
-        items, names = _table_items(paths, task_type, columns, label_names, split_seed_key)
+        items, names, suspicious = _table_items(paths, task_type, columns, label_names, split_seed_key, dropped)
         key_what = (f"the {split_seed_key!r} column" if split_seed_key else
                     "the id column, else the text(s)")
     if task_type != "squad":
@@ -155,6 +204,7 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
         source=source,
         split_method=_split_method(plan, key_what, paths.get("dev"), paths.get("test")),
         dropped=dropped,
+        suspicious_labels=suspicious,
         task_type=task_type,
         language=language,
     )

@@ -12,6 +12,8 @@ Columns (defaults; `Columns` overrides the names):
 - multiple-choice: `question`, the options (`options`, a JSON list, in JSONL; columns `option0`, `option1`, ...
   in TSV/CSV), `label` (the option's 0-based index or its letter A, B, ...) and an optional `context` (passage).
 An `id` column, when present, gives the example ids (which must be unique); otherwise `<file stem>-<line>`.
+A classification label that is empty, JSON null / NaN, or a "no value" spelling (MISSING_LABELS) is missing:
+files.load_task_file drops such records and counts them (`dropped.missing_label`).
 
     records = read_records(Path("train.jsonl"))
     examples = build_examples(records, "classification", Columns(text="review"), labels)
@@ -23,6 +25,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,10 @@ from bertfactory.errors import InputError
 
 from .base import AnyExample, ChoiceExample, Example, RegressionExample
 from .reading import LabelSet, read_text, split_lines
+
+# Labels that mean "no label": what pandas writes for NaN/None/NA and spreadsheets for an empty or #N/A cell.
+# ("none" and "na" are not here: they are real class names in some tasks.)
+MISSING_LABELS = frozenset({"nan", "-nan", "null", "n/a", "#n/a", "<na>"})
 
 TABLE_SUFFIXES = {".tsv": "tsv", ".tab": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
@@ -143,12 +150,23 @@ def text_value(records: Records, lineno: int, row: dict, name: str, role: str) -
 
 
 def label_value(records: Records, lineno: int, row: dict, name: str) -> str:
+    """The label as text; '' for a JSON null or NaN (a missing label, see is_missing_label)."""
     value = _value(records, lineno, row, name, "label")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
     if isinstance(value, bool):  # JSON true/false, spelled as in the file
         return "true" if value else "false"
     if isinstance(value, int) or isinstance(value, str):
         return str(value).strip()
     raise InputError(f"{records.path}:{lineno}: label {value!r} in {name!r} must be a string or an integer")
+
+
+def is_missing_label(label: str, label_names: Sequence[str] | None = None) -> bool:
+    """Whether a classification label is a missing value rather than a class: empty, or a spelling that
+    spreadsheets and pandas write for "no value" (MISSING_LABELS, any case) unless `label_names` lists it."""
+    if not label.strip():
+        return True
+    return label.strip().lower() in MISSING_LABELS and (label_names is None or label not in label_names)
 
 
 def number_value(records: Records, lineno: int, row: dict, name: str) -> float:
