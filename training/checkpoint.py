@@ -146,7 +146,8 @@ def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
         )
     if not isinstance(doc.get("architecture"), str):
         raise ContractError(f"{path}: field 'architecture' is missing or not a string")
-    get_architecture(doc["architecture"], source=f"{path} field 'architecture'")
+    # a former name (e.g. XLNetForPretraining) reads as today's, so comparisons with an objective's architecture hold
+    doc["architecture"] = get_architecture(doc["architecture"], source=f"{path} field 'architecture'").name
     for field in ("model", "tokenizer"):
         if not isinstance(doc.get(field), dict):
             raise ContractError(f"{path}: field '{field}' is missing or not an object")

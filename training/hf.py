@@ -148,7 +148,7 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
         from .hf_electra import export_electra_to_hf
 
         return export_electra_to_hf(model_dir, out, overwrite, layout)
-    if architecture == "XLNetForPretraining":
+    if architecture == "XLNetForPreTraining":
         from .hf_xlnet import export_xlnet_to_hf
 
         return export_xlnet_to_hf(model_dir, out, overwrite, layout)
@@ -159,7 +159,7 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
     if architecture not in ("BertForPreTraining", "SpanBertForPreTraining"):
         raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {architecture!r} has no transformers export "
                             "(exported: BertForPreTraining, SpanBertForPreTraining, ElectraForPreTraining, "
-                            "XLNetForPretraining, XlmForPreTraining)")
+                            "XLNetForPreTraining, XlmForPreTraining)")
     model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
     if architecture == "SpanBertForPreTraining":
         model, config = _span_bert_as_masked_lm(model, config)

@@ -1,9 +1,9 @@
 """XLNet <-> transformers (`XLNetLMHeadModel` / `XLNetModel`), both ways; no `transformers` import (config.json keys,
 names and shapes only). `training.hf.export_to_hf` dispatches here for checkpoints of architecture
-XLNetForPretraining, `training.hf.import_from_hf` for config.json model_type xlnet.
+XLNetForPreTraining, `training.hf.import_from_hf` for config.json model_type xlnet.
 
     export_xlnet_to_hf(RUN / "pretrain/final", "out/xlnet-hf")     # -> XLNetLMHeadModel directory
-    import_xlnet_from_hf("some/xlnet-hf", "out/ours")              # -> our XLNetForPretraining directory
+    import_xlnet_from_hf("some/xlnet-hf", "out/ours")              # -> our XLNetForPreTraining directory
 
 Names (ours `transformer.layer.{i}.` <-> HF `transformer.layer.{i}.`): HF keeps every projection as one
 [d_model, n_head, d_head] tensor, ours as nn.Linear [n_head * d_head, d_model]: q, k, v, r (positions) are our
@@ -41,7 +41,7 @@ from bertfactory.errors import ContractError
 from .checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, read_checkpoint_config
 from .hf_files import (HfImport, check_output_dir, finish_import, hf_tokenizer_config, hf_tokenizer_file,
                        load_mapped, read_hf_weights, seeded, write_hf_dir)
-from .models.xlnet import XLNetConfig, XLNetForPretraining
+from .models.xlnet import XLNetConfig, XLNetForPreTraining
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +134,8 @@ def xlnet_config_from_hf(hf: Mapping[str, Any], source: str) -> XLNetConfig:
 # ----------------------------------------------------------------------------------------------------- export
 
 
-def xlnet_hf_state(model: XLNetForPretraining, source: str) -> dict[str, torch.Tensor]:
-    """Our XLNetForPretraining state -> XLNetLMHeadModel names (fp32, contiguous); the pooler is left out; refuses
+def xlnet_hf_state(model: XLNetForPreTraining, source: str) -> dict[str, torch.Tensor]:
+    """Our XLNetForPreTraining state -> XLNetLMHeadModel names (fp32, contiguous); the pooler is left out; refuses
     any tensor it has no name for."""
     config = model.config
     d, n = config.hidden_size, config.num_heads
@@ -167,7 +167,7 @@ def export_xlnet_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool =
                             f"(got {layout!r})")
     check_output_dir(out, model_dir, overwrite)
     model, config, tokenizer_path = load_pretrained(model_dir)
-    if not isinstance(model, XLNetForPretraining):
+    if not isinstance(model, XLNetForPreTraining):
         raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not XLNet")
     state = xlnet_hf_state(model, str(model_dir / MODEL_FILE))
     if config.attention_dropout != config.dropout:
@@ -222,13 +222,13 @@ def _ours_from_hf(hf_state: Mapping[str, torch.Tensor], config: XLNetConfig, sou
 
 
 def import_xlnet_from_hf(hf_dir: Path, out: Path, hf_config: Mapping[str, Any], seed: int = 0) -> HfImport:
-    """A transformers XLNetLMHeadModel / XLNetModel directory -> our XLNetForPretraining directory `out`. Parts the
+    """A transformers XLNetLMHeadModel / XLNetModel directory -> our XLNetForPreTraining directory `out`. Parts the
     checkpoint lacks (the pooler always; the LM bias for XLNetModel) are initialised from torch seed `seed`."""
     config_path = hf_dir / CONFIG_FILE
     config = xlnet_config_from_hf(hf_config, str(config_path))
     tokenizer_path = hf_tokenizer_file(hf_dir)
     state = _ours_from_hf(read_hf_weights(hf_dir), config, hf_dir)
-    model = seeded(lambda: XLNetForPretraining(config), seed)
+    model = seeded(lambda: XLNetForPreTraining(config), seed)
     initialised, _ = load_mapped(model, state, hf_dir, config_path, {_POOLER: "pooler", "lm_bias": "LM bias"})
     archs = hf_config.get("architectures") or ["XLNet (no 'architectures' in config.json)"]
     return finish_import(model, config, tokenizer_path, out, hf_dir, archs[0], initialised, seed)

@@ -1,5 +1,5 @@
 """XLNet <-> transformers (training/hf_xlnet.py): a transformers XLNetLMHeadModel built offline from a config and
-our XLNetForPretraining compute the same logits to 1e-5 (fp32, eval mode) in both directions, for the content
+our XLNetForPreTraining compute the same logits to 1e-5 (fp32, eval mode) in both directions, for the content
 stream and for the two-stream permutation LM (perm_mask + target_mapping); both round trips are bit-exact."""
 
 import pytest
@@ -11,7 +11,7 @@ from bertfactory.errors import ContractError
 from flows.cli import main
 from training.checkpoint import load_pretrained, save_pretrained
 from training.hf import export_to_hf, import_from_hf
-from training.models.xlnet import (XLNetConfig, XLNetForPretraining, permutation_masks, prediction_targets,
+from training.models.xlnet import (XLNetConfig, XLNetForPreTraining, permutation_masks, prediction_targets,
                                    sample_factorisation_order)
 
 from .conftest import write_tokenizer
@@ -27,7 +27,7 @@ def _hf_model(cls="XLNetLMHeadModel"):
     return randomised(getattr(transformers, cls)(config))
 
 
-def _logits_both_ways(ours: XLNetForPretraining, hf, seed: int = 3):
+def _logits_both_ways(ours: XLNetForPreTraining, hf, seed: int = 3):
     """(max |diff| content-stream logits, max |diff| two-stream logits at the prediction targets, |logits| max)."""
     ids, types, mask = batch()
     with torch.no_grad():
@@ -68,7 +68,7 @@ def test_export_of_ours_parity_and_round_trip(tmp_path):
     config = XLNetConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                          dropout=0.1, attention_dropout=0.1)
     torch.manual_seed(0)
-    model = randomised(XLNetForPretraining(config), seed=5)
+    model = randomised(XLNetForPreTraining(config), seed=5)
     # a trained model as it is: the attention output projection has no bias on either side
     tokenizer = write_tokenizer(tmp_path / "tok" / "tokenizer.json", VOCAB - 5)
     ours_dir = save_pretrained(model, config, tokenizer, tmp_path / "ours")

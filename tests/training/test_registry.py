@@ -36,3 +36,30 @@ def test_an_unknown_capability_is_refused_at_registration():
         Architecture(name="X", config_from_dict=lambda d, s: d, build=lambda c: None,
                      from_model_config=lambda m, v, p: m, description="x", supports=frozenset({"fast"}))
     assert CAPABILITIES == {UNPAD, STATIC_SHAPES}
+
+
+def test_a_checkpoint_that_stores_the_former_xlnet_name_loads(tmp_path):
+    import json
+
+    import torch
+
+    from training.checkpoint import load_pretrained, read_checkpoint_config, save_pretrained
+    from training.models.xlnet import XLNetConfig, XLNetForPreTraining
+
+    from .conftest import write_tokenizer
+
+    assert get_architecture("XLNetForPretraining") is get_architecture("XLNetForPreTraining")
+    config = XLNetConfig(vocab_size=45, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
+    torch.manual_seed(0)
+    model = XLNetForPreTraining(config)
+    target = tmp_path / "model"
+    save_pretrained(model, config, write_tokenizer(tmp_path / "tokenizer.json", 40), target)
+    doc = json.loads((target / "config.json").read_text())
+    assert doc["architecture"] == "XLNetForPreTraining"
+    doc["architecture"] = "XLNetForPretraining"  # as written before the rename
+    (target / "config.json").write_text(json.dumps(doc))
+    assert read_checkpoint_config(target)["architecture"] == "XLNetForPreTraining"
+    loaded, loaded_config, _ = load_pretrained(target)
+    assert type(loaded) is XLNetForPreTraining and loaded_config == config
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name

@@ -33,7 +33,7 @@ def test_relative_members_train_through_the_pretraining_stage(run_factory, objec
     assert lines[-1]["loss"] < 0.85 * lines[0]["loss"], [x["loss"] for x in lines]
     assert metric in lines[-1] and lines[-1][metric] > lines[0][metric]
     model, config, _ = load_pretrained(run / "pretrain" / "final")
-    assert type(model).__name__ == {"plm": "XLNetForPretraining", "txl_clm": "TransformerXLLM"}[objective]
+    assert type(model).__name__ == {"plm": "XLNetForPreTraining", "txl_clm": "TransformerXLLM"}[objective]
     assert config.to_dict() == summary_config(model_cfg, objective)
 
 

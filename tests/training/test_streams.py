@@ -21,7 +21,7 @@ from preprocessing.shards import SplitInfo, read_manifest, write_manifest, write
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.models.transformer_xl import TransformerXLConfig, TransformerXLLM
-from training.models.xlnet import XLNetConfig, XLNetForPretraining
+from training.models.xlnet import XLNetConfig, XLNetForPreTraining
 from training.objectives.txl import recurrent_clm
 from training.streams import StreamBatches
 
@@ -180,7 +180,7 @@ def test_xlnet_memory_crosses_batches_and_resets():
     cfg = XLNetConfig(vocab_size=45, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, dropout=0.0,
                       attention_dropout=0.0, mem_len=12, predict_fraction=4, initializer_range=0.3)
     torch.manual_seed(0)
-    model = XLNetForPretraining(cfg).eval()
+    model = XLNetForPreTraining(cfg).eval()
     text = torch.randint(5, 45, (2, 2 * T))
     types, mask, seeds = torch.zeros(2, T, dtype=torch.long), torch.ones(2, T, dtype=torch.long), torch.tensor([3, 4])
     slots = torch.arange(2)

@@ -14,7 +14,7 @@ from bertfactory.io import sha256_file
 from training.data import PretrainBatches
 from training.models.bert import IGNORE_INDEX
 from training.models.xlnet import (
-    XLNetConfig, XLNetForPretraining, permutation_masks, prediction_targets, sample_factorisation_order,
+    XLNetConfig, XLNetForPreTraining, permutation_masks, prediction_targets, sample_factorisation_order,
 )
 from training.objectives.original_ids import original_ids
 from training.objectives.plm import permutation_lm
@@ -96,7 +96,7 @@ def test_targets_are_the_last_fraction_of_each_order():
 
 def test_later_tokens_in_the_order_never_reach_earlier_positions():
     torch.manual_seed(0)
-    model = XLNetForPretraining(CONFIG).eval()  # dropout off
+    model = XLNetForPreTraining(CONFIG).eval()  # dropout off
     ids, types, mask = _inputs(batch=2, length=10)
     rank = sample_factorisation_order(mask, torch.Generator().manual_seed(7))
     everywhere = torch.arange(10).expand(2, 10)  # query stream at every position, to watch all of them
@@ -128,7 +128,7 @@ def test_later_tokens_in_the_order_never_reach_earlier_positions():
 # ----------------------------------------------------------------------------- reference implementation
 
 
-def _copy_into_hf(ours: XLNetForPretraining, hf, config: XLNetConfig) -> None:
+def _copy_into_hf(ours: XLNetForPreTraining, hf, config: XLNetConfig) -> None:
     h, n = config.hidden_size, config.num_heads
     hf.word_embedding.weight.data.copy_(ours.transformer.word_embeddings.weight)
     hf.mask_emb.data.copy_(ours.transformer.mask_emb.view(1, 1, h))
@@ -150,7 +150,7 @@ def _copy_into_hf(ours: XLNetForPretraining, hf, config: XLNetConfig) -> None:
 def test_both_streams_match_the_hugging_face_xlnet():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    ours = XLNetForPretraining(CONFIG).eval()
+    ours = XLNetForPreTraining(CONFIG).eval()
     for p in ours.parameters():  # larger weights than the init, so that every term matters
         p.data.add_(torch.randn_like(p) * 0.05)
     assert all(layer.attention_output.dense.bias is None for layer in ours.transformer.layer)  # as XLNet's `o`
@@ -182,7 +182,7 @@ def test_both_streams_match_the_hugging_face_xlnet():
 
 def test_every_pretraining_parameter_gets_a_gradient():
     torch.manual_seed(0)
-    model = XLNetForPretraining(dataclasses.replace(CONFIG, mem_len=4)).train()
+    model = XLNetForPreTraining(dataclasses.replace(CONFIG, mem_len=4)).train()
     ids, types, mask = _inputs()
     out = model(ids, types, mask, perm_seed=0)
     out["loss"].backward()
@@ -197,7 +197,7 @@ def test_every_pretraining_parameter_gets_a_gradient():
 
 def test_encoder_path_has_no_query_stream_and_ignores_padding():
     torch.manual_seed(0)
-    model = XLNetForPretraining(CONFIG).eval()
+    model = XLNetForPreTraining(CONFIG).eval()
     ids, types, mask = _inputs(batch=1, length=8)
     reference = model.encode(ids, types, mask)
     assert reference.shape == (1, 8, CONFIG.hidden_size)
@@ -220,7 +220,7 @@ def test_encoder_path_has_no_query_stream_and_ignores_padding():
 
 def test_memory_is_used_detached_and_bounded():
     torch.manual_seed(0)
-    model = XLNetForPretraining(dataclasses.replace(CONFIG, mem_len=5)).eval()
+    model = XLNetForPreTraining(dataclasses.replace(CONFIG, mem_len=5)).eval()
     ids, types, mask = _inputs()
     first = model(ids, types, mask, perm_seed=0)
     mems = first["new_mems"]
@@ -267,7 +267,7 @@ def test_original_ids_undo_the_masks(shared_tiny_run):
 def _train_plm(batches: PretrainBatches, steps: int, init_seed: int, order_seed: int,
                row_seeds: bool = True) -> list[float]:
     torch.manual_seed(init_seed)
-    model = XLNetForPretraining(XLNetConfig(vocab_size=45, hidden_size=64, num_layers=2, num_heads=4,
+    model = XLNetForPreTraining(XLNetConfig(vocab_size=45, hidden_size=64, num_layers=2, num_heads=4,
                                             intermediate_size=128, dropout=0.0, attention_dropout=0.0,
                                             predict_fraction=4))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)

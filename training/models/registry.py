@@ -28,9 +28,14 @@ _MEMBERS: tuple[Architecture, ...] = (
     transformer_xl.ARCHITECTURE,
 )
 _ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in _MEMBERS}
+# names that earlier releases wrote into config.json's `architecture` -> today's name (those checkpoints load)
+_FORMER_NAMES = {"XLNetForPretraining": "XLNetForPreTraining"}
 
 
 def get_architecture(name: str, source: str = "config.json") -> Architecture:
+    """The architecture stored under `name` (today's name or a former one); a ContractError naming `source` and the
+    known names for any other."""
+    name = _FORMER_NAMES.get(name, name)
     if name not in _ARCHITECTURES:
         raise ContractError(f"{source}: architecture {name!r} is not one bertfactory can build; "
                             f"known: {', '.join(sorted(_ARCHITECTURES))}")

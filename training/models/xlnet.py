@@ -1,7 +1,7 @@
 """XLNet (Yang et al. 2019): permutation language modelling with two-stream self-attention over relative
 attention (relative_attention.py), and a content-stream-only encoder for fine-tuning.
 
-Pretraining (`XLNetForPretraining.forward`): per sequence a factorisation order z over its real (non-padding)
+Pretraining (`XLNetForPreTraining.forward`): per sequence a factorisation order z over its real (non-padding)
 tokens is sampled; the sequence itself is not reordered, only the attention masks change:
   - content stream h (initialised with the word embeddings): token i sees j iff z-rank(j) <= z-rank(i);
   - query stream g (initialised with a learned vector w): target i sees j iff z-rank(j) < z-rank(i), i.e. it
@@ -10,7 +10,7 @@ Partial prediction: only the last 1/K of the order (K = `predict_fraction`, max(
 targets. The query stream is computed only at the targets (g at position i depends on g at i and on h, never on
 g elsewhere, so this is exact) and logits only there, through the tied word embeddings plus a bias.
 
-    model = XLNetForPretraining(XLNetConfig(vocab_size=8000, hidden_size=128, num_layers=2, num_heads=2,
+    model = XLNetForPreTraining(XLNetConfig(vocab_size=8000, hidden_size=128, num_layers=2, num_heads=2,
                                             intermediate_size=512))
     out = model(input_ids, token_type_ids, attention_mask)     # order drawn from torch's global RNG
     out["loss"].backward()
@@ -239,7 +239,7 @@ class XLNetModel(nn.Module):
         return h, g, new_mems
 
 
-class XLNetForPretraining(nn.Module):
+class XLNetForPreTraining(nn.Module):
     """XLNet with the permutation-LM head: tied word embeddings + an output bias, applied at the targets only."""
 
     def __init__(self, config: XLNetConfig):
@@ -322,9 +322,9 @@ def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> XL
 
 
 ARCHITECTURE = Architecture(
-    name="XLNetForPretraining",
+    name="XLNetForPreTraining",
     config_from_dict=lambda data, source: XLNetConfig.from_dict(data, source=source),
-    build=XLNetForPretraining,
+    build=XLNetForPreTraining,
     from_model_config=_from_model_config,
     description="XLNet: permutation LM with two-stream relative attention; the content stream is the backbone",
 )

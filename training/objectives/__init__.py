@@ -154,7 +154,7 @@ register_objective(ObjectiveSpec(
 # XLNet and Transformer-XL undo the stored masks and read the text itself; a NotNext B segment of nsp-pairs is
 # another document's text, which the causal loss does not predict across (see training/objectives/txl.py)
 register_objective(ObjectiveSpec(
-    name="plm", loss=permutation_lm, architecture="XLNetForPretraining",
+    name="plm", loss=permutation_lm, architecture="XLNetForPreTraining",
     instance_formats=("single-segment", "full-sentences", "doc-sentences", "nsp-pairs", "clm"),
     needs="text (shard field input_ids; the stored masks are undone)",
     description="XLNet: permutation LM, two-stream attention, the last 1/K of each factorisation order predicted",

@@ -6,7 +6,7 @@ so a row gets the same order under any number of processes or micro-batches; bat
 hand) draw from torch's global RNG, which the trainer seeds and checkpoints. Either way a run is deterministic and
 resumes bit-for-bit. With the stream loader (pretrain.stream_batches, training/streams.py) the batch carries
 stream_slots / stream_continues and the model carries its content-stream memory (mem_len) across batches, from a
-row to the next segment of the same document in the same batch slot. Trains `XLNetForPretraining`; returns its
+row to the next segment of the same document in the same batch slot. Trains `XLNetForPreTraining`; returns its
 loss, plm_loss, plm_correct and plm_count (plus plm_logits/plm_labels and new_mems).
 """
 
