@@ -1,5 +1,6 @@
 """`bertfactory inspect SHARD_DIR`: what a shard directory holds (from its manifest) and one instance decoded
-with its masks, so a person can check the data the model will see."""
+with its masks, so a person can check the data the model will see. The shards are validated as the training
+reader validates them (sha256 of every shard, the tokenizer's sha256 against the manifest's)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from bertfactory.errors import ContractError
-from preprocessing.shards import MANIFEST_NAME, ShardSet
+from bertfactory.io import sha256_file
+from preprocessing.shards import MANIFEST_NAME, ShardSet, read_manifest
 
 from .summary import fmt
 
@@ -21,11 +23,22 @@ def _shard_dir(path: Path) -> Path:
     raise ContractError(f"no {MANIFEST_NAME} in {path} or {path / 'shards'}; run `bertfactory preprocess` first")
 
 
+def _manifest_tokenizer(directory: Path) -> Path:
+    """The tokenizer.json the manifest names (relative to the shard directory), which must exist."""
+    path = (directory / read_manifest(directory).tokenizer.path).resolve()
+    if not path.is_file():
+        raise ContractError(f"{directory / MANIFEST_NAME} names the tokenizer {path}, which does not exist; the shards "
+                            "cannot be decoded without the tokenizer they were built with")
+    return path
+
+
 def inspect_shards(path: Path, split: str = "train", index: int = 0, variant: int = 0) -> str:
     directory = _shard_dir(Path(path))
-    shards = ShardSet.open(directory, split, verify=True)
+    tok_path = _manifest_tokenizer(directory)
+    # the training reader's check (training.data opens the shards the same way): the tokenizer on disk must be
+    # the one the shards were built with, else the ids would decode to other tokens or to none at all
+    shards = ShardSet.open(directory, split, tokenizer_sha256=sha256_file(tok_path), verify=True)
     m = shards.manifest
-    tok_path = (directory / m.tokenizer.path).resolve()
     tokenizer = Tokenizer.from_file(str(tok_path))
     out = [f"shards: {directory}  (schema v{m.schema_version}, {m.created_by})"]
     out.append(f"tokenizer: {tok_path}  vocab {m.tokenizer.vocab_size:,}  sha256 {m.tokenizer.sha256[:16]}…")

@@ -1,0 +1,49 @@
+"""`bertfactory inspect` validates a shard directory the way the training reader does (issue 23 item 5): shards
+whose tokenizer was swapped, or whose tokenizer file is gone, are refused with one line (exit 2) instead of a
+traceback while decoding."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from bertfactory.io import sha256_file
+from flows.cli import main
+from tests.evaluation.conftest import make_eval_run, one_thread, write_wordpiece_tokenizer
+
+
+@pytest.fixture(scope="module")
+def shard_run(tmp_path_factory):
+    with one_thread():
+        return make_eval_run(tmp_path_factory.mktemp("inspect") / "run", train_steps=0)
+
+
+def test_inspect_reads_intact_shards(shard_run, capsys):
+    assert main(["inspect", str(shard_run)]) == 0
+    assert "train[0]" in capsys.readouterr().out
+
+
+def test_a_swapped_tokenizer_is_refused_as_pretrain_refuses_it(shard_run, tmp_path, capsys):
+    run = shutil.copytree(shard_run, tmp_path / "run")
+    tokenizer = run / "tokenizer" / "tokenizer.json"
+    built_with = sha256_file(tokenizer)
+    write_wordpiece_tokenizer(tokenizer, ["a tiny foreign vocabulary"], 40)  # ids past its end would crash decoding
+    swapped = sha256_file(tokenizer)
+    assert main(["inspect", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert f"was built with tokenizer sha256 {built_with}" in err and f"has sha256 {swapped}" in err, err
+
+    from training.data import PretrainBatches  # the training reader refuses the same directory the same way
+
+    with pytest.raises(Exception, match=f"was built with tokenizer sha256 {built_with}.* has sha256 {swapped}"):
+        PretrainBatches.open(run / "shards", swapped, batch_size=4, seed=0)
+
+
+def test_a_missing_tokenizer_file_is_refused_naming_it(shard_run, tmp_path, capsys):
+    run = shutil.copytree(shard_run, tmp_path / "run")
+    (run / "tokenizer" / "tokenizer.json").unlink()
+    assert main(["inspect", str(run / "shards")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "tokenizer" in err and "does not exist" in err, err
