@@ -1,6 +1,7 @@
-"""XLM: TLM batches (positions restart at the target, a language per token, masks on both sentences) from the one
-masking core; CLM is causal (a later token never changes an earlier output) and predicts the next token; clm and
-xlm_mlm losses fall through training.pretrain on tiny shards, tlm's in an AdamW loop over the builder's batches;
+"""XLM: CLM is causal (a later token never changes an earlier output) and predicts the next token; clm and
+xlm_mlm losses fall through training.pretrain on tiny shards, tlm's in an AdamW loop over batches made as the
+pipeline and the loader make them (preprocessing.segments.tlm_pair rows, masked at read time, collated with
+training.data.translation_inputs);
 the language embeddings get gradient; monolingual MLM takes each row's language from the batch; the joint
 MLM + TLM loader alternates two shard sets step by step, maps languages by code and refuses what it cannot train;
 the recipes (xlm-base, tiny-xlm, tiny-xlm-tlm, mbert-base, tiny-mbert) hold the papers' values.
@@ -16,6 +17,7 @@ import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -23,6 +25,8 @@ from bertfactory.errors import ConfigError, ContractError
 from flows.recipe import load_recipe
 from preprocessing.config import MaskingConfig
 from preprocessing.masking import Masker
+from preprocessing.segments import tlm_pair
+from preprocessing.shards import Instance
 from training.checkpoint import load_pretrained
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
@@ -31,10 +35,9 @@ from training.describe import meta_model
 from training.models.registry import get_architecture
 from training.models.xlm import XlmConfig, XlmForPreTraining
 from training.objectives import get_objective_spec
-from training.data import PretrainBatches
+from training.data import PretrainBatches, collate, masked_at_read_time, translation_inputs
 from training.objectives.xlm import clm, next_token_targets, tlm, xlm_mlm, xlm_mlm_tlm
 from training.pretrain import pretrain
-from training.tlm import SentencePair, TlmBatchBuilder
 from training.trainer import Window
 from training.xlm_data import AlternatingBatches, language_map, prepare_batches
 
@@ -46,72 +49,31 @@ REPO = Path(__file__).resolve().parents[2]
 TRANSLATION = random.Random(0).sample(range(WORDS), WORDS)  # word k of language 0 -> word TRANSLATION[k] of 1
 
 
-def _pair(rng: random.Random, flip: bool) -> SentencePair:
+def _pair(rng: random.Random, flip: bool) -> tuple[list[int], int, list[int], int]:
+    """(source ids, source language, target ids, target language): a sentence and its word-for-word translation."""
     words = [rng.randrange(WORDS) for _ in range(rng.randrange(3, 9))]
     en = [5 + w for w in words]
     fr = [5 + WORDS + TRANSLATION[w] for w in words]
-    return SentencePair(fr, 1, en, 0) if flip else SentencePair(en, 0, fr, 1)
+    return (fr, 1, en, 0) if flip else (en, 0, fr, 1)
 
 
-def _builder(seed: int = 5, **masking) -> TlmBatchBuilder:
+def _masker(seed: int = 5, **masking) -> Masker:
     cfg = MaskingConfig(**{"variants": 1, "max_predictions_per_seq": 20, **masking})
-    masker = Masker(cfg, seed=seed, vocab_size=VOCAB, mask_id=MASK, special_ids=SPECIALS)
-    return TlmBatchBuilder(masker, cls_id=CLS, sep_id=SEP, pad_id=PAD, max_seq_len=32)
+    return Masker(cfg, seed=seed, vocab_size=VOCAB, mask_id=MASK, special_ids=SPECIALS)
 
 
-def test_tlm_layout_positions_restart_and_languages_per_token():
-    builder = _builder()
-    pair = SentencePair([10, 11, 12], 1, [40, 41, 42, 43, 44], 0)
-    row = builder.layout(pair)
-    assert row.input_ids == [CLS, 10, 11, 12, SEP, 40, 41, 42, 43, 44, SEP]
-    assert row.position_ids == [0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 6]
-    assert row.language_ids == [1] * 5 + [0] * 6
-    assert row.len_a == 5
-    other = SentencePair([50] * 6, 0, [20], 1)
-    batch = builder.batch([pair, other], pair_ids=[7, 8])
-    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 6],
-                                              [0, 1, 2, 3, 4, 5, 6, 7, 1, 2, 0]]
-    assert batch["language_ids"].tolist() == [[1] * 5 + [0] * 6, [0] * 8 + [1] * 2 + [0]]
-    assert batch["token_type_ids"].tolist() == [[0] * 5 + [1] * 6, [0] * 8 + [1] * 2 + [0]]
-    assert batch["attention_mask"].tolist() == [[1] * 11, [1] * 10 + [0]]
-    assert "nsp_labels" not in batch
-    # labels are the unmasked ids at the masked positions; the inputs carry the masker's replacements
-    for i, ids in enumerate([builder.layout(pair).input_ids, builder.layout(other).input_ids]):
-        real = batch["masked_labels"][i] != IGNORE_INDEX
-        positions = batch["masked_positions"][i][real]
-        assert batch["masked_labels"][i][real].tolist() == [ids[p] for p in positions.tolist()]
-    # the same pair id gets the same masks in any batch
-    alone = builder.batch([other], pair_ids=[8])
-    assert torch.equal(alone["masked_positions"][0, :2], batch["masked_positions"][1, :2])
-
-
-def test_tlm_masks_both_sentences_with_the_masking_core():
-    builder = _builder(max_predictions_per_seq=40)
-    rng = random.Random(1)
-    pairs = [_pair(rng, flip=i % 2 == 1) for i in range(400)]
-    batch = builder.batch(pairs, pair_ids=range(400))
-    real = batch["masked_labels"] != IGNORE_INDEX
-    source_len = torch.tensor([len(p.source) + 2 for p in pairs])[:, None]  # [CLS] source [SEP]
-    on_source = (real & (batch["masked_positions"] < source_len)).sum().item()
-    on_target = (real & (batch["masked_positions"] >= source_len)).sum().item()
-    source_tokens = sum(len(p.source) for p in pairs)
-    assert on_source > 100 and on_target > 100
-    # positions are drawn over the whole row: each side's share of the masks is its share of the tokens
-    assert abs(on_source / (on_source + on_target) - source_tokens / (2 * source_tokens)) < 0.05
-    labels = batch["masked_labels"][real]
-    assert not any(int(t) in SPECIALS for t in labels)
-    masked_inputs = batch["input_ids"].gather(1, batch["masked_positions"])[real]
-    assert abs((masked_inputs == MASK).float().mean().item() - 0.8) < 0.06
-
-
-def test_tlm_builder_refuses_what_it_cannot_lay_out():
-    builder = _builder()
-    with pytest.raises(ContractError, match="pair 3: 20 \\+ 20 tokens"):
-        builder.layout(SentencePair([10] * 20, 0, [40] * 20, 1), pair_id=3)
-    with pytest.raises(ContractError, match="special tokens"):
-        builder.layout(SentencePair([10, SEP, 11], 0, [40], 1))
-    with pytest.raises(ContractError, match="at least one token"):
-        builder.layout(SentencePair([], 0, [40], 1))
+def _tlm_batch(masker: Masker, pairs, pair_ids, epoch: int) -> dict[str, torch.Tensor]:
+    """The pairs as the pipeline lays them out (tlm-pairs rows) and the loader serves them under dynamic masking."""
+    instances = []
+    for pair_id, (source, source_language, target, target_language) in zip(pair_ids, pairs):
+        row = tlm_pair(pair_id, source, target, source_language, target_language, 32, CLS, SEP)
+        unmasked = Instance(input_ids=np.asarray(row.input_ids, np.int64), len_a=row.len_a, nsp_label=0,
+                            mask_positions=np.zeros(0, np.int64), mask_tokens=np.zeros(0, np.int64),
+                            doc_id=pair_id, lang_a=row.lang_a, lang_b=row.lang_b)
+        instances.append(masked_at_read_time(masker, unmasked, epoch, pair_id))
+    batch = collate(instances, PAD, masker.cfg.max_predictions_per_seq)
+    batch.update(translation_inputs(instances, batch["input_ids"].shape[1]))
+    return batch
 
 
 def _xlm(**kw) -> XlmForPreTraining:
@@ -197,7 +159,7 @@ def test_clm_and_monolingual_mlm_losses_fall_through_pretrain(run_factory, objec
 
 def test_tlm_loss_falls_and_both_language_embeddings_learn():
     torch.manual_seed(7)
-    builder = _builder(seed=8)
+    masker = _masker(seed=8)
     model = _xlm(hidden_size=64, intermediate_size=128)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     rng = random.Random(9)
@@ -205,7 +167,7 @@ def test_tlm_loss_falls_and_both_language_embeddings_learn():
     losses, grads = [], []
     for step in range(500):
         start = (step * 16) % len(pairs)
-        batch = builder.batch(pairs[start:start + 16], pair_ids=range(start, start + 16), variant=step * 16 // len(pairs))
+        batch = _tlm_batch(masker, pairs[start:start + 16], range(start, start + 16), epoch=step * 16 // len(pairs))
         out = tlm(model, batch)
         out["loss"].backward()
         if step == 0:

@@ -6,7 +6,7 @@
 - `xlm_mlm`: masked LM on monolingual shard batches.
 - `tlm`: translation LM: masked LM over `[CLS] source [SEP] target [SEP]` batches with a language id per token
   and positions restarting at the target (keys position_ids and language_ids: training/data.py
-  translation_inputs, or training/tlm.py).
+  translation_inputs, over the tlm-pairs rows of preprocessing/segments.py tlm_pair).
 - `xlm_mlm_tlm`: the paper's joint schedule: MLM on monolingual batches and TLM on pair batches in alternate
   steps (training/xlm_data.py serves them); a batch with `position_ids` is a TLM batch.
 
