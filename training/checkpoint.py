@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
@@ -333,12 +334,26 @@ def verify_checkpoint(directory: Path) -> bool:
     return True
 
 
+def unreadable_pickle(path: Path, what: str, err: Exception) -> ContractError:
+    """torch.load(weights_only=True)'s refusal of `path` in the user's terms. Torch's own message advises retrying
+    with weights_only=False, which would execute whatever the file names: never pass that on."""
+    text = str(err)
+    if isinstance(err, pickle.UnpicklingError) or "weights_only" in text or "Weights only" in text:
+        named = re.search(r"GLOBAL ([\w.]+)", text)  # the class or function the pickle would import and call
+        found = f"it names the Python code {named.group(1)}" if named else "it holds pickled Python objects"
+        return ContractError(f"{path} is not {what}: {found} besides tensors and plain data, which bertfactory never "
+                             "loads because unpickling it would run code from the file; it was not written by "
+                             "bertfactory or has been altered; use an intact copy")
+    first = text.strip().splitlines()[0].split(". ")[0] if text.strip() else type(err).__name__
+    return ContractError(f"{path} is not {what}: the file is damaged or not a PyTorch file ({first})")
+
+
 def load_training_state(directory: Path) -> dict[str, Any]:
     path = Path(directory) / STATE_FILE
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt / foreign pickles
-        raise ContractError(f"{path} is not a readable training state: {err}") from None
+        raise unreadable_pickle(path, "a readable training state", err) from None
     if not isinstance(state, dict) or state.get("version") not in SUPPORTED_VERSIONS:
         raise ContractError(f"{path}: training state version {getattr(state, 'get', lambda _: None)('version')!r} "
                             f"is not supported (supported: {', '.join(map(str, SUPPORTED_VERSIONS))})")

@@ -25,7 +25,8 @@ from bertfactory.errors import ContractError, InputError
 from bertfactory.io import atomic_write_json, publish_dir, read_json_file
 from bertfactory.tokens import role_tokens_of_file
 
-from .checkpoint import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir, save_pretrained
+from .checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir, save_pretrained,
+                         unreadable_pickle)
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError... for bad files
-            raise ContractError(f"{path} is not a readable weights-only PyTorch state dict: {err}") from None
+            raise unreadable_pickle(path, "a readable weights-only PyTorch state dict", err) from None
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise ContractError(f"{path} does not hold a flat state dict of tensors")
         return dict(state)
