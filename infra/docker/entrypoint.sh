@@ -2,8 +2,11 @@
 # Entrypoint of the bertfactory images (infra/docker/Dockerfile.*). Usage:
 #   worker [ARGS]  a Prefect worker on $PREFECT_WORK_POOL (type $PREFECT_WORKER_TYPE, default process); ARGS go
 #                  to `prefect worker start` (e.g. --run-once, --limit 1)
-#   server [ARGS]  `prefect server start` on $PREFECT_SERVER_API_HOST (default 0.0.0.0: reachable from outside the
-#                  container) port ${PREFECT_SERVER_PORT:-4200} (the compose file's server)
+#   server [ARGS]  `prefect server start` on $PREFECT_SERVER_API_HOST port ${PREFECT_SERVER_PORT:-4200}. The host
+#                  defaults to 127.0.0.1 (loopback: nothing outside the container reaches it, so a plain
+#                  `docker run -p 4200:4200 IMAGE server` exposes no unauthenticated API); a deployment opts in to
+#                  other interfaces by setting it (the compose file sets 0.0.0.0 and publishes on 127.0.0.1 only).
+#                  Exposed without PREFECT_SERVER_API_AUTH_STRING (Prefect's basic auth), it warns on stderr.
 #   anything else  run as given: what Prefect's Docker/Kubernetes workers send (`prefect flow-run execute`),
 #                  `bertfactory ...`, `torchrun ...`, a shell
 set -euo pipefail
@@ -17,7 +20,18 @@ case "${1:-worker}" in
     ;;
   server)
     shift
-    exec prefect server start --host "${PREFECT_SERVER_API_HOST:-0.0.0.0}" --port "${PREFECT_SERVER_PORT:-4200}" "$@"
+    host="${PREFECT_SERVER_API_HOST:-127.0.0.1}"
+    case "$host" in
+      127.*|localhost|::1) ;;
+      *)
+        if [ -z "${PREFECT_SERVER_API_AUTH_STRING:-}" ]; then
+          echo "entrypoint: warning: the Prefect API listens on $host without authentication: whoever reaches the" \
+               "port can run flows. Publish it on 127.0.0.1 only, or set PREFECT_SERVER_API_AUTH_STRING=user:password" \
+               "(clients: PREFECT_API_AUTH_STRING); see docs/orchestration.md, 'An exposed server'" >&2
+        fi
+        ;;
+    esac
+    exec prefect server start --host "$host" --port "${PREFECT_SERVER_PORT:-4200}" "$@"
     ;;
   *)
     exec "$@"
