@@ -1,6 +1,6 @@
 """The one fine-tuning loop, for every task type: an encoder + the task type's head (evaluation.heads), trained end
 to end with AdamW, its loss and decoding chosen by the head, scored with the task type's metrics
-(evaluation.scoring). The recipe (evaluation.config.FinetuneConfig) decides the rest:
+(evaluation.scoring). The fine-tuning settings (evaluation.config.FinetuneConfig) decide the rest:
 
 - learning-rate grid x seeds: every (lr, seed) is one run from a fresh encoder; the lr with the best mean dev
   score (primary metric) over seeds is the one reported, as the mean and std (sample std, ddof 1; 0 for one seed)
@@ -42,7 +42,7 @@ from .config import FinetuneConfig
 from .encode import TextEncoder
 from .heads import TaskModel, decode_squad, decode_tagging, raw_outputs
 from .inputs import CLASSIFICATION_TYPES, Features, build_features, collate
-from .recipes import layerwise_groups, linear_warmup_decay, slanted_triangular, unfreeze
+from .finetune_schedule import layerwise_groups, linear_warmup_decay, slanted_triangular, unfreeze
 from .scoring import TaskSpec, confusion_matrix, gold, score
 from .tasks.base import TaskData
 

@@ -29,6 +29,8 @@ Schedules (multipliers of the peak learning rate at optimiser step s; warmup W, 
 - one_cycle: Smith's 1cycle tied to the budget: cosine from 1/div up to 1 over the W warmup steps, then cosine
   down to 1/(div * final_div) at T (as torch's OneCycleLR with anneal_strategy="cos"; momentum is not cycled).
 Each is a plain callable object in a LambdaLR, so scheduler state_dicts hold only numbers and resume exactly.
+These are the one implementation of each schedule: fine-tuning uses them too (evaluation/finetune_schedule.py
+states them in fractions of its steps).
 """
 
 from __future__ import annotations

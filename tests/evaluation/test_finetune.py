@@ -1,6 +1,6 @@
 """The one fine-tuning loop on every task type: each head learns a rule read off real movie-review sentences
 (the loss falls and dev beats the majority answer), runs are reproducible under a seed, the learning-rate grid and
-seeds are aggregated as mean ± std, early stopping and the recipes (layer-wise lr decay, gradual unfreezing,
+seeds are aggregated as mean ± std, early stopping and the fine-tuning schedule (layer-wise lr decay, gradual unfreezing,
 slanted triangular lr) do what they say."""
 
 import math
@@ -14,7 +14,7 @@ from evaluation.config import FinetuneConfig
 from evaluation.encode import TextEncoder
 from evaluation.finetune import aggregate, finetune_model, finetune_run, predict, prepare_task
 from evaluation.heads import TaskModel
-from evaluation.recipes import layerwise_groups, linear_warmup_decay, parameter_depths, slanted_triangular
+from evaluation.finetune_schedule import layerwise_groups, linear_warmup_decay, parameter_depths, slanted_triangular
 from evaluation.tasks.base import (Answer, ChoiceExample, Example, RegressionExample, SquadExample, TaggingExample,
                                    TaskData)
 from tests.evaluation.conftest import movie_sentences

@@ -1,6 +1,7 @@
-"""Fine-tuning recipes from the seed papers: layer-wise learning-rate decay (discriminative fine-tuning, Howard &
-Ruder 2018; ELECTRA's 0.8), ULMFiT's gradual unfreezing and slanted triangular learning rate, and BERT's linear
-warmup/decay.
+"""How fast each part of a model fine-tunes, and when (the tricks of the seed papers): layer-wise learning-rate
+decay (discriminative fine-tuning, Howard & Ruder 2018; ELECTRA's 0.8), ULMFiT's gradual unfreezing, and the
+learning-rate schedule over the steps (BERT's linear warmup/decay or ULMFiT's slanted triangular rate). The
+schedules are pretraining's (training/optim.py), given here in fine-tuning's terms: fractions of the total steps.
 
 Depth of a parameter: 0 = the embeddings, l = transformer layer l (1..L; a layer module shared by several layers,
 ALBERT-style, takes the depth of the highest layer using it), L + 1 = the pooler and the task head. With decay d
@@ -18,6 +19,8 @@ import re
 from typing import Callable
 
 from torch import nn
+
+from training.optim import SlantedTriangular, WarmupLinearDecay
 
 _LAYER = re.compile(r"\.layers?\.(\d+)\.")
 
@@ -76,26 +79,11 @@ def unfreeze(model: nn.Module, epoch: int) -> int:
 
 
 def linear_warmup_decay(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:
-    warmup = round(warmup_ratio * total_steps)
-
-    def multiplier(step: int) -> float:
-        if step < warmup:
-            return step / warmup
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
-
-    return multiplier
+    """BERT's schedule: linear warmup over round(warmup_ratio * total_steps) steps, then linear decay to 0."""
+    return WarmupLinearDecay(round(warmup_ratio * total_steps), total_steps)
 
 
 def slanted_triangular(total_steps: int, cut_frac: float, ratio: float) -> Callable[[int], float]:
     """ULMFiT's STLR: a short linear increase over cut_frac of the steps from lr/ratio to lr, then a long linear
-    decrease back to lr/ratio."""
-    cut = max(1, math.floor(total_steps * cut_frac))
-
-    def multiplier(step: int) -> float:
-        if step < cut:
-            p = step / cut
-        else:
-            p = max(0.0, 1.0 - (step - cut) / max(1, total_steps - cut))
-        return (1.0 + p * (ratio - 1.0)) / ratio
-
-    return multiplier
+    decrease back to lr/ratio. The cut is at least one step (ULMFiT's floor(T * cut_frac) of a tiny run can be 0)."""
+    return SlantedTriangular(max(1, math.floor(total_steps * cut_frac)), total_steps, ratio)
