@@ -58,6 +58,16 @@ def test_a_task_name_that_would_leave_the_run_directory_is_refused(model_run, tm
     assert files_under(tmp_path) == ["good.tsv"]  # nothing written anywhere, in the run directory or outside it
 
 
+def test_a_task_file_whose_stem_is_no_safe_name_needs_a_task_name(model_run, tmp_path, capsys):
+    tsv = write_tsv(tmp_path / "my reviews.tsv", good_rows())
+    argv = ["evaluate", str(model_run / "pretrain" / "final"), "--no-prefect", "--run-dir", str(tmp_path / "ev"),
+            "--task-file", str(tsv), "--task-type", "classification", "--text-column", "sentence", *SMALL]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--task-file" in err and "'my reviews'" in err and "--task-name" in err, err
+    assert files_under(tmp_path) == ["my reviews.tsv"]
+
+
 def test_a_task_name_in_a_recipe_override_is_refused_naming_the_key(model_run, tmp_path, capsys):
     run_dir = tmp_path / "ev"
     override = 'evaluate.tasks={"../../escape": {"input": "x.tsv", "task_type": "classification"}}'
