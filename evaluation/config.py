@@ -1,5 +1,5 @@
 """Config section `evaluate` (EvaluateConfig): which checkpoint to evaluate, the intrinsic evaluation on the
-held-out shards, the fine-tuning recipe shared by every downstream task (with per-task overrides), the tasks
+held-out shards, the fine-tuning settings shared by every downstream task (with per-task overrides), the tasks
 (built-in ones by name, user task files) and the feature-based comparison.
 
 Defaults are paper scale:
@@ -18,12 +18,12 @@ configs/local.yaml overrides these for a tiny model on a 2-core CPU (few example
 
     tasks: [movie_sentiment, trec_coarse]                    # built-in tasks, their cached samples
     tasks:
-      movie_valence: {finetune: {epochs: 5}}                  # per-task recipe overrides
+      movie_valence: {finetune: {epochs: 5}}                  # per-task fine-tuning overrides
       my_task: {input: data/my.tsv, task_type: classification, text_column: sentence, label_column: label}
 
 Zero-shot cross-lingual transfer (`crosslingual`, XNLI-style): the models fine-tuned on a task (its train/dev) are
 scored unchanged on another language's labelled file with the same task type and label set; other checkpoints
-(`compare_checkpoints`, e.g. one imported with `bertfactory import-hf`) are fine-tuned with the same recipe on the
+(`compare_checkpoints`, e.g. one imported with `bertfactory import-hf`) are fine-tuned with the same settings on the
 same splits and reported beside ours:
 
     crosslingual:
@@ -72,7 +72,7 @@ class ObjectiveEvalConfig(StrictModel):
 
 
 class FinetuneConfig(StrictModel):
-    """The fine-tuning recipe used for every task and for every model compared (pretrained and random init)."""
+    """The fine-tuning settings used for every task and for every model compared (pretrained and random init)."""
 
     epochs: int = Field(3, ge=1, description="maximum passes over the task's training split; the epoch with the best dev score is kept")
     learning_rate: float = Field(2e-5, gt=0.0, description="peak AdamW learning rate when `learning_rates` is null")
@@ -148,8 +148,8 @@ class TaskConfig(StrictModel):
             raise ValueError(problems) from None
         return value
 
-    def recipe(self, base: FinetuneConfig) -> FinetuneConfig:
-        """The shared recipe with this task's overrides applied."""
+    def finetune_config(self, base: FinetuneConfig) -> FinetuneConfig:
+        """The shared fine-tuning settings with this task's overrides applied."""
         return FinetuneConfig.model_validate({**base.model_dump(), **self.finetune})
 
 
@@ -204,14 +204,14 @@ class EvaluateConfig(StrictModel):
     intrinsic: IntrinsicConfig = Field(default_factory=IntrinsicConfig, description="held-out masked-LM / NSP accuracy")
     objective: ObjectiveEvalConfig = Field(default_factory=ObjectiveEvalConfig,
                                            description="held-out score of the checkpoint's pretraining objective")
-    finetune: FinetuneConfig = Field(default_factory=FinetuneConfig, description="fine-tuning recipe for every task")
+    finetune: FinetuneConfig = Field(default_factory=FinetuneConfig, description="fine-tuning settings for every task")
     tasks: dict[str, TaskConfig] = Field(default_factory=lambda: {n: TaskConfig() for n in DEFAULT_TASKS},
                                          description="downstream tasks by name (built-in) or with an input file")
     feature_based: FeatureBasedConfig = Field(default_factory=FeatureBasedConfig, description="feature-based (frozen encoder) comparison")
     crosslingual: list[CrosslingualTarget] = Field(default_factory=list, description="zero-shot transfer targets: "
                                                    "another language's file of an evaluated task")
     compare_checkpoints: list[str] = Field(default_factory=list, description="other model directories (e.g. from "
-                                           "`bertfactory import-hf`) fine-tuned with the same recipe on every task; "
+                                           "`bertfactory import-hf`) fine-tuned with the same settings on every task; "
                                            "relative paths are inside the run directory")
 
     @field_validator("tasks", mode="before")

@@ -201,7 +201,7 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
     ]
     compared = results.get("compared_checkpoints") or {}
     if compared:
-        lines += ["", "Compared checkpoints, fine-tuned with the same recipe on the same splits (each with its own "
+        lines += ["", "Compared checkpoints, fine-tuned with the same settings on the same splits (each with its own "
                   "tokenizer):", ""]
         lines += [f"- `{label}`: {_describe_checkpoint(ck)}." for label, ck in compared.items()]
     lines += ["", "## Intrinsic (held-out shards)", ""]
@@ -228,7 +228,7 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
     extras = [f"layer-wise lr decay {ft.get('layerwise_lr_decay')}" if ft.get("layerwise_lr_decay", 1.0) != 1.0 else "",
               "gradual unfreezing" if ft.get("gradual_unfreezing") else "",
               f"early stopping after {ft.get('early_stopping_patience')} epochs" if ft.get("early_stopping_patience") else ""]
-    lines.append(f"Same recipe for every neural model (tasks may override it): up to {ft.get('epochs')} epochs, batch "
+    lines.append(f"Same fine-tuning settings for every neural model (tasks may override them): up to {ft.get('epochs')} epochs, batch "
                  f"{ft.get('batch_size')}, lr grid {grid}, {ft.get('schedule')} schedule with warmup "
                  f"{ft.get('warmup_ratio')}, max {ft.get('max_seq_len')} tokens, {ft.get('num_seeds')} seed(s) from "
                  f"{ft.get('seed')}{''.join(', ' + e for e in extras if e)}. Per run the epoch with the best dev score "

@@ -150,7 +150,7 @@ class BaselineScores(MetricValues):
 
 
 class ComparedScores(FinetuneScores):
-    """Another checkpoint (`evaluate.compare_checkpoints`) fine-tuned with the same recipe on the same splits."""
+    """Another checkpoint (`evaluate.compare_checkpoints`) fine-tuned with the same settings on the same splits."""
 
     truncated: dict[Literal["train", "dev", "test"], int] = Field(
         default_factory=dict, description="inputs cut by max_seq_len with this checkpoint's tokenizer")

@@ -295,7 +295,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     from .finetune import finetune_model
 
     check_name(name, "evaluate.tasks")  # the config checked it; a name reaching here otherwise must not escape
-    ft = task_cfg.recipe(cfg.finetune)
+    ft = task_cfg.finetune_config(cfg.finetune)
     data = limit_examples(load_task(name, task_cfg), ft)
     text_encoder, template = main.text_encoder, main.template
 
@@ -394,7 +394,7 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     started = time.perf_counter()
     device = resolve_device(cfg.device)
     checkpoint = cfg.checkpoint_path(run_dir)
-    longest = max([cfg.finetune.max_seq_len] + [t.recipe(cfg.finetune).max_seq_len for t in cfg.enabled_tasks().values()])
+    longest = max([cfg.finetune.max_seq_len] + [t.finetune_config(cfg.finetune).max_seq_len for t in cfg.enabled_tasks().values()])
     fine_tunes = bool(cfg.enabled_tasks()) or cfg.feature_based.enabled or bool(cfg.compare_checkpoints)
     model, main = open_checkpoint(checkpoint, run_dir, "pretrained", longest, "the checkpoint", encoder=fine_tunes)
     template, text_encoder = main.template, main.text_encoder

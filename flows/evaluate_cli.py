@@ -67,7 +67,7 @@ def add_evaluate_parser(sub) -> None:
     p.add_argument("--transfer-text-column", help="text column of the transfer files (default: text)")
     p.add_argument("--transfer-label-column", help="label column of the transfer files (default: label)")
     p.add_argument("--compare-checkpoint", dest="compare_checkpoints", action="append", default=[], metavar="DIR",
-                   help="another model directory (e.g. from `bertfactory import-hf`) fine-tuned with the same recipe "
+                   help="another model directory (e.g. from `bertfactory import-hf`) fine-tuned with the same settings "
                    "on the same splits and reported beside the checkpoint; repeatable")
 
 

@@ -1,5 +1,5 @@
 """`evaluate.crosslingual` (zero-shot transfer to another language's file) and `evaluate.compare_checkpoints` (other
-model directories fine-tuned with the same recipe) through the evaluate stage, their results.json keys and report
+model directories fine-tuned with the same settings) through the evaluate stage, their results.json keys and report
 tables, the CLI options that set them, and the refusals.
 
 No labelled non-English data with a shared label set exists among the samples (../shared/data/README.md), so the
