@@ -147,6 +147,7 @@ def bench_trainer(root: Path, steps: int = 20, rounds: int = 3) -> None:
     from training.objectives import get_objective_spec
     from training.optim import build_scheduler, clip_gradients, optimizer_from_config
     from training.trainer import Trainer
+    from training.trainer_settings import TrainerSettings
 
     shard_dir, tok_sha = _shards(root, rows=32 * 8, words=7995)
     batches = PretrainBatches.open(shard_dir, tok_sha, 32, seed=1)
@@ -176,8 +177,9 @@ def bench_trainer(root: Path, steps: int = 20, rounds: int = 3) -> None:
 
     def trainer() -> float:
         model, optimizer, scheduler = fresh()
-        t = Trainer(model, optimizer, scheduler, batches, objective, torch.device("cpu"), cfg.max_steps,
-                    cfg.max_grad_norm, cfg.log_every, root / "metrics.jsonl")
+        settings = TrainerSettings(max_steps=cfg.max_steps, metrics_path=root / "metrics.jsonl",
+                                   max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every)
+        t = Trainer(model, optimizer, scheduler, batches, objective, torch.device("cpu"), settings)
         t.train(stop_after=2)
         started = time.perf_counter()
         t.train()

@@ -32,6 +32,7 @@ from training.data import Position
 from training.models.bert import BertForPreTraining, gather_masked
 from training.optim import build_optimizer, build_scheduler
 from training.trainer import Trainer
+from training.trainer_settings import TrainerSettings
 
 from . import losses
 from .layer_map import check_map
@@ -220,8 +221,9 @@ def run_distillation(model: DistillModel, objective, batches, steps: int, learni
     metrics_path = Path(metrics_path)
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     start = metrics_path.stat().st_size if metrics_path.exists() else 0
-    trainer = Trainer(model, optimizer, scheduler, batches, objective, device, steps, max_grad_norm, log_every,
-                      metrics_path)
+    settings = TrainerSettings(max_steps=steps, metrics_path=metrics_path, max_grad_norm=max_grad_norm,
+                               log_every=log_every)
+    trainer = Trainer(model, optimizer, scheduler, batches, objective, device, settings)
     trainer.train()
     with open(metrics_path, encoding="utf-8") as f:
         f.seek(start)

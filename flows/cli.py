@@ -207,7 +207,7 @@ def _cmd_describe(args) -> int:
     fraction = shard_mask_rate(masking.masked_lm_prob, masking.max_predictions_per_seq, seq_len)
     pre = recipe.pretrain
     objective = pre.objective
-    # what training/pretrain.py passes for the MFU: rows per forward pass, memory across batches
+    # what training/pretrain_trainer.py passes for the MFU: rows per forward pass, memory across batches
     rows = max(1, pre.batch_size // pre.grad_accumulation)
     carried = bool(getattr(pre, "stream_batches", False))
     d = describe(recipe.model, vocab, seq_len, fraction, objective, rows, carried)

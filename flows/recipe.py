@@ -11,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bertfactory.config import StrictModel, apply_overrides, load_yaml, validate
 from evaluation.config import EvaluateConfig
 from preprocessing.config import CorpusConfig, PreprocessConfig
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
+from training.recipe_checks import model_pretrain_problems
 
 
 class RefreshConfig(StrictModel):
@@ -45,6 +46,14 @@ class Recipe(StrictModel):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="intrinsic and fine-tuning evaluation")
     refresh: RefreshConfig = Field(default_factory=RefreshConfig, description="corpus refresh: source watching and "
                                    "continued pretraining (docs/orchestration.md)")
+
+    @model_validator(mode="after")
+    def _model_and_pretrain_fit(self) -> "Recipe":
+        # combinations each section accepts alone but pretraining cannot run (training/recipe_checks.py)
+        problems = model_pretrain_problems(self.model, self.pretrain)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:

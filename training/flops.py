@@ -1,5 +1,5 @@
 """Model FLOPs of a pretraining step per real token, for every member of the family: what `bertfactory describe`
-prints and what the MFU in metrics.jsonl is computed from (training/pretrain.py).
+prints and what the MFU in metrics.jsonl is computed from (training/pretrain_trainer.py).
 
     from training.flops import estimate_flops, train_flops_per_token
     train_flops_per_token(recipe.model, "electra", vocab_size=30522, seq_len=128, mask_rate=0.15)

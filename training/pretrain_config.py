@@ -5,7 +5,9 @@ logging and checkpoints, with the cross-checks that need this section alone (err
     cfg = PretrainConfig(batch_size=16, max_steps=100)   # or a recipe's `pretrain:` mapping via model_validate
 
 Defaults are BERT-base's pretraining as in Devlin et al. 2019 (batch 256, 1M steps, Adam lr 1e-4, betas
-0.9/0.999, weight decay 0.01, 10k warmup steps then linear decay).
+0.9/0.999, weight decay 0.01, 10k warmup steps then linear decay). Checks that need the model section as well
+are training/recipe_checks.py (called by flows/recipe.py's Recipe validator); checks that need facts of the run
+(world size, shard lengths) are training/run_checks.py, when pretraining starts.
 """
 
 from __future__ import annotations
@@ -160,6 +162,9 @@ class PretrainConfig(StrictModel):
                                  f"({self.max_steps})")
             if self.device == "xla":
                 raise ValueError("pretrain.batch_size_ramp changes the batch shape every step: not with device xla")
+            if self.length_buckets:
+                raise ValueError("pretrain.length_buckets and pretrain.batch_size_ramp cannot be combined (a ramped "
+                                 "step reads a span of the epoch's stream that bucket windows would reorder); use one")
         if self.device == "xla" and not self.static_shapes:
             raise ValueError("pretrain.device xla needs pretrain.static_shapes: true (one graph shape per step; "
                              "otherwise XLA compiles again for every new number of masked tokens)")

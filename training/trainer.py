@@ -15,7 +15,6 @@ import gc
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -33,6 +32,7 @@ from .accumulation import combine_scalars, split_batch, weighted_loss
 from .optim import clip_gradients
 from .prefetch import per_thread, prefetch_batches
 from .step_guard import StepGuard
+from .trainer_settings import TrainerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -110,11 +110,11 @@ class Window:
 
 class Trainer:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, batches: PretrainBatches,
-                 objective: Objective, device: torch.device, max_steps: int, max_grad_norm: float,
-                 log_every: int, metrics_path: Path, bf16: bool = False, dist: DistContext | None = None,
-                 train_flops_per_token: float | None = None, peak_flops: float | None = None,
-                 grad_accumulation: int = 1, guard: StepGuard | None = None, loader_workers: int = 0,
-                 static_width: int | None = None):
+                 objective: Objective, device: torch.device, settings: TrainerSettings,
+                 dist: DistContext | None = None, guard: StepGuard | None = None):
+        """`settings`: the loop's plain values (training/trainer_settings.py). `dist`: the torchrun context (None =
+        one process). `guard`: decides which updates to skip (None = non-finite losses and norms only); it is
+        training state, saved with the checkpoint."""
         # the model trained: the bare model (`module`), DDP-wrapped under torchrun by `_sync_trainable`, which
         # also freezes what the objective leaves untrained (they must agree, see there)
         self.model = model
@@ -124,23 +124,14 @@ class Trainer:
         self.batches = batches
         self.objective = objective
         self.device = device
-        self.max_steps = max_steps
-        self.max_grad_norm = max_grad_norm
-        self.log_every = log_every
-        self.metrics_path = metrics_path
-        self.autocast = autocast_context(device, bf16)
+        self.settings = settings
+        self.autocast = autocast_context(device, settings.bf16)
         self.dist = dist if dist is not None else DistContext()
-        # MFU = model FLOPs per token x tokens/s over the peak of all devices (null without a configured peak)
-        self.train_flops_per_token = train_flops_per_token
-        self.peak_flops = peak_flops
-        self.grad_accumulation = grad_accumulation  # micro-batches per optimiser step (training/accumulation.py)
         self.guard = guard if guard is not None else StepGuard()  # skips non-finite / spiking steps
         self.last_step_skipped = False
-        self.loader_workers = loader_workers  # threads building the next steps' batches (training/prefetch.py)
-        # XLA (training/xla.py): batches padded to `static_width`, no host read inside the step; the steps' scalars
-        # wait on the device in `_pending` until the metrics window is written
+        # XLA (training/xla.py): batches padded to `settings.static_width`, no host read inside the step; the
+        # steps' scalars wait on the device in `_pending` until the metrics window is written
         self.xla = device.type == "xla"
-        self.static_width = static_width
         self._pending: list[tuple[int, dict, int, float]] = []
         self.step = 0  # optimiser steps completed
         self.tokens_seen = 0
@@ -160,7 +151,7 @@ class Trainer:
         it in DDP over exactly the others. DDP expects a gradient for every parameter it holds in every step, so a
         change of that set (two-stage ELECTRA's switch) or of the model (progressive stacking) needs a new wrapper.
         Frozen parameters have no gradient either way, so the trajectory is the one of an unfrozen run. Under FSDP
-        the set is frozen once, before fully_shard (training/pretrain.py): FSDP2 cannot take requires_grad changes
+        the set is frozen once, before fully_shard (training/pretrain_model.py): FSDP2 cannot take requires_grad changes
         of its sharded parameters later (so the stage-changing two-stage ELECTRA is refused with FSDP)."""
         module = self.module
         if is_sharded(module):  # frozen before sharding (pretrain, freeze_untrained); FSDP2 keeps that set
@@ -269,7 +260,8 @@ class Trainer:
         step guard rejects the loss or gradient norm (`self.last_step_skipped`)."""
         self._sync_trainable()
         self.model.train()
-        parts = [(batch, None)] if self.grad_accumulation == 1 else split_batch(batch, self.grad_accumulation)
+        slices = self.settings.grad_accumulation
+        parts = [(batch, None)] if slices == 1 else split_batch(batch, slices)
         step_scalars, total_loss = [], None
         for index, (micro, weights) in enumerate(parts):
             micro = {k: v.to(self.device, non_blocking=True) for k, v in micro.items()}
@@ -283,7 +275,7 @@ class Trainer:
             total_loss = loss.detach() if total_loss is None else total_loss + loss.detach()
             step_scalars.append(({k: v for k, v in out.items() if v is not None and (_is_loss(k) or _is_count(k))
                                   and not (isinstance(v, torch.Tensor) and v.dim() != 0)}, weights))
-        grad_norm = clip_gradients(self.model, self.max_grad_norm)
+        grad_norm = clip_gradients(self.model, self.settings.max_grad_norm)
         if weights is None:
             scalars = step_scalars[0][0]
         else:  # whole-batch metrics from the micro-batches' (still on-device) scalars
@@ -362,12 +354,12 @@ class Trainer:
         """(batch, real tokens) of steps start..end-1: built `loader_workers` steps ahead by threads (each with its
         own copy of the loader's per-epoch cache), and on XLA padded to the static width and copied to the device
         by torch-xla's MpDeviceLoader."""
-        batch_of_step = per_thread(self.batches, "batch") if self.loader_workers else self.batches.batch
-        host = prefetch_batches(batch_of_step, start, self.loader_workers, end_step=end)
+        batch_of_step = per_thread(self.batches, "batch") if self.settings.loader_workers else self.batches.batch
+        host = prefetch_batches(batch_of_step, start, self.settings.loader_workers, end_step=end)
         if self.xla:
             from . import xla
 
-            return xla.device_batches(host, self.device, self.static_width, self.batches.pad_id)
+            return xla.device_batches(host, self.device, self.settings.static_width, self.batches.pad_id)
         return ((batch, int(batch["attention_mask"].sum())) for batch in host)
 
     def _log(self) -> None:
@@ -375,13 +367,14 @@ class Trainer:
         record = {"step": self.step, "lr": self.scheduler.get_last_lr()[0], "tokens": self.tokens_seen,
                   "epoch": round(self.step / self.batches.steps_per_epoch, 4), **self.window.means(),
                   "skipped_steps": self.guard.skipped}
-        record["mfu"] = (record["tokens_per_s"] * self.train_flops_per_token / (self.peak_flops * self.dist.world_size)
-                         if self.peak_flops and self.train_flops_per_token else None)
+        # MFU = model FLOPs per token x tokens/s over the peak of all devices (null without a configured peak)
+        flops, peak = self.settings.train_flops_per_token, self.settings.peak_flops
+        record["mfu"] = record["tokens_per_s"] * flops / (peak * self.dist.world_size) if peak and flops else None
         if self.dist.is_main:  # every rank computes the same record; one writes it
-            append_jsonl(self.metrics_path, [record])
+            append_jsonl(self.settings.metrics_path, [record])
         self.last_metrics = record
         self.window = Window()
-        logger.info("step %d/%d loss %.4f mlm_acc %.4f lr %.3g %.0f tokens/s", self.step, self.max_steps,
+        logger.info("step %d/%d loss %.4f mlm_acc %.4f lr %.3g %.0f tokens/s", self.step, self.settings.max_steps,
                     record.get("loss", float("nan")), record.get("mlm_acc", float("nan")), record["lr"],
                     record["tokens_per_s"])
 
@@ -389,8 +382,8 @@ class Trainer:
               on_step_end: Callable[["Trainer"], None] | None = None) -> None:
         """Run from self.step to max_steps (or to `stop_after` steps in total, e.g. to stop early on purpose).
         `on_step_end` is called after every step (checkpointing lives there)."""
-        end = self.max_steps if stop_after is None else min(self.max_steps, stop_after)
-        bar = tqdm(total=self.max_steps, initial=self.step, desc="pretrain", unit="step", disable=None,
+        end = self.settings.max_steps if stop_after is None else min(self.settings.max_steps, stop_after)
+        bar = tqdm(total=self.settings.max_steps, initial=self.step, desc="pretrain", unit="step", disable=None,
                    dynamic_ncols=True) if self.dist.is_main else tqdm(disable=True)
         source = self._batch_source(self.step, end)
         try:
@@ -405,7 +398,7 @@ class Trainer:
                     self.train_seconds += seconds
                     self._pending.append((self.step, out, tokens, seconds))
                     bar.update(1)
-                    if self.step % self.log_every == 0 or self.step == self.max_steps:
+                    if self.step % self.settings.log_every == 0 or self.step == self.settings.max_steps:
                         self._log()
                     if on_step_end is not None:
                         on_step_end(self)
@@ -419,7 +412,7 @@ class Trainer:
                     self.window.add(out, tokens, seconds)
                 bar.update(1)
                 bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{tokens / seconds:.0f}", refresh=False)
-                if self.step % self.log_every == 0 or self.step == self.max_steps:
+                if self.step % self.settings.log_every == 0 or self.step == self.settings.max_steps:
                     self._log()
                 if on_step_end is not None:
                     on_step_end(self)

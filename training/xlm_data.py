@@ -1,7 +1,7 @@
 """XLM's loaders (Lample & Conneau 2019): each row's language mapped onto the model's language embeddings, and the
 joint MLM + TLM schedule of the paper (section 3.3/5: "when training with TLM, we alternate between MLM and TLM").
 
-    batches = prepare_batches(batches, model_cfg, pretrain_cfg, run_dir)   # training/pretrain.py, XLM objectives
+    batches = prepare_batches(batches, model_cfg, pretrain_cfg, run_dir)   # training/pretrain_data.py, XLM objectives
 
 Languages. Preprocessing stores a language per row (shard schema v2: `lang_a`/`lang_b`, ids into the manifest's
 `instance_format.languages`, the sorted codes of the corpus). The model's embedding rows are `model.xlm.languages`

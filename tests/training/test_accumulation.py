@@ -19,6 +19,7 @@ from training.optim import build_optimizer, build_scheduler
 from training.pretrain import pretrain
 from training.step_guard import StepGuard, TrainingDiverged
 from training.trainer import Trainer
+from training.trainer_settings import TrainerSettings
 
 SMALL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=32)
 NO_DROPOUT = SMALL.model_copy(update={"hidden_dropout": 0.0, "attention_dropout": 0.0})
@@ -105,8 +106,10 @@ def _trainer(run, tmp_path, objective, max_steps, guard=None):
     batches = _batches(run, 8)
     model = _tiny_model(batches)
     optimizer = build_optimizer(model, 1e-3, 0.01, (0.9, 0.999), 1e-6, name="lamb")
+    settings = TrainerSettings(max_steps=max_steps, metrics_path=tmp_path / "metrics.jsonl", max_grad_norm=1.0,
+                               log_every=2)
     return Trainer(model, optimizer, build_scheduler(optimizer, 1, max_steps), batches, objective,
-                   torch.device("cpu"), max_steps, 1.0, 2, tmp_path / "metrics.jsonl", guard=guard)
+                   torch.device("cpu"), settings, guard=guard)
 
 
 def test_non_finite_losses_and_gradients_skip_the_update(shared_tiny_run, tmp_path):
@@ -185,7 +188,7 @@ def test_resume_is_exact_with_the_new_optimizers_and_schedules(run_factory, opti
 
 def test_accumulation_is_refused_for_two_stage_electra(tiny_run):
     from bertfactory.errors import ConfigError
-    from training.electra_config import ElectraSettings
+    from training.models.electra import ElectraSettings
 
     model = SMALL.model_copy(update={"electra": ElectraSettings(two_stage=True, generator_steps=2, generator_size=1.0)})
     cfg = PretrainConfig(objective="electra", batch_size=8, max_steps=4, warmup_steps=1, grad_accumulation=2)

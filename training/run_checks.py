@@ -1,0 +1,62 @@
+"""Checks of a pretraining run that need facts known only when it starts: the number of processes and XLA
+devices, the per-process batch, the shards' sequence lengths. Each raises a ConfigError naming the keys and the fix.
+
+    spmd_devices = check_process_layout(cfg, dist, device)     # after training.distributed.from_environment
+    check_micro_batches(batches, cfg, dist)                   # after the loader has split the batch over ranks
+    width = check_positions(arch_config, batches, manifest)   # the longest sequence the model must hold
+
+What the recipe alone decides is checked when it is loaded (training/pretrain_config.py, training/recipe_checks.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bertfactory.errors import ConfigError
+
+from .distributed import DistContext
+from .pretrain_config import PretrainConfig
+
+
+def check_process_layout(cfg: PretrainConfig, dist: DistContext, device: torch.device) -> int:
+    """The number of XLA devices each batch is sharded over (pretrain.xla_spmd; 1 without it)."""
+    if dist.enabled and device.type == "xla":
+        raise ConfigError("pretrain.device xla trains in one process (several XLA devices through "
+                          "pretrain.xla_spmd); one process per device (torchrun, torch_xla.launch) is not "
+                          "implemented: launch without torchrun")
+    if not cfg.xla_spmd:
+        return 1
+    from .xla import spmd_devices  # torch-xla only when asked for
+
+    devices = spmd_devices()
+    if cfg.batch_size % devices:
+        raise ConfigError(f"pretrain.xla_spmd shards each batch over the {devices} XLA devices: "
+                          f"pretrain.batch_size={cfg.batch_size} is not a multiple of {devices}")
+    return devices
+
+
+def check_micro_batches(batches, cfg: PretrainConfig, dist: DistContext) -> None:
+    """Every process's share of the batch (`batches.local_batch_size`) splits into grad_accumulation equal parts."""
+    per_rank = batches.local_batch_size
+    if per_rank % cfg.grad_accumulation:
+        raise ConfigError(
+            f"each of the {dist.world_size} processes trains {per_rank} sequences per step (pretrain.batch_size="
+            f"{cfg.batch_size} / world size {dist.world_size}), which pretrain.grad_accumulation={cfg.grad_accumulation} "
+            f"does not divide into equal micro-batches. Make batch_size a multiple of world size x grad_accumulation "
+            f"({dist.world_size * cfg.grad_accumulation}), or change grad_accumulation to a divisor of {per_rank}"
+        )
+
+
+def check_positions(arch_config, batches, manifest_path: str) -> int:
+    """The sequence length the model must hold (the manifest's max_seq_len or the longest instance, whichever is
+    larger); refused when the architecture's learned positions are fewer. Relative positions (XLNet, TXL) hold any."""
+    longest = int(batches.shards.lengths().max())
+    declared = batches.shards.manifest.instance_format.get("max_seq_len")
+    needed = max(longest, int(declared) if isinstance(declared, int) else 0)
+    positions = getattr(arch_config, "max_position_embeddings", None)  # None: relative positions
+    if positions is not None and positions < needed:
+        raise ConfigError(
+            f"model.max_position_embeddings={positions} is shorter than the sequences in {manifest_path} "
+            f"(max_seq_len {declared}, longest instance {longest}); raise it to >= {needed}"
+        )
+    return needed
