@@ -9,7 +9,7 @@ import torch
 from bertfactory.errors import ContractError
 from evaluation.crosslingual import zero_shot_transfer
 from evaluation.encode import TextEncoder
-from tests.evaluation.test_finetune import recipe, rule_task, tiny_encoder
+from tests.evaluation.test_finetune import finetune_settings, rule_task, tiny_encoder
 
 
 def test_fine_tune_on_one_language_score_on_another(eval_run):
@@ -22,7 +22,7 @@ def test_fine_tune_on_one_language_score_on_another(eval_run):
     target = dataclasses.replace(every, name="has_the_xx", train=(), dev=(), test=every.train[250:450],
                                  language="xx")
     out = zero_shot_transfer(lambda seed: tiny_encoder(vocab, seed=seed), source, [target], text_encoder,
-                             recipe(epochs=5, num_seeds=2), torch.device("cpu"))
+                             finetune_settings(epochs=5, num_seeds=2), torch.device("cpu"))
     assert out["source_language"] == "en" and list(out["targets"]) == ["xx"] and out["seeds"] == [3, 4]
     share = max(sum(e.label for e in target.test), sum(1 - e.label for e in target.test)) / len(target.test)
     assert out["targets"]["xx"]["accuracy"] > share + 0.15 and "accuracy_std" in out["targets"]["xx"]
@@ -30,7 +30,9 @@ def test_fine_tune_on_one_language_score_on_another(eval_run):
 
     other_labels = dataclasses.replace(target, label_names=("yes", "no"))
     with pytest.raises(ContractError, match=r"has labels \['yes', 'no'\] but the source has_the \(en\) has \['no', 'yes'\]"):
-        zero_shot_transfer(lambda seed: tiny_encoder(vocab), source, [other_labels], text_encoder, recipe(), torch.device("cpu"))
+        zero_shot_transfer(lambda seed: tiny_encoder(vocab), source, [other_labels], text_encoder, finetune_settings(),
+                           torch.device("cpu"))
     other_type = dataclasses.replace(rule_task("regression"), language="xx")
     with pytest.raises(ContractError, match="is a regression task but the source"):
-        zero_shot_transfer(lambda seed: tiny_encoder(vocab), source, [other_type], text_encoder, recipe(), torch.device("cpu"))
+        zero_shot_transfer(lambda seed: tiny_encoder(vocab), source, [other_type], text_encoder, finetune_settings(),
+                           torch.device("cpu"))

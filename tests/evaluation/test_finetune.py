@@ -1,7 +1,7 @@
 """The one fine-tuning loop on every task type: each head learns a rule read off real movie-review sentences
 (the loss falls and dev beats the majority answer), runs are reproducible under a seed, the learning-rate grid and
-seeds are aggregated as mean ± std, early stopping and the fine-tuning schedule (layer-wise lr decay, gradual unfreezing,
-slanted triangular lr) do what they say."""
+seeds are aggregated as mean ± std, early stopping and the fine-tuning schedule (layer-wise lr decay, gradual
+unfreezing, slanted triangular lr) do what they say."""
 
 import math
 
@@ -90,7 +90,7 @@ def tiny_encoder(vocab, hidden=32, layers=2, seed=0, **extra):
                                 intermediate_size=2 * hidden, max_position_embeddings=64, **extra))
 
 
-def recipe(**kw):
+def finetune_settings(**kw):
     base = dict(epochs=4, learning_rate=3e-3, batch_size=8, max_seq_len=40, num_seeds=1, seed=3, warmup_ratio=0.0,
                 max_answer_len=4, doc_stride=16)
     return FinetuneConfig(**{**base, **kw})
@@ -107,7 +107,7 @@ BARS = {"classification": ("accuracy", 0.85, 4), "pair-classification": ("accura
 def test_each_task_type_learns_its_rule(task_type, text_encoder):
     metric, bar, epochs = BARS[task_type]
     data = rule_task(task_type, 900 if task_type == "multiple-choice" else 360)
-    cfg = recipe(epochs=epochs)
+    cfg = finetune_settings(epochs=epochs)
     task = prepare_task(data, text_encoder, cfg)
     vocab = text_encoder.tokenizer.get_vocab_size()
     run = finetune_run(tiny_encoder(vocab), task, cfg, cfg.learning_rate, cfg.seed, CPU, text_encoder.pad_id, task_type)
@@ -127,7 +127,7 @@ def test_each_task_type_learns_its_rule(task_type, text_encoder):
 
 def test_restored_best_epoch_is_what_test_scores(text_encoder):
     data = rule_task("classification", 200)
-    cfg = recipe(epochs=2)
+    cfg = finetune_settings(epochs=2)
     task = prepare_task(data, text_encoder, cfg)
     encoder = tiny_encoder(text_encoder.tokenizer.get_vocab_size())
     run = finetune_run(encoder, task, cfg, cfg.learning_rate, 5, CPU, text_encoder.pad_id, "x")
@@ -141,7 +141,7 @@ def test_restored_best_epoch_is_what_test_scores(text_encoder):
 
 def test_runs_are_reproducible_under_a_seed(text_encoder):
     data = rule_task("tagging", 160)
-    cfg = recipe(epochs=1)
+    cfg = finetune_settings(epochs=1)
     task = prepare_task(data, text_encoder, cfg)
     vocab = text_encoder.tokenizer.get_vocab_size()
     a = finetune_run(tiny_encoder(vocab), task, cfg, 1e-3, 7, CPU, 0, "a", keep_state=False)
@@ -153,7 +153,7 @@ def test_runs_are_reproducible_under_a_seed(text_encoder):
 
 def test_lr_grid_picks_the_best_mean_dev_score_and_reports_mean_and_std(text_encoder):
     data = rule_task("classification", 360)
-    cfg = recipe(epochs=4, learning_rates=[1e-7, 3e-3], num_seeds=2)  # 4 epochs: what classification is calibrated to learn with margin (BARS)
+    cfg = finetune_settings(epochs=4, learning_rates=[1e-7, 3e-3], num_seeds=2)  # 4 epochs: what classification is calibrated to learn with margin (BARS)
     task = prepare_task(data, text_encoder, cfg)
     vocab = text_encoder.tokenizer.get_vocab_size()
     result = finetune_model(lambda seed: tiny_encoder(vocab, seed=seed), task, cfg, CPU, 0, "grid")
@@ -171,7 +171,7 @@ def test_lr_grid_picks_the_best_mean_dev_score_and_reports_mean_and_std(text_enc
 
 def test_early_stopping_stops_after_patience_epochs_without_improvement(text_encoder):
     data = rule_task("classification", 120)
-    cfg = recipe(epochs=5, early_stopping_patience=2, learning_rate=1e-9)  # nothing is learnt: dev never improves
+    cfg = finetune_settings(epochs=5, early_stopping_patience=2, learning_rate=1e-9)  # nothing is learnt: dev never improves
     task = prepare_task(data, text_encoder, cfg)
     run = finetune_run(tiny_encoder(text_encoder.tokenizer.get_vocab_size()), task, cfg, 1e-9, 1, CPU, 0, "stop")
     assert len(run.epochs) == 3 and run.stopped_early and run.best_epoch == 1
@@ -192,7 +192,7 @@ def test_layerwise_lr_decay_and_gradual_unfreezing(text_encoder):
 
     # gradual unfreezing over 2 epochs of a 2-layer model: epoch 1 head + pooler, epoch 2 also layer 2
     data = rule_task("classification", 80)
-    cfg = recipe(epochs=2, gradual_unfreezing=True, layerwise_lr_decay=0.8)
+    cfg = finetune_settings(epochs=2, gradual_unfreezing=True, layerwise_lr_decay=0.8)
     task = prepare_task(data, text_encoder, cfg)
     encoder = tiny_encoder(vocab)
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
