@@ -176,7 +176,7 @@ def test_manifest_lowercase_is_read_from_the_normalizer():
     """An adopted tokenizer may lowercase with a Lowercase step in a Sequence (no top-level 'lowercase' key)."""
     from tokenizers import Tokenizer, models, normalizers
 
-    from preprocessing.pipeline import _is_lowercase
+    from preprocessing.manifest import is_lowercase as _is_lowercase
 
     tok = Tokenizer(models.WordPiece({"[UNK]": 0}, unk_token="[UNK]"))
     assert _is_lowercase(tok) is False

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from preprocessing.pipeline import WriteShardFn, spill_dir
+from preprocessing.instance_pipeline import WriteShardFn, spill_dir
 from preprocessing.shards import merge_runs, shard_batch, shard_schema, spill_part, write_shard
 
 VOCAB = 1000

@@ -1,0 +1,161 @@
+"""What the documents pipeline leaves in the staging work directory, summed on the driver: the outcome counts
+(per reason, per source file), the tally of the kept documents (DocTally; TallyDocs is the same tally as a Beam
+CombineFn inside the single job), quarantine.jsonl and duplicates.jsonl, the merged dedup index, and the one error
+for a corpus left without training documents.
+
+    python -c "from preprocessing.document_results import DocTally; t = DocTally(); print(t.counts())"
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections import Counter
+from pathlib import Path
+
+import apache_beam as beam
+
+from bertfactory.errors import InputError
+from bertfactory.io import atomic_write_text
+
+from .config import CorpusConfig
+from .shards import SPLITS, ShardInfo
+from .staging import Staging, iter_docs, read_lines
+
+QUARANTINE_FILE = "quarantine.jsonl"
+DUPLICATES_FILE = "duplicates.jsonl"
+
+
+def empty_corpus_error(files: list[str], corpus: CorpusConfig, counts: dict) -> InputError:
+    why = {
+        "namespace": f"namespace not in {corpus.namespaces}",
+        "redirect": "redirect page",
+        "empty": "no text left after removing markup",
+        "too_short": f"shorter than min_doc_chars={corpus.min_doc_chars} or min_doc_sentences={corpus.min_doc_sentences}",
+    }
+    lines = [f"no training documents left after filtering {', '.join(files)}: {counts['docs_read']} records read, "
+             f"{counts['docs_kept']} kept ({counts['docs'].get('heldout', 0)} of them held out)"]
+    lines += [f"  dropped {reason} ({why.get(reason, reason)}): {n}" for reason, n in counts["docs_dropped"].items()]
+    lines += [f"  quarantined {reason}: {n}" for reason, n in counts["quarantined"].items()]
+    lines += [f"  duplicates removed ({kind}): {n}" for kind, n in counts["duplicates_removed"].items() if n]
+    return InputError("\n".join(lines))
+
+
+def outcome_counts(outcomes: Counter) -> dict:
+    """{"read": n, "kept": n, "docs_dropped": {reason: n}, "quarantined": {reason: n}, "duplicates": {kind: n}}"""
+    def by(prefix: str) -> dict:
+        return {k.split(":", 1)[1]: v for k, v in sorted(outcomes.items()) if k.startswith(prefix + ":")}
+
+    return {"docs_read": outcomes.get("read", 0), "docs_dropped": by("dropped"), "quarantined": by("quarantined"),
+            "duplicates_removed": by("duplicate")}
+
+
+class DocTally:
+    """What the kept document records say in sum: documents per split, per language (and split), training
+    characters per language, sentences, pairs, documents per source. The driver tallies the docs files with it;
+    inside a single job (TallyDocs) it gives the instance plan the same figures before any document is tokenised."""
+
+    def __init__(self) -> None:
+        self.split_docs: Counter = Counter()
+        self.lang_docs: dict[str, Counter] = {}
+        self.lang_chars: Counter = Counter()
+        self.kept_by_source: Counter = Counter()
+        self.sentences = self.pairs = 0
+
+    def add(self, doc: dict) -> None:
+        self.split_docs[doc["split"]] += 1
+        self.kept_by_source[doc["source"]] += 1
+        if doc.get("kind") == "pair":
+            self.pairs += 1
+            lang = f"{doc['src_lang']}-{doc['tgt_lang']}"
+        else:
+            self.sentences += sum(len(p) for p in doc["paragraphs"])
+            lang = doc.get("lang") or "und"
+            if doc["split"] == "train":
+                self.lang_chars[lang] += sum(len(s) for p in doc["paragraphs"] for s in p)
+        self.lang_docs.setdefault(lang, Counter())[doc["split"]] += 1
+
+    def merge(self, other: "DocTally") -> "DocTally":
+        self.split_docs += other.split_docs
+        for lang, c in other.lang_docs.items():
+            self.lang_docs.setdefault(lang, Counter()).update(c)
+        self.lang_chars += other.lang_chars
+        self.kept_by_source += other.kept_by_source
+        self.sentences += other.sentences
+        self.pairs += other.pairs
+        return self
+
+    def counts(self) -> dict:
+        """The manifest's `docs` and `languages` counts (what instance_plan reads)."""
+        return {
+            "docs": {s: self.split_docs[s] for s in SPLITS},
+            "languages": {lang: {"docs": sum(c.values()), "train_docs": c["train"],
+                                 **({"train_chars": self.lang_chars[lang]} if lang in self.lang_chars else {})}
+                          for lang, c in sorted(self.lang_docs.items())},
+        }
+
+
+class TallyDocs(beam.CombineFn):
+    """Document JSON lines -> DocTally.counts() over all of them."""
+
+    def create_accumulator(self) -> DocTally:
+        return DocTally()
+
+    def add_input(self, tally: DocTally, line: str) -> DocTally:
+        tally.add(json.loads(line))
+        return tally
+
+    def merge_accumulators(self, tallies) -> DocTally:
+        merged = DocTally()
+        for tally in tallies:
+            merged.merge(tally)
+        return merged
+
+    def extract_output(self, tally: DocTally) -> dict:
+        return tally.counts()
+
+
+def document_counts(files: list[str], staging: Staging) -> dict:
+    """The documents pipeline's outputs -> the document counts; quarantine.jsonl and duplicates.jsonl written."""
+    total: Counter = Counter()
+    per_source: dict[int, Counter] = {}
+    for line in read_lines(str(staging.work / "outcomes" / "part*.jsonl")):
+        (source, what), n = json.loads(line)
+        total[what] += n
+        per_source.setdefault(source, Counter())[what] += n
+    tally = DocTally()
+    for doc in iter_docs(staging.work):
+        tally.add(doc)
+    quarantine = sorted(read_lines(str(staging.work / "quarantine" / "part*.jsonl")))
+    atomic_write_text(staging.shards / QUARANTINE_FILE, "".join(quarantine))
+    duplicates = sorted(read_lines(str(staging.work / "duplicates" / "part*.jsonl")))
+    atomic_write_text(staging.shards / DUPLICATES_FILE, "".join(duplicates))
+    counts = outcome_counts(total)
+    kept = sum(tally.split_docs.values())
+    removed = sum(counts["duplicates_removed"].values())
+    tallied = tally.counts()
+    counts.update({
+        "docs_kept": kept,
+        "docs": tallied["docs"],
+        "sentences": tally.sentences,
+        "dedup_rate": round(removed / max(1, kept + removed), 6),
+        "languages": tallied["languages"],
+        "sources": [{"file": Path(f).name, **outcome_counts(per_source.get(i, Counter())),
+                     "docs_kept": tally.kept_by_source[i]} for i, f in enumerate(files)],
+    })
+    if tally.pairs:
+        counts["pairs"] = tally.pairs
+    return counts
+
+
+DEDUP_INDEX_FILE = "dedup_index.arrow"
+
+
+def merge_dedup_entries(staging: Staging, parent_index: Path | None, cfg) -> ShardInfo:
+    """Merge the kept documents' dedup entries (and the parent version's) into RUN/shards/dedup_index.arrow: the
+    index the next corpus version deduplicates against."""
+    from .dedup import merge_dedup_index
+
+    parts = sorted(Path(p) for p in glob.glob(str(staging.work / "dedup_index" / "part-*.arrow")))
+    info = merge_dedup_index(parts, parent_index, staging.shards / DEDUP_INDEX_FILE, cfg)
+    return ShardInfo(path=DEDUP_INDEX_FILE, rows=info["rows"], sha256=info["sha256"])

@@ -1,0 +1,350 @@
+"""The instances pipeline (Beam): document JSON lines -> BERT instances with K precomputed mask variants -> sorted
+Arrow shards (the contract in preprocessing.shards). The second of the stage's two pipelines (preprocessing.pipeline
+runs it after the tokenizer, or in one job with preprocessing.documents when the tokenizer is given).
+
+    docs -> TokenizeDoc (token ids per sentence, packed; language-sampling copies) -> group by random bucket
+         -> BuildInstances (pairs or packed rows: preprocessing.instances, preprocessing.segments; dealt to
+            pre-shards, spilled to disk as arrays) -> group by pre-shard
+         -> DealAndMask (numbered in sort-key order, dealt round-robin to shards, masked in batches by the
+            vectorised core, preprocessing.masking; spilled as Arrow record batches) -> group by shard
+         -> WriteShardFn (the parts merged by key into the shard file) -> one summary line per shard
+
+The plan (buckets, pre-shards, copy rates, language ids: preprocessing.planning) is a side input. Only spill
+paths, counts and sort keys go through the shuffles; the layout depends only on the keys, never on bundles.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Iterator
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.pvalue import TaggedOutput
+from tokenizers import Tokenizer
+
+from bertfactory.io import AtomicFile
+
+from . import hashing
+from .config import PreprocessConfig
+from .instances import iter_bucket_instances
+from .masking import SPAN_BOUND_POLICIES, Masker
+from .memory import release_freed_memory
+from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, unpack_sentences
+from .shards import merge_runs, shard_batch, shard_schema, spill_part
+from .sinks import WriteSmallLines
+
+
+class TokenizeDoc(beam.DoFn):
+    """Document JSON -> ((split, bucket), (doc_id, sentences as token ids)). A document whose every sentence
+    tokenises to nothing (text made only of what the normalizer strips) goes to the `no_tokens` output, to be
+    counted as dropped. With language sampling, a training document is emitted as many times as
+    preprocessing.language_sampling.copies says (0 = left out), each copy with its own id so its instances and
+    masks differ; the `copies` output counts them per language. Buckets, copy rates and language ids come from
+    the instance plan (a side input: instance_plan)."""
+
+    def __init__(self, tokenizer_path: str, seed: int = 0):
+        self.tokenizer_path = tokenizer_path
+        self.seed = seed
+
+    def _copies(self, doc: dict, copy_rates: dict[str, float]) -> list[int]:
+        lang = doc.get("lang") or "und"
+        if doc["split"] != "train" or lang not in copy_rates:
+            return [doc["doc_id"]]
+        from .language_sampling import copies
+
+        n = copies(str(doc["doc_id"]), lang, copy_rates, self.seed)
+        return [doc["doc_id"] if c == 0 else hashing.hash64("copy", doc["doc_id"], c) for c in range(n)]
+
+    def setup(self) -> None:
+        self.tokenizer = Tokenizer.from_file(self.tokenizer_path)
+
+    def start_bundle(self) -> None:
+        release_freed_memory()  # what the stages before this one freed (preprocessing.memory)
+
+    def process(self, line: str, plan: dict) -> Iterator:
+        buckets, copy_rates, lang_ids = plan["buckets"], plan["copy_rates"], plan["lang_ids"]
+        doc = json.loads(line)
+        split = doc["split"]
+        if doc.get("kind") == "pair":  # both sides, each with its language
+            src, tgt = (e.ids for e in self.tokenizer.encode_batch_fast([doc["src"], doc["tgt"]],
+                                                                         add_special_tokens=False))
+            if src and tgt:
+                langs = (lang_ids.get(doc["src_lang"], 0), lang_ids.get(doc["tgt_lang"], 0))
+                yield ((split, hashing.bucket_of(doc["doc_id"], buckets[split])),
+                       (doc["doc_id"], pack_sentences([src, tgt]), langs))
+            else:
+                yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
+            return
+        sentences = [s for paragraph in doc["paragraphs"] for s in paragraph]
+        # the fast variant leaves out character offsets: making them (and their Python objects, one per
+        # sentence, under the GIL) cost more than the tokenising itself
+        encoded = self.tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
+        ids = [e.ids for e in encoded if e.ids]
+        if ids:
+            lang = lang_ids.get(doc.get("lang") or "und", 0)
+            copy_ids = self._copies(doc, copy_rates)
+            if copy_rates:
+                yield TaggedOutput("copies", json.dumps([doc.get("lang") or "und", len(copy_ids)]))
+            packed = pack_sentences(ids)
+            for doc_id in copy_ids:
+                yield (split, hashing.bucket_of(doc_id, buckets[split])), (doc_id, packed, lang)
+        else:
+            yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
+
+
+class BuildInstances(beam.DoFn):
+    """One bucket of documents (sentences packed as arrays: segments.pack_sentences) -> its instances (see
+    preprocessing.instances for the seeding), dealt to pre-shards: rows are turned into arrays ROWS_PER_ELEMENT at
+    a time (their row keys hashed for the whole block: hashing.row_keys), and a pre-shard's rows, once about
+    ROWS_PER_ELEMENT of them wait, are written to a spill file (row_spill_path); only ((split, pre-shard), (spill
+    file, rows)) goes through the shuffle. A local runner hands each worker its whole share of a stage's input at
+    once, so rows in the shuffle made DealAndMask's workers hold half the corpus's instances (1.4 GB at 10x sotu)
+    before the first pre-shard was dealt."""
+
+    def __init__(self, cfg: PreprocessConfig, cls_id: int, sep_id: int, shard_dir: str):
+        self.cfg = cfg
+        self.cls_id = cls_id
+        self.sep_id = sep_id
+        self.shard_dir = shard_dir
+
+    def start_bundle(self) -> None:
+        release_freed_memory()
+
+    def _rows(self, split: str, bucket: int, docs: list) -> Iterator[Row]:
+        inst = self.cfg.instances
+        if inst.format not in ("nsp-pairs", "sop-pairs"):
+            yield from build_rows(inst.format, docs, inst.max_seq_len, self.cls_id, self.sep_id)
+            return
+        rng = random.Random(hashing.seed_of(self.cfg.seed, "instances", split, bucket))
+        langs = {doc_id: lang for doc_id, _ids, lang in docs}
+        for doc_id, index, input_ids, len_a, nsp_label in iter_bucket_instances(
+            [(doc_id, ids) for doc_id, ids, _lang in docs], rng, max_seq_len=inst.max_seq_len,
+            short_seq_prob=inst.short_seq_prob, nsp_random_prob=inst.nsp_random_prob, dupe_factor=inst.dupe_factor,
+            cls_id=self.cls_id, sep_id=self.sep_id, sentence_order=inst.format == "sop-pairs",
+        ):
+            # a NotNext B comes from another document, possibly of another language: its rows keep A's language
+            lang = langs[doc_id]
+            yield Row(doc_id, index, input_ids, len_a, nsp_label, lang, lang)
+
+    def process(self, item, plan: dict) -> Iterator:
+        (split, bucket), docs = item
+        preshards = plan["preshards"][split]
+        docs = [(doc_id, unpack_sentences(packed), lang) for doc_id, packed, lang in docs]
+        waiting: dict[int, list[RowBlock]] = {}  # pre-shard -> its blocks not yet spilled
+        spilled: dict[int, int] = {}  # pre-shard -> spill files written for it from this bucket
+        rows: list[Row] = []
+        for row in self._rows(split, bucket, docs):
+            rows.append(row)
+            if len(rows) == ROWS_PER_ELEMENT:
+                self._route(rows_to_block(rows), preshards, waiting)
+                rows = []
+                full = [pre for pre, parts in waiting.items() if sum(len(b.lengths) for b in parts) >= ROWS_PER_ELEMENT]
+                for pre in sorted(full):
+                    yield self._spill(split, bucket, pre, waiting.pop(pre), spilled)
+        if rows:
+            self._route(rows_to_block(rows), preshards, waiting)
+        for pre in sorted(waiting):
+            yield self._spill(split, bucket, pre, waiting[pre], spilled)
+
+    @staticmethod
+    def _route(block: RowBlock, preshards: int, waiting: dict) -> None:
+        """Deal a block's rows to their pre-shards (row key modulo the split's pre-shard count)."""
+        pre_of = block.keys[:, 0] % np.uint64(preshards)
+        order = np.argsort(pre_of, kind="stable")
+        bounds = np.searchsorted(pre_of[order], np.arange(preshards + 1, dtype=np.uint64))
+        for pre in range(preshards):
+            if bounds[pre] < bounds[pre + 1]:
+                waiting.setdefault(pre, []).append(block.take(order[bounds[pre]:bounds[pre + 1]])[0])
+
+    def _spill(self, split: str, bucket: int, pre: int, parts: list[RowBlock], spilled: dict) -> tuple:
+        block = RowBlock.concat(parts)
+        sequence = spilled[pre] = spilled.get(pre, -1) + 1
+        path = row_spill_path(self.shard_dir, split, pre, bucket, sequence)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # named by what it holds (a bucket's n-th block for a pre-shard), so a retried bundle rewrites the same
+        # file with the same bytes; not synced: a crash reruns the job
+        with AtomicFile(path, durable=False) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **block._asdict())
+        return (split, pre), (str(path), len(block.lengths))
+
+
+def row_spill_path(shard_dir: str | Path, split: str, pre: int, bucket: int, sequence: int) -> Path:
+    """Where BuildInstances leaves a block of a pre-shard's rows for DealAndMask (in the staging shards directory,
+    removed with the shard spills once the instances job has finished)."""
+    return Path(shard_dir) / split / ".spill-rows" / f"{pre:05d}-{bucket:06d}-{sequence:04d}.npz"
+
+
+def load_row_spill(path: str) -> RowBlock:
+    """A spill file of BuildInstances back as a RowBlock (plain arrays only: no pickled objects are read)."""
+    with np.load(path, allow_pickle=False) as arrays:
+        return RowBlock(*(arrays[field] for field in RowBlock._fields))
+
+
+# rows per spill file of BuildInstances (about): few files and elements, bounded arrays in the worker
+ROWS_PER_ELEMENT = 2048
+
+
+# rows masked and turned into one record batch at a time (bounds the masker's [rows * K, max_seq_len] arrays)
+MASK_BATCH_ROWS = 4096
+
+
+class DealAndMask(beam.DoFn):
+    """One pre-shard's rows (BuildInstances' spill files) -> each numbered and dealt to its shard, masked, as
+    record batches. The rows of a split are numbered in (pre-shard, sort key) order and dealt round-robin, so every
+    shard holds N/S rows +-1 (ranks of a data-parallel job get equal work) and the layout depends only on the keys,
+    never on bundles.
+    Each shard's part of the pre-shard is masked by the vectorised core (Masker.variants_flat) in batches of
+    MASK_BATCH_ROWS, written to a spill file (shards.spill_part) and announced as ((split, shard), (pre-shard,
+    first row, sort keys [n, 3] uint64, spill file, (tokens, masked positions, NotNext/swapped rows)))."""
+
+    def __init__(self, cfg: PreprocessConfig, tokenizer_path: str, num_shards: dict[str, int], vocab_size: int,
+                 shard_dir: str):
+        self.cfg = cfg
+        self.tokenizer_path = tokenizer_path
+        self.num_shards = num_shards
+        self.vocab_size = vocab_size
+        self.shard_dir = shard_dir
+
+    def setup(self) -> None:
+        # special ids, word boundaries and (entity policy) token texts, all from the tokenizer itself
+        self.masker = Masker.from_tokenizer(self.cfg.masking, self.cfg.seed, Tokenizer.from_file(self.tokenizer_path),
+                                            self.tokenizer_path)
+
+    def start_bundle(self) -> None:
+        release_freed_memory()
+
+    def process(self, item, sizes: dict) -> Iterator:
+        (split, pre), parts = item
+        block = RowBlock.concat([load_row_spill(path) for path, _rows in sorted(parts)])
+        # sorted by (row key, doc_id, index): numbered and dealt in that order whatever the bundles
+        order = np.lexsort(block.keys.T[::-1])
+        offset = sum(n for (s, p), n in sizes.items() if s == split and p < pre)
+        shards = self.num_shards[split]
+        for shard in range(shards):
+            mine = order[(shard - offset) % shards::shards]
+            for start in range(0, len(mine), MASK_BATCH_ROWS):
+                chunk, offsets = block.take(mine[start:start + MASK_BATCH_ROWS])
+                batch, totals = self._batch(chunk, offsets)
+                # the rows go to disk here, only their keys and file through the shuffle: a local runner hands a
+                # group to one worker whole, and a shard's group would otherwise be a fixed share of the corpus
+                path = spill_dir(self.shard_dir, split, shard) / f"{pre}-{start}.arrow"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # a retried bundle rewrites the same bytes; not synced to disk: a crash reruns the job, and
+                # WriteShardFn's shard file (synced) is what survives it
+                with AtomicFile(path, durable=False) as tmp:
+                    spill_part(tmp, batch)
+                yield (split, shard), (pre, start, chunk.keys, str(path), totals)
+
+    def _batch(self, rows: RowBlock, offsets: np.ndarray) -> tuple[pa.RecordBatch, tuple[int, int, int]]:
+        values = rows.ids.astype(np.int64)
+        doc_id, index = rows.keys[:, 1], rows.keys[:, 2]
+        len_a, nsp_label, lang_a, lang_b, segment_index = rows.fields.T
+        spans = (None, None)  # mask_spans: the span policy's bounds (docs/shards.md), absent for other policies
+        if self.cfg.masking.dynamic:  # the loader masks at read time
+            variants, counts, positions, tokens = 0, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+            if self.cfg.masking.policy in SPAN_BOUND_POLICIES:
+                spans = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        else:
+            masked = self.masker.variants_flat(offsets, values, doc_id, index)
+            variants, counts, positions, tokens = masked.variants, masked.counts, masked.positions, masked.tokens
+            if self.cfg.masking.policy in SPAN_BOUND_POLICIES:
+                spans = (masked.unit_counts, masked.unit_lengths())
+        batch = shard_batch(self.vocab_size, offsets, values, len_a, nsp_label, counts, positions, tokens, variants,
+                            doc_id, lang_a, lang_b, segment_index, *spans)
+        return batch, (int(offsets[-1]), len(positions), int(nsp_label.sum()))
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:05d}.arrow"
+
+
+def spill_dir(shard_dir: str | Path, split: str, shard: int) -> Path:
+    """Where DealAndMask leaves a shard's masked parts for WriteShardFn to merge (inside the staging shards
+    directory). The driver removes them after the instances job has finished, not WriteShardFn: a runner that
+    retries a WriteShards bundle (Dataflow, Flink) must find its parts again."""
+    return Path(shard_dir) / split / f".spill-{Path(shard_name(shard)).stem}"
+
+
+class WriteShardFn(beam.DoFn):
+    """All parts of one shard (their keys and spill files) -> the shard file (rows sorted by their sort key) -> a
+    summary line. Each part is sorted by key and a pre-shard's parts cover consecutive key ranges, so the
+    pre-shards' runs are merged by key into the shard (shards.merge_runs): the worker holds the sort keys and a
+    few hundred rows per pre-shard, not the shard."""
+
+    def __init__(self, shard_dir: str, vocab_size: int, batch_rows: int, span_bounds: bool = False):
+        self.shard_dir = shard_dir
+        self.vocab_size = vocab_size
+        self.batch_rows = batch_rows
+        self.span_bounds = span_bounds  # the schema has the mask_spans column (masking policy span)
+
+    def start_bundle(self) -> None:
+        release_freed_memory()
+
+    def process(self, item) -> Iterator[str]:
+        (split, shard), parts = item
+        path = Path(self.shard_dir) / split / shard_name(shard)
+        runs: dict[int, list] = {}
+        tokens = masked = nsp_random = 0
+        for pre, start, keys, part, (n_tokens, n_masked, n_random) in parts:
+            runs.setdefault(pre, []).append((start, keys, Path(part)))
+            tokens, masked, nsp_random = tokens + n_tokens, masked + n_masked, nsp_random + n_random
+        ordered = [sorted(runs[pre], key=lambda part: part[0]) for pre in sorted(runs)]
+        info = merge_runs(path, shard_schema(self.vocab_size, self.span_bounds),
+                          [(np.concatenate([k.reshape(-1, 3) for _, k, _ in run]), [p for _, _, p in run])
+                           for run in ordered], self.batch_rows)
+        yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
+                          "tokens": tokens, "masked_tokens": masked, "nsp_random": nsp_random})
+
+
+def _sum_pairs(pairs) -> tuple[int, int]:
+    docs = copies = 0
+    for d, c in pairs:
+        docs += d
+        copies += c
+    return docs, copies
+
+
+def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, tokenizer_path: Path, shard_dir: Path,
+                             vocab_size: int, specials: dict[str, int]) -> None:
+    """Document JSON lines (`docs`) -> shards, with `plan` a one-element PCollection holding instance_plan's dict
+    (computed by the driver between two jobs, or inside the one job from the documents' tally)."""
+    plan = beam.pvalue.AsSingleton(plan)
+    tokenized = (
+        docs
+        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), cfg.seed), plan)
+        .with_outputs("no_tokens", "copies", main="docs")
+    )
+    tokenized.no_tokens | "WriteNoTokens" >> WriteSmallLines(work / "no_tokens")
+    (
+        tokenized.copies
+        | "ParseCopies" >> beam.Map(lambda line: (json.loads(line)[0], (1, json.loads(line)[1])))
+        | "SumCopies" >> beam.CombinePerKey(_sum_pairs)
+        | "CopiesJson" >> beam.MapTuple(lambda lang, dc: json.dumps([lang, dc[0], dc[1]]))
+        | "WriteCopies" >> WriteSmallLines(work / "copies")
+    )
+    num_shards = {"train": cfg.shards.train_shards, "heldout": cfg.shards.heldout_shards}
+    instances = (
+        tokenized.docs
+        | "ByBucket" >> beam.GroupByKey()
+        | "Pairs" >> beam.ParDo(BuildInstances(cfg, specials["cls"], specials["sep"], str(shard_dir)), plan)
+    )
+    sizes = (
+        instances
+        | "PreshardSizes" >> beam.MapTuple(lambda pre, spill: (pre, spill[1]))
+        | "SumPreshardSizes" >> beam.CombinePerKey(sum)
+    )
+    (
+        instances
+        | "ByPreshard" >> beam.GroupByKey()
+        | "DealAndMask" >> beam.ParDo(DealAndMask(cfg, str(tokenizer_path), num_shards, vocab_size, str(shard_dir)),
+                                      sizes=beam.pvalue.AsDict(sizes))
+        | "ByShard" >> beam.GroupByKey()
+        | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows,
+                                                           cfg.masking.policy in SPAN_BOUND_POLICIES))
+        | "WriteSummaries" >> WriteSmallLines(work / "shard_summaries")
+    )
