@@ -207,6 +207,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
 
 
+# the official SQuAD evaluate script's name for it (American spelling kept so it can be found next to the script)
 def normalize_answer(text: str) -> str:
     """The official SQuAD (v1.1 and v2.0) normalisation, in its order: lowercase, drop every ASCII punctuation
     character, replace the words a / an / the by a space, and collapse runs of whitespace to single spaces."""

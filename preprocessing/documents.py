@@ -128,11 +128,11 @@ class CleanDocument(beam.DoFn):
         self.files = files
 
     def setup(self) -> None:
-        from .filters import clean_document, normalize_text
+        from .filters import clean_document, normalise_text
         from .langid import LanguageIdentifier
 
         self.clean_document = clean_document
-        self.normalize_text = normalize_text
+        self.normalise_text = normalise_text
         self.identifier = LanguageIdentifier(self.corpus.langid) if self.corpus.lang == "auto" else None
 
     def _language(self, text: str, given: str | None) -> tuple[str | None, float | None]:
@@ -180,8 +180,8 @@ class CleanDocument(beam.DoFn):
                        "meta": doc.meta, "paragraphs": sentences}
 
     def _pair(self, pair: SentencePair) -> Iterator:
-        src = self.normalize_text(pair.src_text, self.corpus.filters)
-        tgt = self.normalize_text(pair.tgt_text, self.corpus.filters)
+        src = self.normalise_text(pair.src_text, self.corpus.filters)
+        tgt = self.normalise_text(pair.tgt_text, self.corpus.filters)
         if not src.strip() or not tgt.strip():
             yield _outcome(pair.source, "dropped:empty")
             return

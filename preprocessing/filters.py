@@ -1,6 +1,6 @@
 """Document cleaning and quality filters: Unicode normalisation, C4 boilerplate lines and the Gopher quality and
 repetition rules, each switchable in `FiltersConfig` (corpus.filters). The documents pipeline calls
-`clean_document` on every document and `normalize_text` on both sides of every sentence pair.
+`clean_document` on every document and `normalise_text` on both sides of every sentence pair.
 
     from preprocessing.filters import FiltersConfig, clean_document
     paragraphs, reason = clean_document(doc.paragraphs, "en", FiltersConfig(), lang_prob=None)
@@ -76,6 +76,8 @@ class FiltersConfig(StrictModel):
     switched off: booleans false, thresholds null."""
 
     # --- normalisation
+    # the key keeps the standard's spelling ("Unicode Normalization Forms", UAX #15) and recipes already use it;
+    # our own names write British (normalise_text)
     normalization: Literal["NFC", "NFKC", "none"] = Field(
         "NFC", description="Unicode normal form (Unicode Standard Annex #15): NFC composes characters and keeps "
         "full-width forms and ligatures; NFKC also folds compatibility characters (ﬁ -> fi, Ｆ -> F); none = as read")
@@ -306,7 +308,7 @@ _LETTER_RUN = re.compile(r"[^\W\d_]+")  # a letter: a word character that is nei
 _BREAK_CHARS = "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
-def normalize_text(text: str, cfg: FiltersConfig) -> str:
+def normalise_text(text: str, cfg: FiltersConfig) -> str:
     """Unicode normal form, control/format characters removed, whitespace collapsed (lines kept, stripped, blank
     ones removed) as configured."""
     if cfg.normalization != "none":
@@ -490,7 +492,7 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
     lines: list[str] = []
     lines_read = 0
     for paragraph in paragraphs:
-        text = normalize_text(paragraph, cfg)
+        text = normalise_text(paragraph, cfg)
         kept = []
         for line in text.split("\n"):
             if not line.strip():

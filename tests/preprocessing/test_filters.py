@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from bertfactory.samples import sample_path
 from preprocessing.clean import wikitext_to_paragraphs
 from preprocessing.config import DEFAULT_DROP_SECTIONS
-from preprocessing.filters import DROP_REASONS, FiltersConfig, clean_document, normalize_text, tokenize
+from preprocessing.filters import DROP_REASONS, FiltersConfig, clean_document, normalise_text, tokenize
 from preprocessing.sources.wikipedia import Page, iter_pages
 
 NEWS_LANGS = {
@@ -54,7 +54,7 @@ def test_news_gold_articles_are_kept_in_every_language():
 
 def test_kept_paragraphs_are_the_normalised_input():
     paragraphs, reason = clean_document(news("cnn_001"), "en", CFG)
-    assert reason is None and paragraphs == [normalize_text(p, CFG) for p in news("cnn_001")]
+    assert reason is None and paragraphs == [normalise_text(p, CFG) for p in news("cnn_001")]
 
 
 def test_enwiki_articles_are_kept_except_stubs():
@@ -222,15 +222,15 @@ def test_every_reason_is_listed():
 # ------------------------------------------------------------------------------------------ normalisation
 
 
-def test_normalize_text():
+def test_normalise_text():
     cfg = FiltersConfig()
-    assert normalize_text("Cafe\u0301  au\tlait\u200b", cfg) == "Café au lait"
-    assert normalize_text("\ufeffline one\r\n\r\n  line\u00a0two \u0007", cfg) == "line one\nline two"
-    assert normalize_text("می\u200cخواهم", cfg) == "می\u200cخواهم"  # ZWNJ is Persian spelling
-    assert normalize_text("ﬁne Ｆ", FiltersConfig(normalization="NFKC")) == "fine F"
-    assert normalize_text("ﬁne Ｆ", cfg) == "ﬁne Ｆ"
+    assert normalise_text("Cafe\u0301  au\tlait\u200b", cfg) == "Café au lait"
+    assert normalise_text("\ufeffline one\r\n\r\n  line\u00a0two \u0007", cfg) == "line one\nline two"
+    assert normalise_text("می\u200cخواهم", cfg) == "می\u200cخواهم"  # ZWNJ is Persian spelling
+    assert normalise_text("ﬁne Ｆ", FiltersConfig(normalization="NFKC")) == "fine F"
+    assert normalise_text("ﬁne Ｆ", cfg) == "ﬁne Ｆ"
     raw = "e\u0301\u200b  x"
-    assert normalize_text(raw, FiltersConfig(normalization="none", remove_control_chars=False,
+    assert normalise_text(raw, FiltersConfig(normalization="none", remove_control_chars=False,
                                              collapse_whitespace=False)) == raw
 
 
@@ -275,7 +275,7 @@ def test_token_fast_paths_agree_with_the_regexes():
         # line breaks, then whitespace collapsed per line, as the regexes did it
         lines = re.sub(r"\r\n?|[\v\f\x1c-\x1e\x85\u2028\u2029]", "\n", text).split("\n")
         expected = "\n".join(line for line in (re.sub(r"[^\S\n]+", " ", raw).strip() for raw in lines) if line)
-        assert normalize_text(text, FiltersConfig(normalization="none", remove_control_chars=False)) == expected
+        assert normalise_text(text, FiltersConfig(normalization="none", remove_control_chars=False)) == expected
         distinct = list(dict.fromkeys(token_regex.findall(text)))
         lengths, word_chars, letters, unsegmented = _token_classes(distinct, True)
         for k, token in enumerate(distinct):
