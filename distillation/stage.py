@@ -143,7 +143,8 @@ def majority_accuracy(task: PreparedTask) -> float:
 
 
 def _finetune(encoder, task, cfg: DistillConfig, pad_id: int, name: str) -> TaskModel:
-    """Fine-tune `encoder` on the task with the config's recipe; -> the TaskModel at its best dev epoch."""
+    """Fine-tune `encoder` on the task with the config's fine-tuning settings; -> the TaskModel at its best dev
+    epoch."""
     ft = cfg.finetune
     for p in encoder.parameters():  # a copy of the frozen teacher's encoder comes with requires_grad False
         p.requires_grad_(True)

@@ -3,7 +3,7 @@ held-out shards, the fine-tuning settings shared by every downstream task (with 
 (built-in ones by name, user task files) and the feature-based comparison.
 
 Defaults are paper scale:
-- Devlin et al. 2019 (BERT) GLUE recipe: batch 32, 3 epochs, AdamW (weight decay 0.01), linear warmup over 10 %
+- Devlin et al. 2019 (BERT) GLUE fine-tuning: batch 32, 3 epochs, AdamW (weight decay 0.01), linear warmup over 10 %
   of the steps then linear decay, dropout 0.1 on the pooled [CLS], sequences up to 128 tokens; the learning rate
   picked on dev from the grid {5e-5, 4e-5, 3e-5, 2e-5} (`learning_rates`), and for small tasks several random
   restarts — here `num_seeds: 5` fine-tuning runs per learning rate, reported as mean ± std.

@@ -2,9 +2,9 @@
 score the fine-tuned model, unchanged, on labelled data of the same task in other languages (any TaskData with the
 same task type and label set, e.g. a TSV/JSONL/CoNLL file read by `load_target`).
 
-Every (learning rate, seed) of the recipe is one run; the learning rate with the best mean *source* dev score is
-reported (target data never influences a choice, not even the epoch), each language's metrics as mean and std over
-its seeds. In the evaluate stage the targets ride along with the source task's own fine-tuning
+Every (learning rate, seed) of the fine-tuning settings is one run; the learning rate with the best mean *source*
+dev score is reported (target data never influences a choice, not even the epoch), each language's metrics as mean
+and std over its seeds. In the evaluate stage the targets ride along with the source task's own fine-tuning
 (`evaluate.crosslingual`, see evaluation.run); `zero_shot_transfer` is the same thing on its own.
 
     out = zero_shot_transfer(lambda seed: fresh_encoder(seed), english, [german, french], text_encoder, cfg, device)

@@ -281,7 +281,7 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
 def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask, cfg: FinetuneConfig,
                    device: torch.device, pad_id: int, name: str,
                    extra_splits: Mapping[str, Split] | None = None) -> ModelResult:
-    """Every (learning rate, seed) of the recipe from a fresh `make_encoder(seed)`; see the module docstring."""
+    """Every (learning rate, seed) of the settings from a fresh `make_encoder(seed)`; see the module docstring."""
     started = time.perf_counter()
     primary = task.spec.primary_metric
     by_lr: dict[float, list[RunResult]] = {}

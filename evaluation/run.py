@@ -8,9 +8,9 @@ report.md, *.png}.
 Steps: (1) intrinsic MLM/NSP scores on the held-out shards (refused when the shards were built with another
 tokenizer); (2) for each task of `evaluate.tasks` (built-in by name or a user file): encode it once (cached in
 RUN/cache/tasks), fine-tune the pretrained encoder and the same architecture from random weights with the same
-recipe (learning-rate grid x seeds), and score the non-neural baselines (tfidf_logreg, majority) on the same
-splits; every `evaluate.compare_checkpoints` model directory is fine-tuned the same way on the same splits (each
-with its own tokenizer: its encodings are cached apart, by tokenizer sha256), and the task's
+fine-tuning settings (learning-rate grid x seeds), and score the non-neural baselines (tfidf_logreg, majority) on
+the same splits; every `evaluate.compare_checkpoints` model directory is fine-tuned the same way on the same splits
+(each with its own tokenizer: its encodings are cached apart, by tokenizer sha256), and the task's
 `evaluate.crosslingual` targets (other languages' files) are scored by every fine-tuned model unchanged;
 (3) optionally the feature-based comparison; (4) write the plots and report.md, then results.json last (so a
 results.json on disk always belongs to a finished evaluation). Contract of results.json: docs/results.md.
