@@ -386,7 +386,7 @@ PROFILE_ROWS = [
     ("documents: ToDocument.process", "preprocessing/documents.py", "process", "ToDocument"),
     ("documents: CleanDocument.process", "preprocessing/documents.py", "process", "CleanDocument"),
     ("  filters: clean_document", "preprocessing/filters.py", "clean_document", None),
-    ("  filters: normalize_text", "preprocessing/filters.py", "normalize_text", None),
+    ("  filters: normalise_text", "preprocessing/filters.py", "normalise_text", None),
     ("  langid: detect", "preprocessing/langid.py", "detect", None),
     ("  sentences: split_sentences", "preprocessing/sentences.py", "split_sentences", None),
     ("documents: KeepFirstOfKey.process", "preprocessing/documents.py", "process", "KeepFirstOfKey"),
