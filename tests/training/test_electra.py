@@ -18,9 +18,8 @@ from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.describe import count_parameters, meta_model
-from training.electra_config import ElectraSettings
 from training.models.bert import IGNORE_INDEX
-from training.models.electra import ElectraConfig, ElectraForPreTraining, gumbel_sample
+from training.models.electra import ElectraConfig, ElectraForPreTraining, ElectraSettings, gumbel_sample
 from training.models.registry import get_architecture
 from training.optim import build_optimizer
 from training.pretrain import pretrain

@@ -16,13 +16,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from training import flops
 from training.config import ModelConfig
-from training.electra_config import ElectraSettings
 from training.flops import estimate_flops, train_flops_per_token
+from training.models.electra import ElectraSettings
 from training.models.registry import get_architecture
+from training.models.spanbert import SpanBertSettings
+from training.models.transformer_xl import TransformerXLSettings
+from training.models.xlm import XlmSettings
+from training.models.xlnet import XLNetSettings
 from training.objectives import get_objective_spec
-from training.spanbert_config import SpanBertSettings
-from training.xlm_config import XlmSettings
-from training.xlnet_config import TransformerXLSettings, XLNetSettings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -12,18 +12,17 @@ family reuse it; parameter names of `BertModel` match the original BERT layout (
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, model_validator
+from pydantic.dataclasses import dataclass
 from torch import nn
 
-from bertfactory.errors import ContractError
-
 from .architecture import STATIC_SHAPES, UNPAD, Architecture
+from .config_schema import MODEL_CONFIG, CheckpointConfig
 from .attention import padding_mask
 from .embeddings import BertEmbeddings
 from .encoder import Encoder
@@ -31,105 +30,72 @@ from .heads import MaskedLMHead, NextSentenceHead, Pooler
 from .varlen import encode_unpadded, gather_masked_packed
 
 IGNORE_INDEX = -100
-SHARE_CHOICES = ("none", "all", "attention", "ffn")
 
 
-@dataclass(frozen=True)
-class BertConfig:
-    """Architecture of a BERT encoder (what `config.json` of a checkpoint stores under `model`)."""
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class BertConfig(CheckpointConfig):
+    """Architecture of a BERT encoder: what `config.json` of a checkpoint stores under `model`, and (but for
+    vocab_size, pad_token_id and sentence_head, which pretraining fills in) the encoder keys of a recipe's `model`
+    section (training/config.py). The required fields are those a checkpoint must state; a recipe defaults them to
+    BERT-base."""
 
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    max_position_embeddings: int
-    type_vocab_size: int = 2
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    pad_token_id: int = 0
-    # ALBERT / ELECTRA: embeddings of width E, projected to H before the first layer (V*E + E*H instead of V*H)
-    embedding_size: int | None = None
-    # ALBERT cross-layer sharing: which sub-layers the layers of one group share, and into how many groups the
-    # num_layers layers are split (layer i belongs to group i // (num_layers / num_layer_groups))
-    share_layers: str = "none"
-    num_layer_groups: int = 1
-    # XLM: a learned language embedding added to every token (0 = none)
-    num_languages: int = 0
-    # the two-way sentence-pair head (NSP / SOP) on the pooled [CLS]: built only for objectives with a sentence
-    # loss (training/objectives: ObjectiveSpec.sentence_head), so e.g. a RoBERTa checkpoint holds no untrained
-    # NSP head. True by default: checkpoints written before the field existed all have one
-    sentence_head: bool = True
+    vocab_size: int = Field(ge=1, description="rows of the word embeddings (>= the tokenizer's vocabulary)")
+    hidden_size: int = Field(ge=1, description="width of every layer (H)")
+    num_layers: int = Field(ge=1, description="number of transformer layers (L)")
+    num_heads: int = Field(ge=1, description="attention heads per layer (A); must divide hidden_size")
+    intermediate_size: int = Field(ge=1, description="width of the feed-forward inner layer (4H in BERT)")
+    max_position_embeddings: int = Field(ge=1, description="learned positions; must be >= the shards' sequence "
+                                         "length")
+    type_vocab_size: int = Field(2, ge=1, description="segment (token type) embeddings: 2 = A and B (BERT); 1 = one "
+                                 "segment embedding for every token (RoBERTa: the shards' segment ids are ignored)")
+    hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on embeddings and sub-layer outputs")
+    attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on attention probabilities")
+    layer_norm_eps: float = Field(1e-12, gt=0.0, description="LayerNorm epsilon")
+    initializer_range: float = Field(0.02, gt=0.0, description="std of the normal weight initialisation")
+    pad_token_id: int = Field(0, ge=0, description="the tokenizer's [PAD] id (its word embedding stays zero-grad "
+                              "padding_idx)")
+    embedding_size: int | None = Field(None, ge=1, description="ALBERT/ELECTRA factorised embeddings: width E of the "
+                                       "embeddings, projected to hidden_size (null = hidden_size, no projection): "
+                                       "V*E + E*H parameters instead of V*H")
+    share_layers: Literal["none", "all", "attention", "ffn"] = Field(
+        "none", description="ALBERT cross-layer sharing inside each layer group: all parameters, only attention, "
+                            "only the feed-forward block, or none (BERT)")
+    num_layer_groups: int = Field(1, ge=1, description="ALBERT: split the layers into this many groups of "
+                                  "consecutive layers that share parameters (must divide num_layers; layer i "
+                                  "belongs to group i // (num_layers / num_layer_groups))")
+    num_languages: int = Field(0, ge=0, description="XLM: number of language embeddings, one added to every token "
+                               "(0 = none)")
+    # built only for objectives with a sentence loss (training/objectives: ObjectiveSpec.sentence_head), so e.g. a
+    # RoBERTa checkpoint holds no untrained NSP head; true by default: checkpoints written before the field existed
+    # all have one
+    sentence_head: bool = Field(True, description="the two-way sentence-pair head (NSP / SOP) on the pooled [CLS]")
 
-    def __post_init__(self) -> None:
-        problems = []
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size", "num_layer_groups"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if self.embedding_size is not None and self.embedding_size < 1:
-            problems.append(f"embedding_size must be >= 1 or null (got {self.embedding_size})")
-        if self.share_layers not in SHARE_CHOICES:
-            problems.append(f"share_layers must be one of {', '.join(SHARE_CHOICES)} (got {self.share_layers!r})")
-        if self.num_layer_groups >= 1 and self.num_layers % self.num_layer_groups:
-            problems.append(f"num_layers {self.num_layers} is not divisible by num_layer_groups {self.num_layer_groups}")
-        if self.share_layers == "none" and self.num_layer_groups != 1:
-            problems.append("num_layer_groups > 1 needs share_layers all, attention or ffn")
-        if self.num_languages < 0:
-            problems.append(f"num_languages must be >= 0 (got {self.num_languages})")
-        if self.num_heads >= 1 and self.hidden_size % self.num_heads:
-            problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        for name in ("hidden_dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
-        if not 0 <= self.pad_token_id < self.vocab_size:
+    @model_validator(mode="after")
+    def _consistent_shape(self) -> "BertConfig":
+        problems = encoder_shape_problems(self)
+        if not self.pad_token_id < self.vocab_size:
             problems.append(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if problems:
-            raise ValueError("invalid BertConfig: " + "; ".join(problems))
+            raise ValueError("; ".join(problems))
+        return self
 
     @property
     def embedding_width(self) -> int:
         return self.embedding_size if self.embedding_size is not None else self.hidden_size
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "BertConfig") -> "BertConfig":
-        """Build from a dict, with a ContractError naming `source` and the field for unknown, missing or
-        wrongly typed fields."""
-        if not isinstance(data, Mapping):
-            raise ContractError(f"{source}: the model config must be a mapping, got {type(data).__name__}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ContractError(f"{source}: unknown model config field(s) {', '.join(unknown)}; valid: {', '.join(fields)}")
-        missing = [n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING]
-        if missing:
-            raise ContractError(f"{source}: missing model config field(s) {', '.join(missing)}")
-        values = {}
-        for name, value in data.items():
-            kind = str(fields[name].type)
-            if kind == "bool":
-                if not isinstance(value, bool):
-                    raise ContractError(f"{source}: model config field '{name}' must be true or false, got {value!r}")
-                values[name] = value
-                continue
-            if kind == "int | None" and value is None:
-                values[name] = None
-                continue
-            want = str if kind == "str" else int if kind in ("int", "int | None") else float
-            ok = (isinstance(value, str) if want is str else isinstance(value, int) if want is int
-                  else isinstance(value, (int, float)))
-            if not ok or isinstance(value, bool):
-                raise ContractError(f"{source}: model config field '{name}' must be {want.__name__}, got {value!r}")
-            values[name] = want(value)
-        try:
-            return cls(**values)
-        except ValueError as err:
-            raise ContractError(f"{source}: {err}") from None
+def encoder_shape_problems(config: Any) -> list[str]:
+    """What is inconsistent between the encoder fields of `config` (a BertConfig or a recipe's ModelConfig), each
+    field valid on its own; an empty list when nothing is."""
+    problems = []
+    if config.hidden_size % config.num_heads:
+        problems.append(f"hidden_size {config.hidden_size} is not divisible by num_heads {config.num_heads}")
+    if config.num_layers % config.num_layer_groups:
+        problems.append(f"num_layers {config.num_layers} is not divisible by num_layer_groups "
+                        f"{config.num_layer_groups}")
+    if config.share_layers == "none" and config.num_layer_groups != 1:
+        problems.append("num_layer_groups > 1 needs share_layers all, attention or ffn")
+    return problems
 
 
 def init_bert_weights(module: nn.Module, std: float) -> None:

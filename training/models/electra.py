@@ -35,53 +35,72 @@ The pass counter is the persistent buffer `steps_done`, so checkpoints resume in
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
 from torch import nn
 
-from bertfactory.errors import ConfigError, ContractError
+from bertfactory.errors import ConfigError
 
-from .bert import IGNORE_INDEX, BertConfig, BertModel, gather_masked, init_bert_weights
-from .heads import MaskedLMHead
 from .architecture import Architecture
+from .bert import IGNORE_INDEX, BertConfig, BertModel, gather_masked, init_bert_weights
+from .config_schema import MODEL_CONFIG, RECIPE_SECTION, config_problems, settings_dict
+from .heads import MaskedLMHead
 
-_ELECTRA_FIELDS = {"generator_size": float, "disc_weight": float, "two_stage": bool, "generator_steps": int}
+@dataclass(frozen=True, config=RECIPE_SECTION)
+class ElectraSettings:
+    """ELECTRA's generator and loss weighting: the recipe's `model.electra` (the discriminator is the rest of the
+    `model` section), and the fields ElectraConfig adds to the discriminator's BertConfig.
+
+        model:
+          hidden_size: 256        # the discriminator (ELECTRA-Small)
+          embedding_size: 128
+          electra: {generator_size: 0.25, disc_weight: 50.0}
+
+    Defaults are the paper's (Clark et al. 2020; google-research/electra configure_pretraining.py): a generator a
+    quarter of the discriminator's width, discriminator loss weight 50, joint training. `two_stage` is the paper's
+    two-stage baseline (Section 3.2), which like the paper needs a generator of the discriminator's size."""
+
+    generator_size: float = Field(
+        0.25, gt=0.0, le=1.0,
+        description="generator hidden size, attention heads and FFN width as a fraction of the discriminator's "
+                    "(each rounded, at least 1; same number of layers). Paper: Small 1/4, Base 1/3, Large 1/4")
+    disc_weight: float = Field(50.0, gt=0.0, description="lambda: loss = generator MLM loss + lambda * "
+                               "discriminator (replaced-token detection) loss")
+    two_stage: bool = Field(False, description="the paper's two-stage training instead of joint training: "
+                            "generator alone first, then the discriminator (initialised from the generator) with "
+                            "the generator frozen; needs generator_size 1.0")
+    generator_steps: int = Field(0, ge=0, description="two_stage only: optimiser steps of the generator-alone stage "
+                                 "(the discriminator stage gets pretrain.max_steps - generator_steps)")
+
+    @model_validator(mode="after")
+    def _two_stage(self) -> "ElectraSettings":
+        if self.two_stage:
+            if self.generator_size != 1.0:
+                raise ValueError(f"two_stage needs generator_size 1.0 (got {self.generator_size}): the "
+                                 "discriminator is initialised from the generator")
+            if self.generator_steps < 1:
+                raise ValueError("two_stage needs generator_steps >= 1 (steps of the generator-alone stage)")
+        elif self.generator_steps:
+            raise ValueError(f"generator_steps={self.generator_steps} is only meaningful with two_stage: true")
+        return self
 
 
-@dataclass(frozen=True)
-class ElectraConfig(BertConfig):
-    """The discriminator's BertConfig fields plus the generator size, the discriminator loss weight and the
-    two-stage switch (see the module docstring; recipe side: training/electra_config.py)."""
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class ElectraConfig(ElectraSettings, BertConfig):
+    """The discriminator's BertConfig fields, then ElectraSettings' (see the module docstring)."""
 
-    generator_size: float = 0.25
-    disc_weight: float = 50.0
-    two_stage: bool = False
-    generator_steps: int = 0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        problems = []
-        if not 0.0 < self.generator_size <= 1.0:
-            problems.append(f"generator_size must be in (0, 1] (got {self.generator_size})")
-        if not self.disc_weight > 0.0:
-            problems.append(f"disc_weight must be > 0 (got {self.disc_weight})")
-        if self.two_stage and self.generator_size != 1.0:
-            problems.append(f"two_stage needs generator_size 1.0 (got {self.generator_size}): the discriminator "
-                            "is initialised from the generator")
-        if self.two_stage and self.generator_steps < 1:
-            problems.append("two_stage needs generator_steps >= 1")
-        if not self.two_stage and self.generator_steps != 0:
-            problems.append(f"generator_steps={self.generator_steps} needs two_stage")
-        if problems:
-            raise ValueError("invalid ElectraConfig: " + "; ".join(problems))
+    @model_validator(mode="after")
+    def _valid_generator(self) -> "ElectraConfig":
         try:
             self.generator_config()
-        except ValueError as err:
-            raise ValueError(f"invalid ElectraConfig: the generator at generator_size {self.generator_size} is "
-                             f"not a valid encoder: {err}") from None
+        except ValidationError as err:
+            raise ValueError(f"the generator at generator_size {self.generator_size} is not a valid encoder: "
+                             f"{config_problems(BertConfig, err)}") from None
+        return self
 
     def discriminator_config(self) -> BertConfig:
         return BertConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(BertConfig)})
@@ -98,32 +117,6 @@ class ElectraConfig(BertConfig):
             intermediate_size=max(1, round(self.intermediate_size * scale)),
             embedding_size=self.embedding_width,
         )
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "ElectraConfig") -> "ElectraConfig":
-        """Build from a dict (config.json's `model`), with a ContractError naming `source` and the field."""
-        if not isinstance(data, Mapping):
-            raise ContractError(f"{source}: the model config must be a mapping, got {type(data).__name__}")
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(data) - set(valid))
-        if unknown:
-            raise ContractError(f"{source}: unknown model config field(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
-        electra = {}
-        for name, want in _ELECTRA_FIELDS.items():
-            if name not in data:
-                continue
-            value = data[name]
-            ok = (isinstance(value, bool) if want is bool else
-                  isinstance(value, int) and not isinstance(value, bool) if want is int else
-                  isinstance(value, (int, float)) and not isinstance(value, bool))
-            if not ok:
-                raise ContractError(f"{source}: model config field '{name}' must be {want.__name__}, got {value!r}")
-            electra[name] = want(value)
-        encoder = BertConfig.from_dict({k: v for k, v in data.items() if k not in _ELECTRA_FIELDS}, source=source)
-        try:
-            return cls(**encoder.to_dict(), **electra)
-        except ValueError as err:
-            raise ContractError(f"{source}: {err}") from None
 
 
 class ReplacedTokenDetectionHead(nn.Module):
@@ -297,12 +290,10 @@ def electra_config_from_model_config(model_cfg: Any, vocab_size: int, pad_token_
     """A recipe's `model` section (training.config.ModelConfig: the discriminator, plus `model.electra`) ->
     ElectraConfig; `model.electra` null takes the paper's defaults."""
     encoder = model_cfg.to_bert_config(vocab_size, pad_token_id)
-    settings = getattr(model_cfg, "electra", None)
-    extra = settings.model_dump() if settings is not None else {}
     try:
-        return ElectraConfig(**encoder.to_dict(), **extra)
-    except ValueError as err:
-        raise ConfigError(f"model / model.electra: {err}") from None
+        return ElectraConfig(**encoder.to_dict(), **settings_dict(model_cfg.electra))
+    except ValidationError as err:
+        raise ConfigError(f"model / model.electra: {config_problems(ElectraConfig, err)}") from None
 
 
 ARCHITECTURE = Architecture(

@@ -1,15 +1,54 @@
-"""What the relative-position members (XLNet, Transformer-XL) take from a recipe's `model` section: the shared
-encoder fields, with the absolute-position options they do not have refused (see training/xlnet_config.py for
-`model.xlnet` / `model.transformer_xl`).
+"""The config body the relative-position members share (RelativeConfig: XLNet's and Transformer-XL's configs add
+their own settings to it, xlnet.py / transformer_xl.py), and what they take from a recipe's `model` section: the
+shared encoder fields, with the absolute-position options they do not have refused. Neither member has absolute
+positions: `model.max_position_embeddings`, `type_vocab_size`, `embedding_size` and layer sharing do not apply to
+them (and are refused when set to non-defaults, so a recipe never silently means something else).
 
     fields = relative_fields_from_model_config(model_cfg, vocab_size=8000, pad_token_id=0, member="XLNet")
+    config = XLNetConfig(**fields, **settings_dict(model_cfg.xlnet))
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field, model_validator
+from pydantic.dataclasses import dataclass
+
 from bertfactory.errors import ConfigError
+
+from .config_schema import MODEL_CONFIG, CheckpointConfig
+
+
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class RelativeConfig(CheckpointConfig):
+    """The architecture fields of a relative-attention model (what `config.json` stores under `model`, followed by
+    the member's own settings)."""
+
+    vocab_size: int = Field(ge=1, description="rows of the (tied) word embeddings")
+    hidden_size: int = Field(ge=1, description="width of every layer; even, for the sinusoidal relative encodings")
+    num_layers: int = Field(ge=1, description="number of relative transformer layers")
+    num_heads: int = Field(ge=1, description="attention heads per layer; must divide hidden_size")
+    intermediate_size: int = Field(ge=1, description="width of the feed-forward inner layer")
+    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on embeddings and sub-layer outputs "
+                           "(the recipe's model.hidden_dropout)")
+    attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on attention probabilities")
+    layer_norm_eps: float = Field(1e-12, gt=0.0, description="LayerNorm epsilon")
+    initializer_range: float = Field(0.02, gt=0.0, description="std of the normal weight initialisation")
+    pad_token_id: int = Field(0, ge=0, description="the tokenizer's [PAD] id")
+
+    @model_validator(mode="after")
+    def _consistent_shape(self) -> "RelativeConfig":
+        problems = []
+        if self.hidden_size % self.num_heads:
+            problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.hidden_size % 2:
+            problems.append(f"hidden_size must be even for the sinusoidal relative encodings (got {self.hidden_size})")
+        if not self.pad_token_id < self.vocab_size:
+            problems.append(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 # ModelConfig fields of the absolute-position encoder that these members do not have: set to anything but the
 # default they would be silently ignored, so they are refused instead

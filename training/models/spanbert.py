@@ -16,31 +16,43 @@ reconstructed as runs of masked positions: span_boundary.py). The checkpoint's e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 from torch import nn
 
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
+from .config_schema import MODEL_CONFIG, RECIPE_SECTION, settings_dict
 from .heads import MaskedLMHead
 from .architecture import Architecture
 from .span_boundary import SpanBoundaryHead, gather_span_boundaries, stored_span_boundaries
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=RECIPE_SECTION)
+class SpanBertSettings:
+    """The recipe's `model.spanbert`: the span boundary objective's head (the encoder is the rest of the `model`
+    section), stored in checkpoints as SpanBertConfig's sbo_* fields. Defaults are those of SpanBERT's released
+    pretraining command (facebookresearch/SpanBERT pretraining/README.md: --max-pair-targets 15
+    --pair-positional-embedding-size 200). Span masking itself is a preprocessing setting
+    (preprocess.masking.policy: span).
+
+        model:
+          spanbert: {max_span_tokens: 15, position_size: 200}"""
+
+    max_span_tokens: int = Field(15, ge=1, description="relative positions the SBO head embeds: the first this "
+                                 "many tokens of a masked span get an SBO target (the rest only the MLM loss)")
+    position_size: int = Field(200, ge=1, description="width of the SBO head's relative position embeddings")
+
+
+@dataclass(frozen=True, config=MODEL_CONFIG)
 class SpanBertConfig(BertConfig):
-    """BertConfig + the SBO head's sizes (training/spanbert_config.py documents them)."""
+    """BertConfig + the SBO head's sizes (SpanBertSettings, under the names checkpoints store)."""
 
-    sbo_max_span_tokens: int = 15
-    sbo_position_size: int = 200
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("sbo_max_span_tokens", "sbo_position_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"invalid SpanBertConfig: {name} must be >= 1 (got {getattr(self, name)})")
+    sbo_max_span_tokens: int = Field(15, ge=1, description="SpanBertSettings.max_span_tokens")
+    sbo_position_size: int = Field(200, ge=1, description="SpanBertSettings.position_size")
 
 
 def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -107,11 +119,9 @@ class SpanBertForPreTraining(nn.Module):
 
 
 def _from_model_config(model_cfg: Any, vocab_size: int, pad_id: int) -> SpanBertConfig:
-    settings = model_cfg.spanbert
-    bert = model_cfg.to_bert_config(vocab_size, pad_id)
-    extra = {} if settings is None else {"sbo_max_span_tokens": settings.max_span_tokens,
-                                         "sbo_position_size": settings.position_size}
-    return SpanBertConfig(**bert.to_dict(), **extra)
+    settings = settings_dict(model_cfg.spanbert)
+    return SpanBertConfig(**model_cfg.to_bert_config(vocab_size, pad_id).to_dict(),
+                          **{f"sbo_{name}": value for name, value in settings.items()})
 
 
 ARCHITECTURE = Architecture(

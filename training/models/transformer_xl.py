@@ -17,60 +17,46 @@ softmax), post-LN layers with BERT's GELU feed-forward, per-layer (untied) u and
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, ValidationError
+from pydantic.dataclasses import dataclass
 from torch import nn
 
 from bertfactory.errors import ConfigError
 
 from .architecture import Architecture
 from .bert import IGNORE_INDEX, init_bert_weights
-from .config_fields import config_from_dict, relative_config_problems
-from .relative_config import relative_fields_from_model_config
+from .config_schema import MODEL_CONFIG, RECIPE_SECTION, config_problems, settings_dict
+from .relative_config import RelativeConfig, relative_fields_from_model_config
 from .stream_memory import memory_of
 from .relative_attention import (
     RelativeTransformerLayer, init_relative_weights, shift_geometry, sinusoid_embeddings, update_memory, with_memory,
 )
 
 
-@dataclass(frozen=True)
-class TransformerXLConfig:
-    """Architecture of a Transformer-XL LM (what `config.json` of a checkpoint stores under `model`).
+@dataclass(frozen=True, config=RECIPE_SECTION)
+class TransformerXLSettings:
+    """Transformer-XL's segment-level recurrence: the recipe's `model.transformer_xl` (read with the shared `model`
+    fields, relative_config.py) and the fields TransformerXLConfig adds to RelativeConfig. Defaults: a memory of
+    64 states per layer and 2 segments per row (the recipes use one segment per row and carry the memory across
+    batches with pretrain.stream_batches: training/streams.py)."""
 
-    mem_len: states per layer kept for the next segment (each query attends to at most mem_len + its segment's
-    earlier tokens). train_segments: into how many equal consecutive segments `forward` cuts each training row
-    (the txl_clm objective); with the stream loader (pretrain.stream_batches) the memory also crosses from a row to
-    the next segment of its document in the next batch (training/streams.py)."""
+    mem_len: int = Field(64, ge=0, description="hidden states per layer cached from the previous segment "
+                         "(stop-gradient) and attended to by the next: each query attends to at most mem_len + "
+                         "its segment's earlier tokens")
+    train_segments: int = Field(2, ge=1, description="equal consecutive segments `forward` cuts each training row "
+                                "into (the txl_clm objective); the memory carries from one to the next (and, with "
+                                "pretrain.stream_batches, to the next batch)")
 
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    pad_token_id: int = 0
-    mem_len: int = 64
-    train_segments: int = 2
 
-    def __post_init__(self) -> None:
-        problems = relative_config_problems(self, ("train_segments",))
-        if problems:
-            raise ValueError("invalid TransformerXLConfig: " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "TransformerXLConfig") -> "TransformerXLConfig":
-        return config_from_dict(cls, data, source)
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class TransformerXLConfig(TransformerXLSettings, RelativeConfig):
+    """Architecture of a Transformer-XL LM (what `config.json` of a checkpoint stores under `model`):
+    RelativeConfig's fields, then TransformerXLSettings'."""
 
 
 def causal_allowed(qlen: int, mlen: int, device: torch.device | None = None) -> torch.Tensor:
@@ -229,12 +215,12 @@ class TransformerXLLM(nn.Module):
 
 
 def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> TransformerXLConfig:
-    settings = model_cfg.transformer_xl.model_dump() if model_cfg.transformer_xl is not None else {}
     try:
         return TransformerXLConfig(
-            **relative_fields_from_model_config(model_cfg, vocab_size, pad_token_id, "Transformer-XL"), **settings)
-    except ValueError as err:
-        raise ConfigError(f"model / model.transformer_xl: {err}") from None
+            **relative_fields_from_model_config(model_cfg, vocab_size, pad_token_id, "Transformer-XL"),
+            **settings_dict(model_cfg.transformer_xl))
+    except ValidationError as err:
+        raise ConfigError(f"model / model.transformer_xl: {config_problems(TransformerXLConfig, err)}") from None
 
 
 ARCHITECTURE = Architecture(

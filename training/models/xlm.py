@@ -18,33 +18,77 @@ target sentence; CLM passes causal=True. Objectives: training/objectives/xlm.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, field_validator, model_validator
+from pydantic.dataclasses import dataclass
 from torch import nn
 
 from bertfactory.errors import ConfigError
 
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
+from .config_schema import MODEL_CONFIG, RECIPE_SECTION
 from .heads import MaskedLMHead
 from .architecture import Architecture
 
 
-@dataclass(frozen=True)
-class XlmConfig(BertConfig):
-    """BertConfig with num_languages >= 1 and the default `language_id` (training/xlm_config.py)."""
+@dataclass(frozen=True, config=RECIPE_SECTION)
+class XlmLanguage:
+    """The default language, in the recipe's `model.xlm` and in XlmConfig."""
 
-    language_id: int = 0
+    language_id: int = Field(0, ge=0, description="language id (row of the language embeddings, < num_languages) of "
+                             "every token of shards without languages per row and of fine-tuning inputs")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+
+@dataclass(frozen=True, config=RECIPE_SECTION)
+class XlmSettings(XlmLanguage):
+    """The recipe's `model.xlm`: the model's languages (embedding rows) and the default language (the rest of
+    `model`, whose `num_languages` sizes the language embeddings, is the encoder).
+
+        model:
+          num_languages: 3
+          xlm:
+            languages: [en, es, fr]   # XLM's --lgs: language code of each embedding row (0, 1, 2)
+            language_id: 0            # shards without languages per row (schema v1, or one language) and fine-tuning
+
+    Which embedding a token gets:
+    - multilingual shards (schema v2, two or more `instance_format.languages`): each row its own language (`lang_a`,
+      `lang_b`); with `languages` set, a row's language code picks the row of that code (a code the list lacks is
+      refused, naming it), without it the manifest's ids are the embedding rows (training/xlm_data.py);
+    - shards of one language or schema v1 (no language column): every token `language_id`;
+    - tlm-pairs rows: each side its language, as above."""
+
+    languages: list[str] | None = Field(
+        None, description="language code of each embedding row (XLM's --lgs), mapping the shards' per-row languages "
+        "(manifest instance_format.languages) onto the model, so that two shard sets (MLM and TLM) or a later "
+        "corpus agree; null = the train shards' own ids")
+
+    @field_validator("languages")
+    @classmethod
+    def _distinct(cls, languages: list[str] | None) -> list[str] | None:
+        if languages is not None:
+            if not languages:
+                raise ValueError("model.xlm.languages must name at least one language (or be null)")
+            repeated = sorted({code for code in languages if languages.count(code) > 1})
+            if repeated:
+                raise ValueError(f"model.xlm.languages lists {', '.join(repeated)} more than once")
+        return languages
+
+
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class XlmConfig(XlmLanguage, BertConfig):
+    """BertConfig with num_languages >= 1, then the default `language_id`."""
+
+    @model_validator(mode="after")
+    def _languages(self) -> "XlmConfig":
         if self.num_languages < 1:
-            raise ValueError(f"invalid XlmConfig: num_languages must be >= 1 (got {self.num_languages})")
-        if not 0 <= self.language_id < self.num_languages:
-            raise ValueError(f"invalid XlmConfig: language_id {self.language_id} is not one of the "
-                             f"{self.num_languages} languages (0..{self.num_languages - 1})")
+            raise ValueError(f"num_languages must be >= 1 (got {self.num_languages})")
+        if not self.language_id < self.num_languages:
+            raise ValueError(f"language_id {self.language_id} is not one of the {self.num_languages} languages "
+                             f"(0..{self.num_languages - 1})")
+        return self
 
 
 class XlmModel(BertModel):

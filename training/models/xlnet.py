@@ -21,20 +21,20 @@ Padding never takes part: it is no key for anybody, no target, and ranks after e
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, ValidationError
+from pydantic.dataclasses import dataclass
 from torch import nn
 
 from bertfactory.errors import ConfigError
 
 from .architecture import Architecture
 from .bert import IGNORE_INDEX, init_bert_weights
-from .config_fields import config_from_dict, relative_config_problems
-from .relative_config import relative_fields_from_model_config
+from .config_schema import MODEL_CONFIG, RECIPE_SECTION, config_problems, settings_dict
+from .relative_config import RelativeConfig, relative_fields_from_model_config
 from .heads import Pooler
 from .relative_attention import (
     RelativeGeometry, RelativeTransformerLayer, gather_geometry, init_relative_weights, shift_geometry,
@@ -43,39 +43,29 @@ from .relative_attention import (
 from .stream_memory import memory_of
 
 
-@dataclass(frozen=True)
-class XLNetConfig:
-    """Architecture of an XLNet model (what `config.json` of a checkpoint stores under `model`).
+@dataclass(frozen=True, config=RECIPE_SECTION)
+class XLNetSettings:
+    """XLNet's permutation language modelling: the recipe's `model.xlnet` (read with the shared `model` fields,
+    relative_config.py) and the fields XLNetConfig adds to RelativeConfig.
 
-    mem_len: how many content-stream states per layer `forward` returns as `new_mems` for the next segment (0 =
-    none); with the stream loader (pretrain.stream_batches) the model carries them from a row to the next segment
-    of its document in the next batch (training/streams.py). predict_fraction: K of partial prediction, the last
-    1/K of each factorisation order is predicted."""
+        model:
+          hidden_size: 768
+          xlnet: {predict_fraction: 6, mem_len: 0}
 
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    pad_token_id: int = 0
-    mem_len: int = 0
-    predict_fraction: int = 6
+    Defaults: partial prediction K = 6 (Yang et al. 2019, Section 2.3, "K = 6, 7 in our experiments") with no
+    memory (the recipes set mem_len with `clm` shards and pretrain.stream_batches, which carry it across batches:
+    training/streams.py)."""
 
-    def __post_init__(self) -> None:
-        problems = relative_config_problems(self, ("predict_fraction",))
-        if problems:
-            raise ValueError("invalid XLNetConfig: " + "; ".join(problems))
+    predict_fraction: int = Field(6, ge=1, description="K of partial prediction: only the last 1/K of each "
+                                  "factorisation order is predicted")
+    mem_len: int = Field(0, ge=0, description="content-stream states per layer `forward` returns as `new_mems` for "
+                         "the next segment (0 = none); carried across batches with pretrain.stream_batches")
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "XLNetConfig") -> "XLNetConfig":
-        return config_from_dict(cls, data, source)
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class XLNetConfig(XLNetSettings, RelativeConfig):
+    """Architecture of an XLNet model (what `config.json` of a checkpoint stores under `model`): RelativeConfig's
+    fields, then XLNetSettings'."""
 
 
 # ------------------------------------------------------------------------------ factorisation order and masks
@@ -313,12 +303,11 @@ class XLNetForPreTraining(nn.Module):
 
 
 def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> XLNetConfig:
-    settings = model_cfg.xlnet.model_dump() if model_cfg.xlnet is not None else {}
     try:
         return XLNetConfig(**relative_fields_from_model_config(model_cfg, vocab_size, pad_token_id, "XLNet"),
-                           **settings)
-    except ValueError as err:
-        raise ConfigError(f"model / model.xlnet: {err}") from None
+                           **settings_dict(model_cfg.xlnet))
+    except ValidationError as err:
+        raise ConfigError(f"model / model.xlnet: {config_problems(XLNetConfig, err)}") from None
 
 
 ARCHITECTURE = Architecture(
