@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bertfactory.samples import sample_dir, sample_path  # noqa: E402
 from preprocessing.clean import wikitext_to_paragraphs  # noqa: E402
 from preprocessing.config import DEFAULT_DROP_SECTIONS  # noqa: E402
-from preprocessing.dedup import (  # noqa: E402
-    DedupConfig, MinHasher, estimated_jaccard, normalise_for_dedup, shingle_hashes)
+from preprocessing.dedup_config import DedupConfig  # noqa: E402
+from preprocessing.minhash import MinHasher, estimated_jaccard, normalise_for_dedup, shingle_hashes  # noqa: E402
 from preprocessing.filters import FiltersConfig, clean_document, tokenize  # noqa: E402
 from preprocessing.sources.wikipedia import Page, iter_pages  # noqa: E402
 

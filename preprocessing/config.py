@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from bertfactory.config import StrictModel
 
-from .dedup import DedupConfig
+from .dedup_config import DedupConfig
 from .filters import FiltersConfig
 from .langid import LangIdConfig
 from .sources.parallel import ParallelOptions

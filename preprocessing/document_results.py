@@ -154,7 +154,7 @@ DEDUP_INDEX_FILE = "dedup_index.arrow"
 def merge_dedup_entries(staging: Staging, parent_index: Path | None, cfg) -> ShardInfo:
     """Merge the kept documents' dedup entries (and the parent version's) into RUN/shards/dedup_index.arrow: the
     index the next corpus version deduplicates against."""
-    from .dedup import merge_dedup_index
+    from .dedup_index import merge_dedup_index
 
     parts = sorted(Path(p) for p in glob.glob(str(staging.work / "dedup_index" / "part-*.arrow")))
     info = merge_dedup_index(parts, parent_index, staging.shards / DEDUP_INDEX_FILE, cfg)

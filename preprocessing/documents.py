@@ -216,7 +216,7 @@ INDEX_PARTS = 16
 
 
 def _write_index_part(part: int, entries, directory: str, cfg) -> str:
-    from .dedup import write_dedup_index
+    from .dedup_index import write_dedup_index
 
     path = Path(directory) / f"part-{part:05d}.arrow"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,8 @@ from bertfactory.io import AtomicFile
 from . import hashing
 from .config import PreprocessConfig
 from .instances import iter_bucket_instances
-from .masking import SPAN_BOUND_POLICIES, Masker
+from .masking import Masker
+from .masking_policies import SPAN_BOUND_POLICIES
 from .memory import release_freed_memory
 from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, unpack_sentences
 from .shards import merge_runs, shard_batch, shard_schema, spill_part

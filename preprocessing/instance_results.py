@@ -13,7 +13,7 @@ from collections import Counter
 
 from .config import PreprocessConfig
 from .instance_pipeline import shard_name
-from .masking import SPAN_BOUND_POLICIES
+from .masking_policies import SPAN_BOUND_POLICIES
 from .planning import instance_plan
 from .shards import SPLITS, ShardInfo, SplitInfo, write_shard
 from .staging import Staging, read_lines

@@ -12,7 +12,7 @@ from bertfactory import __version__
 from bertfactory.io import content_hash
 
 from .config import CorpusConfig, PreprocessConfig
-from .masking import SPAN_BOUND_POLICIES
+from .masking_policies import SPAN_BOUND_POLICIES
 from .planning import corpus_languages
 from .runners import describe
 from .shards import SCHEMA_VERSION, SPAN_COLUMN, Manifest, SourceInfo, SplitInfo, TokenizerInfo

@@ -1,7 +1,7 @@
 """The staging directory of one preprocess run (RUN/.preprocess-staging: work files, shards, tokenizer, published
 by preprocessing.pipeline at the end) and readers of the Beam jobs' line outputs in it.
 
-    python -c "from preprocessing.staging import Staging; print(Staging(__import__('pathlib').Path('RUN/.preprocess-staging')).shards)"
+    python -c "from pathlib import Path; from preprocessing.staging import Staging; print(Staging(Path('S')).shards)"
 """
 
 from __future__ import annotations

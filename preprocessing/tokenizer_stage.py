@@ -2,7 +2,7 @@
 it learns from (preprocessing.tokenizer_sample), the training itself (preprocessing.tokenizer), the tokenizer to
 adopt instead (given or a parent version's), and the fertility table of the manifest measured on a bounded sample.
 
-    python -c "from preprocessing.tokenizer_stage import FERTILITY_DOCS, FERTILITY_CHARS; print(FERTILITY_DOCS, FERTILITY_CHARS)"
+    python -c "from preprocessing.tokenizer_stage import FERTILITY_DOCS as d, FERTILITY_CHARS as c; print(d, c)"
 """
 
 from __future__ import annotations

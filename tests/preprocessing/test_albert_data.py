@@ -9,7 +9,9 @@ import pytest
 
 from preprocessing.config import MaskingConfig, PreprocessConfig
 from preprocessing.instances import build_bucket_instances
-from preprocessing.masking import MAX_NGRAM, Candidates, Masker, continuation_ids, ngram_units, variant_seeds
+from preprocessing.masking import Masker, variant_seeds
+from preprocessing.masking_policies import MAX_NGRAM, Candidates, ngram_units
+from preprocessing.masking_vocab import continuation_ids
 
 CLS, SEP = 2, 3
 SPECIALS = frozenset({0, 1, 2, 3, 4})

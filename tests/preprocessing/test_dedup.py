@@ -20,10 +20,11 @@ from bertfactory.errors import InputError
 from bertfactory.samples import sample_path
 from preprocessing.clean import wikitext_to_paragraphs
 from preprocessing.config import DEFAULT_DROP_SECTIONS
-from preprocessing.dedup import (
-    MERSENNE_61, DedupConfig, Deduplicate, MinHasher, band_keys, estimated_jaccard, index_info,
-    lsh_candidate_probability, merge_dedup_index, normalise_for_dedup, read_prior_index, shingle_hashes,
-    write_dedup_index)
+from preprocessing.dedup import Deduplicate, read_prior_index
+from preprocessing.dedup_config import DedupConfig
+from preprocessing.dedup_index import index_info, merge_dedup_index, write_dedup_index
+from preprocessing.minhash import (MERSENNE_61, MinHasher, band_keys, estimated_jaccard, lsh_candidate_probability,
+                                   normalise_for_dedup, shingle_hashes)
 from preprocessing.filters import tokenize
 from preprocessing.hashing import hash64
 from preprocessing.sentences import split_sentences
@@ -120,7 +121,7 @@ def test_shingle_hashes_do_not_depend_on_the_token_cache(monkeypatch):
     token, rolling hash, mod 2^61 - 1, distinct and sorted."""
     import hashlib
 
-    import preprocessing.dedup as dedup
+    import preprocessing.minhash as dedup
 
     def plain(tokens: list[str], size: int) -> list[int]:
         codes = [int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "little") for t in tokens]

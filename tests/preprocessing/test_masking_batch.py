@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from preprocessing.config import MaskingConfig
-from preprocessing.masking import POLICIES, STREAM_ORDER, Masker, counter_hash, variant_seeds
+from preprocessing.masking import STREAM_ORDER, Masker, counter_hash, variant_seeds
+from preprocessing.masking_policies import POLICIES
 
 SPECIALS = frozenset({0, 1, 2, 3, 4})
 CONTINUATION = frozenset(range(500, 1000))  # ids 500.. continue the word before them

@@ -17,8 +17,9 @@ import pytest
 
 from bertfactory.tokens import SPECIAL_TOKENS_BY_KIND
 from preprocessing.config import MaskingConfig
-from preprocessing.masking import (MAX_NGRAM, Candidates, Masker, mask_at_read_time, ngram_units,
-                                   span_length_probabilities, token_text_table, word_continuation_ids)
+from preprocessing.masking import Masker, mask_at_read_time
+from preprocessing.masking_policies import MAX_NGRAM, Candidates, ngram_units, span_length_probabilities
+from preprocessing.masking_vocab import token_text_table, word_continuation_ids
 
 KINDS = ("wordpiece", "bpe", "unigram")
 POLICIES = ("token", "whole-word", "ngram", "span", "entity")

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from preprocessing.config import MaskingConfig, TokenizerConfig
-from preprocessing.masking import Masker, word_continuation_ids
+from preprocessing.masking import Masker
+from preprocessing.masking_vocab import word_continuation_ids
 from preprocessing.tokenizer import special_ids, train_tokenizer
 
 from .news_texts import news_paragraphs

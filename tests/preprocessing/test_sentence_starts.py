@@ -14,7 +14,8 @@ from tokenizers import Tokenizer
 
 from bertfactory.samples import sample_path
 from preprocessing.config import MaskingConfig, TokenizerConfig
-from preprocessing.masking import POLICIES, Masker
+from preprocessing.masking import Masker
+from preprocessing.masking_policies import POLICIES
 from preprocessing.segments import full_sentences
 from preprocessing.sentences import split_sentences
 from preprocessing.tokenizer import adopt_tokenizer, save_tokenizer, special_ids, train_tokenizer

@@ -9,7 +9,8 @@ import random
 import pytest
 
 from preprocessing.config import MaskingConfig
-from preprocessing.masking import MAX_SPAN_WORDS, Masker, span_length_probabilities
+from preprocessing.masking import Masker
+from preprocessing.masking_policies import MAX_SPAN_WORDS, span_length_probabilities
 
 SPECIALS = frozenset({0, 1, 2, 3, 4})
 CLS, SEP, MASK = 2, 3, 4

@@ -11,7 +11,7 @@ mask_spans, docs/shards.md), which collate() turns into span_left / span_right p
 them a masked token of the other span, whose encoder output the SBO then reads). Shards without the column (other
 policies, or span shards written before it) fall back to `span_boundaries`: the masked positions of a row are
 sorted (shard contract), and the maximal runs of consecutive masked positions are taken as the spans. That
-recovers the `span` policy's spans because it never lets two spans touch (preprocessing/masking.py); with other
+recovers the `span` policy's spans because it never lets two spans touch (preprocessing/masking_policies.py); with other
 policies (token, ngram) masked neighbours form one run and are predicted as one span, as SpanBERT's own code does
 when it merges touching spans (merge_intervals): every run is still bounded by two unmasked tokens. As in
 SpanBERT's released code (max_pair_targets 15), only the first `max_span_tokens` tokens of a span get an SBO
