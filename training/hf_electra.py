@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from bertfactory.errors import ContractError
 from bertfactory.io import publish_dir
@@ -36,6 +37,7 @@ from .hf_files import (HF_BERT_FIELDS, check_output_dir, finish_import, hf_token
                        load_mapped, read_hf_weights, seeded, with_sentence_head, write_hf_files)
 from .hf_layouts import encoder_config_problems
 from .models.bert import BertConfig
+from .models.config_schema import config_problems
 from .models.electra import ElectraConfig, ElectraForPreTraining
 
 logger = logging.getLogger(__name__)
@@ -257,8 +259,8 @@ def import_electra_from_hf(hf_dir: Path, out: Path, hf_config: dict[str, Any], s
         architecture += f" + {generator_dir.name}/ ElectraForMaskedLM"
     try:
         config = ElectraConfig(**BertConfig.from_dict(values, source=str(config_path)).to_dict(), **electra)
-    except ValueError as err:
-        raise ContractError(f"{config_path}: {err}") from None
+    except ValidationError as err:
+        raise ContractError(f"{config_path}: {config_problems(ElectraConfig, err)}") from None
     if electra:
         _check_generator(config, generator_values, generator_path)
     model = seeded(lambda: ElectraForPreTraining(config), seed)

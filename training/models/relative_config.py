@@ -4,20 +4,22 @@ shared encoder fields, with the absolute-position options they do not have refus
 positions: `model.max_position_embeddings`, `type_vocab_size`, `embedding_size` and layer sharing do not apply to
 them (and are refused when set to non-defaults, so a recipe never silently means something else).
 
-    fields = relative_fields_from_model_config(model_cfg, vocab_size=8000, pad_token_id=0, member="XLNet")
-    config = XLNetConfig(**fields, **settings_dict(model_cfg.xlnet))
+    config = relative_config_from_model_config(XLNetConfig, model_cfg, vocab_size=8000, pad_token_id=0,
+                                               member="XLNet", section="xlnet")
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 from bertfactory.errors import ConfigError
 
-from .config_schema import MODEL_CONFIG, CheckpointConfig
+from .config_schema import MODEL_CONFIG, CheckpointConfig, config_problems, settings_dict
+
+R = TypeVar("R", bound="RelativeConfig")
 
 
 @dataclass(frozen=True, config=MODEL_CONFIG)
@@ -56,10 +58,21 @@ _ABSOLUTE_ONLY = {"embedding_size": None, "share_layers": "none", "num_layer_gro
                   "type_vocab_size": 2}
 
 
-def relative_fields_from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int,
-                                      member: str) -> dict[str, Any]:
-    """The relative config fields a recipe's `model` section (training.config.ModelConfig) sets, for a tokenizer
-    of `vocab_size` tokens; a ConfigError names any absolute-position option set to a non-default."""
+def relative_config_from_model_config(config_cls: type[R], model_cfg: Any, vocab_size: int, pad_token_id: int,
+                                      member: str, section: str) -> R:
+    """`config_cls` (a RelativeConfig) from a recipe's `model` section (training.config.ModelConfig) and its
+    sub-section `model.<section>` (None = the member's defaults), for a tokenizer of `vocab_size` tokens; a
+    ConfigError names the section and what is wrong."""
+    fields = _relative_fields(model_cfg, vocab_size, pad_token_id, member)
+    try:
+        return config_cls(**fields, **settings_dict(getattr(model_cfg, section)))
+    except ValidationError as err:
+        raise ConfigError(f"model / model.{section}: {config_problems(config_cls, err)}") from None
+
+
+def _relative_fields(model_cfg: Any, vocab_size: int, pad_token_id: int, member: str) -> dict[str, Any]:
+    """The RelativeConfig fields the `model` section sets; a ConfigError names any absolute-position option set to
+    a non-default."""
     wrong = [f"model.{k}={getattr(model_cfg, k)!r}" for k, default in _ABSOLUTE_ONLY.items()
              if getattr(model_cfg, k) != default]
     if wrong:

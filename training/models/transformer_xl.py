@@ -22,16 +22,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, ValidationError
+from pydantic import Field
 from pydantic.dataclasses import dataclass
 from torch import nn
 
-from bertfactory.errors import ConfigError
-
 from .architecture import Architecture
 from .bert import IGNORE_INDEX, init_bert_weights
-from .config_schema import MODEL_CONFIG, RECIPE_SECTION, config_problems, settings_dict
-from .relative_config import RelativeConfig, relative_fields_from_model_config
+from .config_schema import MODEL_CONFIG, RECIPE_SECTION
+from .relative_config import RelativeConfig, relative_config_from_model_config
 from .stream_memory import memory_of
 from .relative_attention import (
     RelativeTransformerLayer, init_relative_weights, shift_geometry, sinusoid_embeddings, update_memory, with_memory,
@@ -215,12 +213,7 @@ class TransformerXLLM(nn.Module):
 
 
 def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> TransformerXLConfig:
-    try:
-        return TransformerXLConfig(
-            **relative_fields_from_model_config(model_cfg, vocab_size, pad_token_id, "Transformer-XL"),
-            **settings_dict(model_cfg.transformer_xl))
-    except ValidationError as err:
-        raise ConfigError(f"model / model.transformer_xl: {config_problems(TransformerXLConfig, err)}") from None
+    return relative_config_from_model_config(TransformerXLConfig, model_cfg, vocab_size, pad_token_id, "Transformer-XL", "transformer_xl")
 
 
 ARCHITECTURE = Architecture(

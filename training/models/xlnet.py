@@ -25,16 +25,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, ValidationError
+from pydantic import Field
 from pydantic.dataclasses import dataclass
 from torch import nn
 
-from bertfactory.errors import ConfigError
-
 from .architecture import Architecture
 from .bert import IGNORE_INDEX, init_bert_weights
-from .config_schema import MODEL_CONFIG, RECIPE_SECTION, config_problems, settings_dict
-from .relative_config import RelativeConfig, relative_fields_from_model_config
+from .config_schema import MODEL_CONFIG, RECIPE_SECTION
+from .relative_config import RelativeConfig, relative_config_from_model_config
 from .heads import Pooler
 from .relative_attention import (
     RelativeGeometry, RelativeTransformerLayer, gather_geometry, init_relative_weights, shift_geometry,
@@ -303,11 +301,7 @@ class XLNetForPreTraining(nn.Module):
 
 
 def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> XLNetConfig:
-    try:
-        return XLNetConfig(**relative_fields_from_model_config(model_cfg, vocab_size, pad_token_id, "XLNet"),
-                           **settings_dict(model_cfg.xlnet))
-    except ValidationError as err:
-        raise ConfigError(f"model / model.xlnet: {config_problems(XLNetConfig, err)}") from None
+    return relative_config_from_model_config(XLNetConfig, model_cfg, vocab_size, pad_token_id, "XLNet", "xlnet")
 
 
 ARCHITECTURE = Architecture(
