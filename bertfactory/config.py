@@ -29,25 +29,30 @@ def _valid_keys_at(model: type[BaseModel], loc: Sequence[Any]) -> list[str] | No
     """The field names of the (nested) model that `loc[:-1]` points into, for 'did you mean' messages."""
     current: Any = model
     for part in loc[:-1]:
-        fields = getattr(current, "model_fields", None)
+        fields = _fields_of(current)
         if fields is None or not isinstance(part, str) or part not in fields:
             return None
         ann = fields[part].annotation
         # unwrap Optional[...] and similar single-model unions
         args = getattr(ann, "__args__", None)
         if args:
-            models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            models = [a for a in args if isinstance(a, type) and _fields_of(a) is not None]
             ann = models[0] if models else ann
         current = ann
-    fields = getattr(current, "model_fields", None)
+    fields = _fields_of(current)
     return sorted(fields) if fields else None
+
+
+def _fields_of(section: Any) -> dict[str, Any] | None:
+    """The fields of a config section: a model's, or a pydantic dataclass's (e.g. a model member's settings)."""
+    return getattr(section, "model_fields", None) or getattr(section, "__pydantic_fields__", None)
 
 
 def format_validation_error(model: type[BaseModel], err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration in {source}:"]
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(root)"
-        if e["type"] == "extra_forbidden":
+        if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # the latter: a dataclass section
             valid = _valid_keys_at(model, e["loc"])
             hint = f"; valid keys here: {', '.join(valid)}" if valid else ""
             lines.append(f"  - unknown key '{key}'{hint}")

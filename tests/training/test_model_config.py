@@ -74,3 +74,15 @@ def test_bert_config_specific_values_are_refused_by_name():
     assert BertConfig.from_dict({**good, "hidden_dropout": 0}, "x").hidden_dropout == 0.0  # JSON may write 0
     without_head = {k: v for k, v in good.items() if k != "sentence_head"}  # written before the field existed
     assert BertConfig.from_dict(without_head, "x").sentence_head is True
+
+
+def test_an_unknown_key_of_a_member_section_lists_the_valid_ones():
+    from pydantic import ValidationError
+
+    from bertfactory.config import format_validation_error
+
+    with pytest.raises(ValidationError) as caught:
+        ModelConfig.model_validate({"electra": {"generator_sise": 0.5}})
+    assert format_validation_error(ModelConfig, caught.value, "r.yaml").splitlines()[1] == (
+        "  - unknown key 'electra.generator_sise'; valid keys here: disc_weight, generator_size, generator_steps, "
+        "two_stage")
