@@ -2,9 +2,10 @@
 
 The encoder keys are BertConfig's (training/models/bert.py: types, bounds and docs declared there once), but for
 the three pretraining fills in (vocab_size may stay null = the tokenizer's size; pad_token_id from the tokenizer;
-sentence_head from the objective); each member's own settings are a sub-section declared in its model module
-(`model.electra`, `model.spanbert`, `model.xlm`, `model.xlnet`, `model.transformer_xl`). Each architecture turns the
-section into its config (`Architecture.from_model_config`, training/models/registry.py).
+sentence_head from the objective); each member's own settings are a sub-section its architecture declares
+(`Architecture.settings`: `model.electra`, `model.spanbert`, `model.xlnet`, `model.transformer_xl`, `model.xlm`,
+declared in the model modules). Each architecture turns the section into its config
+(`Architecture.from_model_config`, training/models/registry.py).
 
 Defaults are BERT-base as in Devlin et al. 2019 (12 layers, hidden 768, 12 heads, FFN 3072, 512 positions,
 dropout 0.1). configs/local.yaml overrides them down to a tiny model for a 2-core CPU.
@@ -20,11 +21,7 @@ from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError
 
 from .models.bert import BertConfig, encoder_shape_problems
-from .models.electra import ElectraSettings
-from .models.spanbert import SpanBertSettings
-from .models.transformer_xl import TransformerXLSettings
-from .models.xlm import XlmSettings
-from .models.xlnet import XLNetSettings
+from .models.registry import member_settings
 
 # the recipe's defaults of the encoder fields a checkpoint must state: BERT-base
 BERT_BASE = {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072,
@@ -71,25 +68,21 @@ def _encoder_fields() -> dict[str, Any]:
 
 _ENCODER_KEYS = tuple(_encoder_fields())
 
+def _member_sections() -> dict[str, Any]:
+    """Each member's settings sub-section (training/models/registry.py: Architecture.settings), null = its
+    defaults, described by the first paragraph of its dataclass's docstring."""
+    sections: dict[str, Any] = {}
+    for key, settings in member_settings().items():
+        summary = " ".join((settings.__doc__ or "").split("\n\n")[0].split())
+        sections[key] = (settings | None, Field(None, description=f"{summary} Null = its defaults."))
+    return sections
+
+
 ModelConfig = create_model(
     "ModelConfig",
     __base__=_ModelSection,
     __module__=__name__,
     __doc__="Architecture of the encoder (BertConfig's keys) and each member's own settings.",
     **_encoder_fields(),
-    electra=(ElectraSettings | None, Field(None, description="ELECTRA (objective electra): generator size, "
-                                           "discriminator loss weight, two-stage training; null = the paper's "
-                                           "defaults (training/models/electra.py). The other fields describe the "
-                                           "discriminator")),
-    spanbert=(SpanBertSettings | None, Field(None, description="SpanBERT (objective mlm_sbo): the span boundary "
-                                             "head's sizes; null = SpanBERT's defaults (training/models/spanbert.py)")),
-    xlnet=(XLNetSettings | None, Field(None, description="XLNet (objective plm): partial prediction and memory; "
-                                       "null = the paper's defaults (training/models/xlnet.py)")),
-    transformer_xl=(TransformerXLSettings | None, Field(
-        None, description="Transformer-XL (objective txl_clm): memory length and segments per instance; null = "
-                          "defaults (training/models/transformer_xl.py)")),
-    xlm=(XlmSettings | None, Field(None, description="XLM (objectives clm, xlm_mlm, tlm): the language of "
-                                   "monolingual shards and fine-tuning inputs; null = language 0 "
-                                   "(training/models/xlm.py)")),
+    **_member_sections(),
 )
-

@@ -35,6 +35,15 @@ def test_the_recipe_model_keys_are_bert_config_fields_with_their_docs_and_bounds
         ModelConfig(hidden_size=10, num_heads=3)
 
 
+def test_the_member_sections_of_a_recipe_are_those_the_architectures_declare():
+    from training.models.registry import member_settings
+
+    sections = {name: info.annotation for name, info in ModelConfig.model_fields.items()
+                if name not in _names(BertConfig)}
+    assert sections == {key: settings | None for key, settings in member_settings().items()}
+    assert list(sections) == ["electra", "spanbert", "xlnet", "transformer_xl", "xlm"]
+
+
 def test_member_settings_are_the_fields_their_configs_add():
     assert _names(ElectraConfig) == _names(BertConfig) + _names(ElectraSettings)
     assert _names(XlmConfig) == _names(BertConfig) + ["language_id"] and "language_id" in _names(XlmSettings)

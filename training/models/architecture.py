@@ -37,6 +37,9 @@ class Architecture:
     description: str
     # the CAPABILITIES this architecture implements (declared, so nothing probes a model instance for them)
     supports: frozenset[str] = frozenset()
+    # the member's own settings in a recipe: (key of the sub-section of `model`, its RECIPE_SECTION dataclass, whose
+    # docstring describes it); None = the encoder fields alone
+    settings: tuple[str, type] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.supports) - CAPABILITIES)

@@ -303,4 +303,5 @@ ARCHITECTURE = Architecture(
     from_model_config=electra_config_from_model_config,
     description="ELECTRA: a small MLM generator proposes replacements, a discriminator (the backbone) detects "
                 "them at every token; shared embeddings; joint or two-stage training",
+    settings=("electra", ElectraSettings),
 )

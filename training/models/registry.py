@@ -17,15 +17,15 @@ from . import bert, electra, spanbert, transformer_xl, xlm, xlnet
 from .architecture import CAPABILITIES, STATIC_SHAPES, UNPAD, Architecture
 
 __all__ = ["CAPABILITIES", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
-           "architectures"]
+           "architectures", "member_settings"]
 
 _MEMBERS: tuple[Architecture, ...] = (
     bert.ARCHITECTURE,
     electra.ARCHITECTURE,
     spanbert.ARCHITECTURE,
-    xlm.ARCHITECTURE,
     xlnet.ARCHITECTURE,
     transformer_xl.ARCHITECTURE,
+    xlm.ARCHITECTURE,
 )
 _ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in _MEMBERS}
 # names that earlier releases wrote into config.json's `architecture` -> today's name (those checkpoints load)
@@ -53,3 +53,9 @@ def architecture_of(model: nn.Module) -> Architecture:
 
 def architectures() -> list[str]:
     return sorted(_ARCHITECTURES)
+
+
+def member_settings() -> dict[str, type]:
+    """The sub-sections of a recipe's `model` that members declare (`Architecture.settings`): key -> the dataclass
+    of its settings, in the order of `_MEMBERS`."""
+    return dict(arch.settings for arch in _MEMBERS if arch.settings is not None)

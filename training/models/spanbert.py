@@ -130,4 +130,5 @@ ARCHITECTURE = Architecture(
     build=SpanBertForPreTraining,
     from_model_config=_from_model_config,
     description="SpanBERT: BERT encoder with masked-LM and span boundary (SBO) heads, no NSP",
+    settings=("spanbert", SpanBertSettings),
 )

@@ -222,4 +222,5 @@ ARCHITECTURE = Architecture(
     build=TransformerXLLM,
     from_model_config=_from_model_config,
     description="Transformer-XL: causal LM with segment-level recurrence (no encoder for fine-tuning)",
+    settings=("transformer_xl", TransformerXLSettings),
 )

@@ -170,4 +170,5 @@ ARCHITECTURE = Architecture(
     build=XlmForPreTraining,
     from_model_config=_from_model_config,
     description="XLM: BERT encoder + language embeddings with one tied LM head for CLM, MLM and TLM, no NSP",
+    settings=("xlm", XlmSettings),
 )

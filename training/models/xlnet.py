@@ -310,4 +310,5 @@ ARCHITECTURE = Architecture(
     build=XLNetForPreTraining,
     from_model_config=_from_model_config,
     description="XLNet: permutation LM with two-stream relative attention; the content stream is the backbone",
+    settings=("xlnet", XLNetSettings),
 )
