@@ -28,6 +28,7 @@ from bertfactory.config import load_yaml, validate
 from bertfactory.errors import BertfactoryError
 
 from .config import RunnerConfig, SdkEnvironmentConfig
+from .dead_workers import WorkerDied, death_after, deaths_seen, install as install_dead_worker_watch
 from .worker_errors import quiet_user_errors, recover_input_error
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def load_preset(path) -> RunnerConfig:
 
 def make_runner(cfg: RunnerConfig) -> PipelineRunner:
     if cfg.preset in ("local", "in_process"):
+        install_dead_worker_watch()  # a killed worker process fails the job instead of hanging it
         return FnApiRunner()
     return create_runner(RUNNER_NAMES[cfg.preset])
 
@@ -104,22 +106,41 @@ def describe(cfg: RunnerConfig) -> dict:
 
 def run_pipeline(build, cfg: RunnerConfig, name: str) -> None:
     """Build a pipeline with `build(pipeline)` and run it to completion on the configured runner. An InputError
-    raised inside a worker comes out as that InputError, not as Beam's wrapper around it."""
+    raised inside a worker comes out as that InputError, not as Beam's wrapper around it; a worker process that
+    died (preprocessing.dead_workers) as one WorkerDied line naming the job."""
     pipeline = beam.Pipeline(runner=make_runner(cfg), options=pipeline_options(cfg))
     build(pipeline)
     logger.info("%s: running on %s (%s)", name, RUNNER_NAMES[cfg.preset], describe(cfg))
+    deaths = deaths_seen()
     try:
         with quiet_user_errors():  # the first user error comes out once, below, not as the workers' tracebacks
             result = pipeline.run()
             state = result.wait_until_finish()
     except BertfactoryError as err:
         clean = recover_input_error(err)
-        raise (clean or err) from None
+        raise (clean or _named(err, name)) from None
     except Exception as err:  # Beam wraps worker failures in RuntimeError and friends
-        clean = recover_input_error(err)
+        clean = recover_input_error(err) or _worker_died(err, name)
+        if clean is None and (died := death_after(deaths)) is not None:  # failed elsewhere first (data plane)
+            clean = _named(died, name)
         if clean is not None:
             raise clean from None
         raise
     # Portable runners report a failed job as a terminal state rather than always raising.
     if state is not None and state != PipelineState.DONE:
         raise RuntimeError(f"{name}: the Beam job ended in state {state} on {RUNNER_NAMES[cfg.preset]}")
+
+
+def _worker_died(exc: BaseException, name: str) -> WorkerDied | None:
+    """The WorkerDied somewhere in `exc`'s chain (Beam may wrap it), named after the job; None if there is none."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, WorkerDied):
+            return _named(exc, name)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _named(err: BertfactoryError, name: str) -> BertfactoryError:
+    return WorkerDied(f"{name}: {err}") if isinstance(err, WorkerDied) else err
