@@ -267,12 +267,12 @@ class BertForPreTraining(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def backbone(self) -> BertModel:
-        """The encoder used for fine-tuning and features (see training/models/registry.py)."""
+        """The encoder used for fine-tuning and features (see training/models/architecture.py)."""
         return self.bert
 
     def untrained_parameter_names(self) -> list[str]:
         """Without a sentence head nothing reads the pooler in pretraining (fine-tuning trains it): see
-        training/models/registry.py."""
+        training/models/architecture.py."""
         return [] if self.config.sentence_head else pooler_parameter_names(self, "bert.")
 
 
@@ -287,7 +287,7 @@ def chance_mlm_accuracy(vocab_size: int) -> float:
 
 ARCHITECTURE = Architecture(
     name="BertForPreTraining",
-    config_from_dict=lambda data, source: BertConfig.from_dict(data, source=source),
+    config_from_dict=BertConfig.from_dict,
     build=BertForPreTraining,
     from_model_config=lambda model_cfg, vocab_size, pad_id: model_cfg.to_bert_config(vocab_size, pad_id),
     description="BERT-style encoder (absolute positions; BERT, RoBERTa, ALBERT, SpanBERT, XLM) with MLM and "

@@ -270,7 +270,7 @@ class ElectraForPreTraining(nn.Module):
         return sum(p.numel() for p in self.parameters())  # the shared embeddings once
 
     def untrained_parameter_names(self) -> list[str]:
-        """What the current stage leaves untrained (see training/models/registry.py): the discriminator's pooler
+        """What the current stage leaves untrained (see training/models/architecture.py): the discriminator's pooler
         always (replaced-token detection is per token); in two-stage training the discriminator and its head
         during the generator stage, the frozen generator and its head after it."""
         stage = self.stage()
@@ -282,7 +282,7 @@ class ElectraForPreTraining(nn.Module):
         return [name for name, _ in self.named_parameters() if name.startswith(idle)]
 
     def backbone(self) -> BertModel:
-        """The discriminator encoder: what ELECTRA fine-tunes (see training/models/registry.py)."""
+        """The discriminator encoder: what ELECTRA fine-tunes (see training/models/architecture.py)."""
         return self.discriminator
 
 
@@ -298,7 +298,7 @@ def electra_config_from_model_config(model_cfg: Any, vocab_size: int, pad_token_
 
 ARCHITECTURE = Architecture(
     name="ElectraForPreTraining",
-    config_from_dict=lambda data, source: ElectraConfig.from_dict(data, source=source),
+    config_from_dict=ElectraConfig.from_dict,
     build=ElectraForPreTraining,
     from_model_config=electra_config_from_model_config,
     description="ELECTRA: a small MLM generator proposes replacements, a discriminator (the backbone) detects "

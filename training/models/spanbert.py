@@ -110,11 +110,11 @@ class SpanBertForPreTraining(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def untrained_parameter_names(self) -> list[str]:
-        """The pooler: no sentence-level loss in pretraining (see training/models/registry.py)."""
+        """The pooler: no sentence-level loss in pretraining (see training/models/architecture.py)."""
         return pooler_parameter_names(self, "bert.")
 
     def backbone(self) -> BertModel:
-        """The encoder used for fine-tuning and features (see training/models/registry.py)."""
+        """The encoder used for fine-tuning and features (see training/models/architecture.py)."""
         return self.bert
 
 
@@ -126,7 +126,7 @@ def _from_model_config(model_cfg: Any, vocab_size: int, pad_id: int) -> SpanBert
 
 ARCHITECTURE = Architecture(
     name="SpanBertForPreTraining",
-    config_from_dict=lambda data, source: SpanBertConfig.from_dict(data, source=source),
+    config_from_dict=SpanBertConfig.from_dict,
     build=SpanBertForPreTraining,
     from_model_config=_from_model_config,
     description="SpanBERT: BERT encoder with masked-LM and span boundary (SBO) heads, no NSP",

@@ -201,7 +201,7 @@ class TransformerXLLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def untrained_parameter_names(self) -> list[str]:
-        """None: the causal LM reads every parameter (see training/models/registry.py)."""
+        """None: the causal LM reads every parameter (see training/models/architecture.py)."""
         return []
 
     def backbone(self):
@@ -213,12 +213,13 @@ class TransformerXLLM(nn.Module):
 
 
 def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> TransformerXLConfig:
-    return relative_config_from_model_config(TransformerXLConfig, model_cfg, vocab_size, pad_token_id, "Transformer-XL", "transformer_xl")
+    return relative_config_from_model_config(TransformerXLConfig, model_cfg, vocab_size, pad_token_id,
+                                             "Transformer-XL", "transformer_xl")
 
 
 ARCHITECTURE = Architecture(
     name="TransformerXLLM",
-    config_from_dict=lambda data, source: TransformerXLConfig.from_dict(data, source=source),
+    config_from_dict=TransformerXLConfig.from_dict,
     build=TransformerXLLM,
     from_model_config=_from_model_config,
     description="Transformer-XL: causal LM with segment-level recurrence (no encoder for fine-tuning)",

@@ -140,11 +140,11 @@ class XlmForPreTraining(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def untrained_parameter_names(self) -> list[str]:
-        """The pooler: no sentence-level loss in pretraining (see training/models/registry.py)."""
+        """The pooler: no sentence-level loss in pretraining (see training/models/architecture.py)."""
         return pooler_parameter_names(self, "bert.")
 
     def backbone(self) -> XlmModel:
-        """The encoder used for fine-tuning and features (see training/models/registry.py)."""
+        """The encoder used for fine-tuning and features (see training/models/architecture.py)."""
         return self.bert
 
 
@@ -166,7 +166,7 @@ def _from_model_config(model_cfg: Any, vocab_size: int, pad_id: int) -> XlmConfi
 
 ARCHITECTURE = Architecture(
     name="XlmForPreTraining",
-    config_from_dict=lambda data, source: XlmConfig.from_dict(data, source=source),
+    config_from_dict=XlmConfig.from_dict,
     build=XlmForPreTraining,
     from_model_config=_from_model_config,
     description="XLM: BERT encoder + language embeddings with one tied LM head for CLM, MLM and TLM, no NSP",

@@ -296,7 +296,7 @@ class XLNetForPreTraining(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def untrained_parameter_names(self) -> list[str]:
-        """The [CLS] pooler (fine-tuning's): the permutation LM never reads it (see training/models/registry.py)."""
+        """The [CLS] pooler (fine-tuning's): the permutation LM never reads it (see training/models/architecture.py)."""
         return [name for name, _ in self.named_parameters() if name.startswith("transformer.pooler.")]
 
 
@@ -306,7 +306,7 @@ def _from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> XL
 
 ARCHITECTURE = Architecture(
     name="XLNetForPreTraining",
-    config_from_dict=lambda data, source: XLNetConfig.from_dict(data, source=source),
+    config_from_dict=XLNetConfig.from_dict,
     build=XLNetForPreTraining,
     from_model_config=_from_model_config,
     description="XLNet: permutation LM with two-stream relative attention; the content stream is the backbone",
