@@ -10,7 +10,7 @@ max_predictions_per_seq 20, dupe_factor 10. configs/local.yaml overrides them do
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -62,6 +62,12 @@ class CorpusConfig(StrictModel):
     multistream_chunk_streams: int = Field(
         50, ge=0, description="wikipedia: a multistream dump with its index beside it is read in chunks of this many "
         "bz2 streams (100 pages each) spread over the workers; 0 = read every file whole")
+    max_bad_inputs: Annotated[int, Field(ge=0)] | Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.01, description="input files that may break part way (truncated or corrupt compression, broken XML or "
+        "WARC framing) before the job fails: a whole number = that many files, a number in (0, 1) = that fraction "
+        "of the input files (default 1 %: none below 100 files). A broken file is quarantined whole (reason and "
+        "byte offset in quarantine.jsonl, counts.bad_inputs); the records read before the break are kept "
+        "(preprocessing.bad_inputs)")
     warc: WarcOptions = Field(default_factory=WarcOptions, description="warc: main-text extraction and limits")
     text: TextOptions = Field(default_factory=TextOptions, description="text / jsonl: fields, encoding and limits")
     parallel: ParallelOptions = Field(default_factory=ParallelOptions,

@@ -18,6 +18,7 @@ import apache_beam as beam
 from bertfactory.errors import InputError
 from bertfactory.io import atomic_write_text
 
+from .bad_inputs import bad_input_entries
 from .config import CorpusConfig
 from .shards import SPLITS, ShardInfo
 from .staging import Staging, iter_docs, read_lines
@@ -145,6 +146,9 @@ def document_counts(files: list[str], staging: Staging) -> dict:
     })
     if tally.pairs:
         counts["pairs"] = tally.pairs
+    bad = bad_input_entries(quarantine)
+    if bad:  # files that broke part way (preprocessing.bad_inputs); absent otherwise, so other manifests keep their bytes
+        counts["bad_inputs"] = [{key: entry[key] for key in ("file", "reason", "ordinal", "detail")} for entry in bad]
     return counts
 
 

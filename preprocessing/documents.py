@@ -54,6 +54,7 @@ class ReadRecords(beam.DoFn):
 
     def process(self, item: tuple[int, str, list[int] | None]) -> Iterator:
         from .sources import read_records
+        from .sources.corrupt import CorruptInput
         from bertfactory.errors import InputError
 
         source, path, chunk = item
@@ -67,6 +68,11 @@ class ReadRecords(beam.DoFn):
                     yield _outcome(source, f"dropped:{record.reason}")
                 else:
                     yield record
+        except CorruptInput as err:
+            # the file broke part way: quarantined as a whole (the records read before the break went on above);
+            # the driver fails the job past corpus.max_bad_inputs (preprocessing.bad_inputs)
+            yield _outcome(source, f"quarantined:{err.reason}")
+            yield _quarantine(Quarantined(**err.to_quarantine(source)))
         except InputError as err:
             raise worker_input_error(str(err)) from None
 

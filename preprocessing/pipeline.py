@@ -40,6 +40,7 @@ from apache_beam.io import ReadFromText
 from bertfactory.errors import ConfigError
 from bertfactory.io import atomic_write_json, publish_dir, sha256_file
 
+from .bad_inputs import check_bad_inputs
 from .config import CorpusConfig, PreprocessConfig
 from .document_results import TallyDocs, document_counts, empty_corpus_error, merge_dedup_entries
 from .documents import build_documents_pipeline
@@ -115,10 +116,14 @@ def check_recipe(corpus: CorpusConfig, cfg: PreprocessConfig) -> None:
 
 
 def _documents_done(counts: dict, seconds: float, files: list[str], corpus: CorpusConfig) -> None:
-    """Log the document counts; refuse a corpus left without training documents."""
+    """Log the document counts; refuse more broken input files than corpus.max_bad_inputs allows, and a corpus
+    left without training documents."""
     logger.info("documents: %d pages read, %d kept %s, %d sentences; dropped %s; quarantined %s (%.1f s)",
                 counts["docs_read"], counts["docs_kept"], counts["docs"], counts["sentences"],
                 counts["docs_dropped"], counts["quarantined"], seconds)
+    check_bad_inputs(counts.get("bad_inputs", []), len(files), corpus.max_bad_inputs)
+    for entry in counts.get("bad_inputs", []):  # tolerated: said once here, listed in the manifest
+        logger.warning("quarantined input file %s: %s", entry["file"], entry["detail"])
     if counts["docs"]["train"] == 0:
         raise empty_corpus_error(files, corpus, counts)
 
