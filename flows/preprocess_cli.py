@@ -3,6 +3,7 @@
     bertfactory preprocess --input news/*.warc.gz --format warc --instances full-sentences --masking whole-word \
         --vocab-size 30522 --tokenizer-kind bpe --lang auto --out runs/news
     bertfactory preprocess --input old.jsonl new.jsonl --format jsonl --out runs/v1
+    bertfactory preprocess --input news/ --format warc --tokenizer other.json --allow-high-unk --out runs/news
     bertfactory preprocess configs/local.yaml --set preprocess.masking.variants=8      # a recipe, as before
 
 The recipe defaults to configs/local.yaml; every flag given becomes a `--set` override of it (the flags are applied
@@ -32,6 +33,9 @@ def add_adhoc_arguments(p: argparse.ArgumentParser) -> None:
     tok = g.add_mutually_exclusive_group()
     tok.add_argument("--tokenizer", metavar="FILE", help="use this tokenizer.json -> preprocess.tokenizer.path")
     tok.add_argument("--vocab-size", type=int, metavar="N", help="train a tokenizer of N tokens")
+    g.add_argument("--allow-high-unk", action="store_true", default=None,
+                   help="use the --tokenizer even when it makes more of a sample of the corpus unknown than "
+                   "preprocess.tokenizer.max_unk_rate (default 5 %%) -> preprocess.tokenizer.allow_high_unk")
     g.add_argument("--tokenizer-kind", choices=TOKENIZER_KINDS, help="tokenizer to train -> preprocess.tokenizer.kind")
     g.add_argument("--lang", metavar="auto|CODE",
                    help="language of documents whose source does not say: auto = detect, CODE = assume -> corpus.lang")
@@ -48,7 +52,7 @@ def adhoc_overrides(args: argparse.Namespace) -> list[str]:
         ("corpus.parent", args.parent), ("preprocess.instances.format", args.instances),
         ("preprocess.masking.policy", args.masking if args.masking != "dynamic" else None),
         ("preprocess.masking.dynamic", True if args.masking == "dynamic" else None),
-        ("preprocess.tokenizer.path", args.tokenizer),
+        ("preprocess.tokenizer.path", args.tokenizer), ("preprocess.tokenizer.allow_high_unk", args.allow_high_unk),
         ("preprocess.tokenizer.vocab_size", args.vocab_size), ("preprocess.tokenizer.kind", args.tokenizer_kind),
     ]
     return [f"{key}={json.dumps(value)}" for key, value in pairs if value is not None]

@@ -198,6 +198,12 @@ class TokenizerConfig(StrictModel):
     sample_max_chars: int | None = Field(100_000_000, ge=1, description="characters in the tokenizer's training "
                                          "sample; languages balanced by sample_alpha, none repeated (null or more "
                                          "than the training documents have = all of them, alpha has no effect)")
+    max_unk_rate: float = Field(0.05, ge=0.0, le=1.0, description="a given tokenizer (path) is refused when more "
+                                "than this share of the tokens of a sample of the corpus is its unknown token, "
+                                "measured before the job runs (preprocessing.tokenizer_check; a tokenizer of the "
+                                "corpus's language is far below 1 %, one of another script far above)")
+    allow_high_unk: bool = Field(False, description="use a given tokenizer even above max_unk_rate (a warning "
+                                 "instead of the refusal; CLI --allow-high-unk)")
 
 
 class InstancesConfig(StrictModel):

@@ -55,6 +55,7 @@ from .shards import SourceInfo, SplitInfo, write_manifest
 from .sources import validate_file
 from .staging import STAGING, Staging
 from .tokenizer import adopt_tokenizer, special_ids
+from .tokenizer_check import check_unk_rate
 from .tokenizer_stage import corpus_fertility, given_tokenizer, train_tokenizer_stage
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             t0 = time.perf_counter()
             tokenizer = adopt_tokenizer(given, staging.tokenizer)
             specials = special_ids(tokenizer, str(cfg.tokenizer.path or staging.tokenizer))
+            check_unk_rate(tokenizer, corpus, files, cfg.tokenizer, str(given))  # a foreign one: refused before the job
             vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
             timings["tokenizer"] = time.perf_counter() - t0
             t0 = time.perf_counter()
