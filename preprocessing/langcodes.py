@@ -69,4 +69,15 @@ def normalise_lang_code(value: str | None) -> str | None:
     return _SAME_LANGUAGE.get(primary, primary)
 
 
-__all__ = ["normalise_lang_code"]
+# ISO 639-1 codes (the table's targets, and the folded ones' targets): what `is_listed_language` accepts
+_LISTED = frozenset(_TO_639_1.values()) | frozenset(_SAME_LANGUAGE.values())
+
+
+def is_listed_language(value: str | None) -> bool:
+    """True when `value` normalises to an ISO 639-1 code of the table (`ar`, `eng`, `zh_Hans`): a stricter test than
+    `normalise_lang_code(value) is not None`, which takes any 2-3 letters (`ok`, `oui`), for telling a header row of
+    language codes from text."""
+    return normalise_lang_code(value) in _LISTED
+
+
+__all__ = ["normalise_lang_code", "is_listed_language"]

@@ -4,9 +4,11 @@
     for rec in iter_records("europarl.de-en.tsv.gz", source=0, options=ParallelOptions()): ...
 
 Formats (options.format, `auto` = from the file name):
-- `tsv` (`*.tsv`, optionally `.gz`/`.bz2`/`.xz`/`.zst`): `source<TAB>target` per line. Languages: options.src_lang /
-  tgt_lang, else the name (`name.en-fr.tsv` -> en, fr). A line without exactly one tab -> Quarantined(bad_columns);
-  a side that is empty after stripping -> Dropped(empty_side). Key "line N".
+- `tsv` (`*.tsv`, optionally `.gz`/`.bz2`/`.xz`/`.zst`): `source<TAB>target` per line. An optional header row of
+  the two language codes (`ar<TAB>en`: both ISO 639 codes with a 639-1 equivalent, or exactly options.src_lang /
+  tgt_lang) names the columns' languages and is not a pair. Languages: options.src_lang / tgt_lang, else the header
+  row, else the name (`name.en-fr.tsv` -> en, fr). A line without exactly one tab -> Quarantined(bad_columns);
+  a side that is empty after stripping -> Dropped(empty_side). Key "line N" (the file's line number).
 - `moses` (`corpus.en-fr.en` + its sibling `corpus.en-fr.fr`, OPUS's layout; compressed too): the reader is given
   one side, finds the other next to it, and reads both in step; that file's language is the source. Files with
   different line counts raise InputError ("unaligned parallel files", both names and both counts) — from
@@ -36,7 +38,7 @@ from pydantic import Field, field_validator
 from bertfactory.config import StrictModel
 from bertfactory.errors import InputError
 
-from ..langcodes import normalise_lang_code
+from ..langcodes import is_listed_language, normalise_lang_code
 from ..records import Dropped, Quarantined, SentencePair
 from .lines import Line, LineReader, open_input, strip_compression_suffix
 
@@ -88,16 +90,46 @@ def detect_format(path: str | Path) -> str:
                      f"a UDHR <code>.html, or Moses files NAME.xx-yy.xx + NAME.xx-yy.yy (or set format)")
 
 
-def _languages_from_name(path: str | Path, options: ParallelOptions) -> tuple[str, str]:
+def _languages_from_name(path: str | Path, options: ParallelOptions,
+                         header: tuple[str, str] | None = None) -> tuple[str, str]:
+    """(source, target) language: the options', else the header row's, else the name's."""
     stem = strip_compression_suffix(path)
     stem = stem[: stem.rfind(".")] if "." in stem else stem
     m = _PAIR_IN_NAME.search(stem)
-    src = options.src_lang or (normalise_lang_code(m.group(1)) if m else None)
-    tgt = options.tgt_lang or (normalise_lang_code(m.group(2)) if m else None)
+    named = (normalise_lang_code(m.group(1)), normalise_lang_code(m.group(2))) if m else (None, None)
+    src, tgt = header or named
+    src, tgt = options.src_lang or src, options.tgt_lang or tgt
     if src is None or tgt is None:
-        raise InputError(f"{path}: cannot tell the languages; name the file NAME.xx-yy.tsv (e.g. news.en-fr.tsv) or "
-                         f"set src_lang and tgt_lang")
+        raise InputError(f"{path}: cannot tell the languages; start the file with a header row of the two language "
+                         f"codes (e.g. ar<TAB>en), name it NAME.xx-yy.tsv (e.g. news.en-fr.tsv) or set src_lang and "
+                         f"tgt_lang")
     return src, tgt
+
+
+def header_languages(text: str, options: ParallelOptions) -> tuple[str, str] | None:
+    """The (source, target) codes when a TSV's first line is a header row of two language codes, else None.
+    Codes must be listed ISO 639 codes (so that a first pair such as `Oui<TAB>Ok` is not taken for one), or be
+    exactly the languages the options give (for codes without a 639-1 equivalent, e.g. `yue`)."""
+    columns = [c.strip() for c in text.split("\t")]
+    if len(columns) != 2:
+        return None
+    codes = tuple(normalise_lang_code(c) for c in columns)
+    if None in codes or codes[0] == codes[1]:
+        return None
+    if all(is_listed_language(c) for c in columns) or codes == (options.src_lang, options.tgt_lang):
+        return codes  # type: ignore[return-value]
+    return None
+
+
+def _tsv_header(path: str | Path, name: str, options: ParallelOptions) -> tuple[str, str] | None:
+    """The header row's languages (reads the first line only)."""
+    with open_input(path, name) as stream:
+        for line in LineReader(stream, name, 64):  # a header row is two short codes: a longer line is not one
+            if line.data is None:
+                return None
+            text, _ = _decode(line)
+            return header_languages(text, options) if text is not None else None
+    return None
 
 
 def _moses_sibling(path: str | Path) -> tuple[str, str, str]:
@@ -142,9 +174,7 @@ def validate_file(path: str | Path, options: ParallelOptions | None = None) -> N
         if counts[0] != counts[1]:
             raise _unaligned(name, other, *counts)
     else:
-        _languages_from_name(path, options)
-        with open_input(path, name):
-            pass
+        _languages_from_name(path, options, _tsv_header(path, name, options))
 
 
 def _unaligned(a: str, b: str, lines_a: int, lines_b: int) -> InputError:
@@ -161,9 +191,13 @@ def _decode(line: Line) -> tuple[str | None, str]:
 
 def _tsv_pairs(path: str | Path, source: int, name: str,
                options: ParallelOptions) -> Iterator[SentencePair | Dropped | Quarantined]:
-    src_lang, tgt_lang = _languages_from_name(path, options)
+    header = _tsv_header(path, name, options)
+    src_lang, tgt_lang = _languages_from_name(path, options, header)
     with open_input(path, name) as stream:
-        for ordinal, line in enumerate(LineReader(stream, name, _MAX_BYTES_PER_CHAR * options.max_pair_chars)):
+        lines = iter(LineReader(stream, name, _MAX_BYTES_PER_CHAR * options.max_pair_chars))
+        if header is not None:
+            next(lines)  # the header row names the languages; it is not a pair
+        for ordinal, line in enumerate(lines):
             key = f"line {line.number}"
             if line.data is None:
                 yield Quarantined(source, name, ordinal, key, "too_long", f"line of {line.length} bytes, more "
