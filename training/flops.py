@@ -8,9 +8,9 @@ prints and what the MFU in metrics.jsonl is computed from (training/pretrain_tra
 What is counted: matrix products only (linear layers, attention's QK^T and AV, the relative-position and segment
 scores, the vocabulary projections), 2 FLOPs per multiply-add, as torch.utils.flop_counter.FlopCounterMode
 counts them (tests/training/test_flops.py checks every objective against it on a real step). LayerNorm, softmax,
-GELU, dropout, embedding gathers, Gumbel sampling and the losses are not counted: they are elementwise work of a
-few percent at most, not what a GPU's peak FLOP/s refers to. Attention is counted dense (S x S scores per head,
-also under a causal or permutation mask), because that is what the kernels compute.
+GELU, dropout, embedding gathers, Gumbel sampling, rotary angles and the losses are not counted: they are elementwise
+work of a few percent at most, not what a GPU's peak FLOP/s refers to. Attention is counted dense (S x S scores per
+head, also under a causal, permutation or sliding-window mask), because that is what the padded kernels compute.
 
 Backward = 2x forward for a product whose input needs a gradient (dX and dW), 1x when only the weight does (the
 projection of XLNet's / Transformer-XL's fixed sinusoidal distance table), 0 under no_grad (the frozen generator
@@ -19,6 +19,7 @@ of two-stage ELECTRA). Parameter sharing (ALBERT) changes nothing: a shared laye
 Per row of S real tokens (H hidden, I FFN width, L layers, E embedding width, V vocabulary, f the predicted
 fraction; the sum is divided by S):
     BERT layer          2 S (4 H^2 + 2 H I) + 4 S^2 H                          (projections + FFN, QK^T + AV)
+    ModernBERT layer    2 S (4 H^2 + 3 H I) + 4 S^2 H  the GeGLU FFN: H -> 2I, I -> H; no E -> H projection
     E -> H projection   2 S E H when E != H (ALBERT, ELECTRA's generator)
     MLM head            f S (2 H E + 2 E V)  logits at the masked positions only (clm: S - 1 positions)
     pooler + NSP/SOP    2 H^2 + 4 H          mlm_nsp, mlm_sop only
@@ -147,6 +148,11 @@ def _per_row(objective: str, c: Any, s: float, f: float, stage: str, rows: int |
         if rows:
             parts.append(("distance-table projection", table / rows, 1.0))
         return parts
+    if objective == "modernbert_mlm":
+        h = c.hidden_size
+        encoder = c.num_layers * (2 * s * (4 * h * h + 3 * h * c.intermediate_size) + 4 * s * s * h)
+        return [("encoder (GeGLU feed-forward)", encoder, 2.0),
+                ("LM head at the predicted positions", _lm_head(c, f * s), 2.0)]
     # the BertModel members: BERT, RoBERTa, ALBERT, SpanBERT, XLM
     predicted = (s - 1) if objective == "clm" else f * s
     parts = [("encoder", _bert_encoder(c, s), 2.0), ("LM head at the predicted positions", _lm_head(c, predicted), 2.0)]

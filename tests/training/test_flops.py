@@ -18,6 +18,7 @@ from training import flops
 from training.config import ModelConfig
 from training.flops import estimate_flops, train_flops_per_token
 from training.models.electra import ElectraSettings
+from training.models.modernbert import ModernBertSettings
 from training.models.registry import get_architecture
 from training.models.spanbert import SpanBertSettings
 from training.models.transformer_xl import TransformerXLSettings
@@ -44,6 +45,9 @@ CASES = {  # id: (objective, model section)
     "xlm/xlm_mlm": ("xlm_mlm", ModelConfig(**BASE, num_languages=2, xlm=XlmSettings(language_id=1))),
     "xlm/clm": ("clm", ModelConfig(**BASE, num_languages=2)),
     "xlm/tlm": ("tlm", ModelConfig(**BASE, num_languages=2)),
+    # GeGLU FFN, rotary positions, a sliding window of 16 in layer 1 (counted dense: the padded kernel's work)
+    "modernbert/modernbert_mlm": ("modernbert_mlm", ModelConfig(**{**BASE, "type_vocab_size": 1},
+                                                                modernbert=ModernBertSettings(local_attention=16))),
 }
 
 

@@ -41,7 +41,7 @@ def test_the_member_sections_of_a_recipe_are_those_the_architectures_declare():
     sections = {name: info.annotation for name, info in ModelConfig.model_fields.items()
                 if name not in _names(BertConfig)}
     assert sections == {key: settings | None for key, settings in member_settings().items()}
-    assert list(sections) == ["electra", "spanbert", "xlnet", "transformer_xl", "xlm"]
+    assert list(sections) == ["electra", "spanbert", "xlnet", "transformer_xl", "xlm", "modernbert"]
 
 
 def test_member_settings_are_the_fields_their_configs_add():

@@ -24,13 +24,15 @@ class Pooler(nn.Module):
 
 class MaskedLMHead(nn.Module):
     """dense(H -> E) -> GELU -> LayerNorm -> tied decoder (E -> V) + bias; E = H except for factorised embeddings
-    (ALBERT, ELECTRA's generator), where the transform maps back to the embedding width."""
+    (ALBERT, ELECTRA's generator), where the transform maps back to the embedding width. `bias` False: the dense
+    layer and the LayerNorm without bias (ModernBERT's head; the decoder keeps its bias)."""
 
-    def __init__(self, hidden_size: int, vocab_size: int, layer_norm_eps: float, embedding_size: int | None = None):
+    def __init__(self, hidden_size: int, vocab_size: int, layer_norm_eps: float, embedding_size: int | None = None,
+                 bias: bool = True):
         super().__init__()
         width = embedding_size or hidden_size
-        self.dense = nn.Linear(hidden_size, width)
-        self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps)
+        self.dense = nn.Linear(hidden_size, width, bias=bias)
+        self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps, bias=bias)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, masked_hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ from torch import nn
 
 from bertfactory.errors import ContractError
 
-from . import bert, electra, spanbert, transformer_xl, xlm, xlnet
+from . import bert, electra, modernbert, spanbert, transformer_xl, xlm, xlnet
 from .architecture import CAPABILITIES, STATIC_SHAPES, UNPAD, Architecture
 
 __all__ = ["CAPABILITIES", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
@@ -26,6 +26,7 @@ _MEMBERS: tuple[Architecture, ...] = (
     xlnet.ARCHITECTURE,
     transformer_xl.ARCHITECTURE,
     xlm.ARCHITECTURE,
+    modernbert.ARCHITECTURE,
 )
 _ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in _MEMBERS}
 # names that earlier releases wrote into config.json's `architecture` -> today's name (those checkpoints load)

@@ -39,6 +39,10 @@ class PackedSequences:
     max_seqlen: int  # real tokens in the longest sequence
     real: torch.Tensor  # [B, T] bool: the attention mask (for the reference attention)
     causal: bool = False  # each token attends only to itself and the earlier real tokens of its sequence
+    # sliding-window (local) attention: a token attends only to tokens at most this many columns away (ModernBERT's
+    # local layers: local_attention // 2); the kernel counts the distance in packed rows, which is the same for a
+    # sequence whose real tokens are contiguous (padding at the end, as the loader pads)
+    window: int | None = None
 
     @classmethod
     def from_attention_mask(cls, attention_mask: torch.Tensor, causal: bool = False) -> "PackedSequences":
@@ -91,7 +95,19 @@ class PackedSequences:
         if self.causal:
             t = self.seq_len
             mask = mask & torch.ones(t, t, dtype=torch.bool, device=mask.device).tril()
+        if self.window is not None:
+            mask = mask & sliding_window_band(self.real, self.window)
         return mask
+
+
+def sliding_window_band(real: torch.Tensor, window: int) -> torch.Tensor:
+    """Boolean [B, 1, T, T] for real [B, T]: True where the key is at most `window` columns from the query. A
+    padding query keeps every key (its output is never read), so that no query row is left without a key: a row
+    with none makes softmax NaN, and NaN times a zero weight still reaches the real tokens' gradients."""
+    t = real.shape[1]
+    columns = torch.arange(t, device=real.device)
+    band = (columns[:, None] - columns[None, :]).abs() <= window
+    return band[None, None] | ~real[:, None, :, None]
 
 
 def _use_varlen_kernel(q: torch.Tensor, dropout_p: float) -> bool:
@@ -119,8 +135,9 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: 
         from torch.nn.attention.varlen import varlen_attn
 
         cu = layout.cu_seqlens.to(q.device)
+        left = layout.window if layout.window is not None else -1
         return varlen_attn(q, k, v, cu, cu, layout.max_seqlen, layout.max_seqlen,
-                           window_size=(-1, 0) if layout.causal else (-1, -1))
+                           window_size=(left, 0 if layout.causal else left))
     return reference_attention(q, k, v, layout, dropout_p)
 
 

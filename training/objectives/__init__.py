@@ -166,6 +166,15 @@ register_objective(ObjectiveSpec(
     description="Transformer-XL: causal LM over consecutive segments of each instance with a carried memory",
 ))
 
+# ModernBERT: masked LM alone, as RoBERTa's `mlm`, on its own architecture (30 % masking is the recipe's
+# preprocess.masking.masked_lm_prob)
+register_objective(ObjectiveSpec(
+    name="modernbert_mlm", loss=mlm_only, architecture="ModernBertForMaskedLM", instance_formats=MASKED_TEXT_FORMATS,
+    needs="masked tokens (shard fields mask_positions/mask_tokens)",
+    description="ModernBERT: masked LM only (rotary, alternating global / sliding-window attention, GeGLU)",
+))
+
+
 def objective_names() -> list[str]:
     return sorted(_OBJECTIVES)
 
