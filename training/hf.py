@@ -11,8 +11,9 @@
   model directories (`training.checkpoint.load_pretrained` loads it); heads the HF checkpoint lacks are initialised
   as `BertForPreTraining` initialises them (seeded) and listed in the returned `HfImport`. Other model types go to
   their module by config.json `model_type` (`IMPORTERS`: roberta / albert -> hf_layouts.py, electra ->
-  hf_electra.py, xlnet -> hf_xlnet.py, xlm -> hf_xlm.py); exports of ELECTRA, XLNet and XLM checkpoints go by
-  `architecture` to hf_electra.py, hf_xlnet.py, hf_xlm.py. The pieces they all share (seeded build, strict mapped
+  hf_electra.py, xlnet -> hf_xlnet.py, xlm -> hf_xlm.py, modernbert -> hf_modernbert.py); exports of ELECTRA,
+  XLNet, XLM and ModernBERT checkpoints go by `architecture` to hf_electra.py, hf_xlnet.py, hf_xlm.py,
+  hf_modernbert.py. The pieces they all share (seeded build, strict mapped
   load with optional parts, the staged HF directory writer) are training/hf_files.py.
 
 The encoder's parameter names are the same on both sides (`bert.*`); the heads map as
@@ -156,10 +157,14 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
         from .hf_xlm import export_xlm_to_hf
 
         return export_xlm_to_hf(model_dir, out, overwrite, layout)
+    if architecture == "ModernBertForMaskedLM":
+        from .hf_modernbert import export_modernbert_to_hf
+
+        return export_modernbert_to_hf(model_dir, out, overwrite, layout)
     if architecture not in ("BertForPreTraining", "SpanBertForPreTraining"):
         raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {architecture!r} has no transformers export "
                             "(exported: BertForPreTraining, SpanBertForPreTraining, ElectraForPreTraining, "
-                            "XLNetForPreTraining, XlmForPreTraining)")
+                            "XLNetForPreTraining, XlmForPreTraining, ModernBertForMaskedLM)")
     model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
     if architecture == "SpanBertForPreTraining":
         model, config = _span_bert_as_masked_lm(model, config)
@@ -244,8 +249,8 @@ def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite
                    treat_as: str | None = None, drop: tuple[str, ...] = ()) -> HfImport:
     """Write a HF directory (config.json, safetensors or weights-only pytorch_model.bin weights, tokenizer.json)
     as one of our model directories `out`. model_type bert (below), roberta / albert (training/hf_layouts.py),
-    electra (training/hf_electra.py), xlnet (training/hf_xlnet.py) and xlm (training/hf_xlm.py, the encoder);
-    others are refused. Weights are converted
+    electra (training/hf_electra.py), xlnet (training/hf_xlnet.py), xlm (training/hf_xlm.py, the encoder) and
+    modernbert (training/hf_modernbert.py); others are refused. Weights are converted
     to fp32; parts of our model the checkpoint lacks (pooler, MLM head, NSP head, ...) are initialised as our
     model initialises them, from torch seed `seed` (the global RNG is left untouched), and listed in the result.
     `treat_as` + `drop` (BERT only) import a BERT subclass: read it as that architecture and leave out the HF
@@ -310,8 +315,14 @@ def _import_xlm(hf_dir: Path, out: Path, hf_config: dict[str, Any], seed: int) -
     return import_xlm_from_hf(hf_dir, out, hf_config, seed)
 
 
+def _import_modernbert(hf_dir: Path, out: Path, hf_config: dict[str, Any], seed: int) -> HfImport:
+    from .hf_modernbert import import_modernbert_from_hf
+
+    return import_modernbert_from_hf(hf_dir, out, hf_config, seed)
+
+
 # model_type -> importer (hf_dir, out, config.json, seed); model_type bert is import_from_hf's own
 IMPORTERS: dict[str, Callable[[Path, Path, dict[str, Any], int], HfImport]] = {
     "roberta": _import_bert_layout, "albert": _import_bert_layout, "electra": _import_electra, "xlnet": _import_xlnet,
-    "xlm": _import_xlm,
+    "xlm": _import_xlm, "modernbert": _import_modernbert,
 }
