@@ -17,12 +17,13 @@ PUBLISHED = {
     "bert-base": (30522, 110e6), "bert-large": (30522, 335e6), "roberta-base": (50265, 125e6),
     "albert-base": (30000, 12e6), "albert-large": (30000, 18e6), "xlnet-base": (32000, 117e6),
     "spanbert-base": (28996, None), "electra-small": (30522, None), "xlm-base": (None, None),
-    "transformer-xl": (None, None),
+    "transformer-xl": (None, None), "modernbert-base": (50368, 149e6),
 }
 # tiny twins of full recipes (configs/local.yaml is BERT's)
 TWINS = {"bert-base": "local", "bert-large": "local", "roberta-base": "tiny-roberta", "albert-base": "tiny-albert",
          "albert-large": "tiny-albert", "xlnet-base": "tiny-xlnet", "spanbert-base": "tiny-spanbert",
-         "electra-small": "tiny-electra", "xlm-base": "tiny-xlm", "transformer-xl": "tiny-transformer-xl"}
+         "electra-small": "tiny-electra", "xlm-base": "tiny-xlm", "transformer-xl": "tiny-transformer-xl",
+         "modernbert-base": "tiny-modernbert"}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])

@@ -199,3 +199,22 @@ def test_save_and_load_round_trip(tmp_path):
     assert type(loaded) is ModernBertForMaskedLM and config == model.config
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+def test_the_full_recipe_has_the_published_size_on_the_meta_device():
+    """configs/modernbert-base.yaml: transformers' ModernBertForMaskedLM at ModernBERT-base's config (149.7M, "149M"
+    on the model card) plus our [CLS] pooler, within 2 % of the published 149M."""
+    from flows.recipe import load_recipe
+    from training.describe import count_parameters, meta_model
+
+    recipe = load_recipe(REPO / "configs" / "modernbert-base.yaml")
+    total, _ = count_parameters(recipe.model, 50368, "modernbert_mlm")
+    model = meta_model(recipe.model, 50368, "modernbert_mlm")
+    pooler = sum(p.numel() for n, p in model.named_parameters() if n.startswith("bert.pooler."))
+    print(f"ModernBERT-base: {total:,} parameters ({total - pooler:,} without the fine-tuning pooler)")
+    assert abs(total - 149e6) / 149e6 < 0.02
+    transformers = pytest.importorskip("transformers")
+    if hasattr(transformers, "ModernBertForMaskedLM"):
+        with torch.device("meta"):
+            hf = transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(vocab_size=50368))
+        assert total - pooler == sum(p.numel() for p in hf.parameters())  # the decoder weight is the tied one
