@@ -51,6 +51,9 @@ CASES = {
     "xlm_mlm": ({"num_languages": 2, "xlm": {"language_id": 1}}, "nsp-pairs"),
     "clm": ({"num_languages": 2, "xlm": {"language_id": 1}}, "nsp-pairs"),
     "tlm": ({"num_languages": 2}, "tlm-pairs"),
+    # ModernBERT: layer 0 global, layer 1 in a sliding window of 8 (the 32-token rows span it)
+    "modernbert_mlm": ({"num_layers": 2, "type_vocab_size": 1, "layer_norm_eps": 1e-5,
+                        "modernbert": {"global_attn_every_n_layers": 2, "local_attention": 8}}, "nsp-pairs"),
     # progressive stacking (BERT): the model doubles after step 2; the trainer wraps the deeper model anew
     "mlm_nsp_stacking": ({"num_layers": 1}, "nsp-pairs"),
 }
