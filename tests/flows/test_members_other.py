@@ -1,5 +1,5 @@
-"""The relative-position and multilingual members' (XLNet, Transformer-XL, XLM, mBERT) tiny twins
-end to end through `bertfactory run` (Prefect) and their pretrain stage under
+"""The relative-position and multilingual members' (XLNet, Transformer-XL, ModernBERT's rotary positions, XLM,
+mBERT) tiny twins end to end through `bertfactory run` (Prefect) and their pretrain stage under
 `torchrun --nproc_per_node 2` (tests/flows/members.py says what is checked). Two files so that the two test
 workers share the members."""
 
@@ -17,6 +17,7 @@ MEMBERS = {
     "transformer-xl": ("tiny-transformer-xl.yaml", "clm_loss", False),  # a causal LM: nothing to fine-tune
     "xlm": ("tiny-xlm.yaml", "mlm_loss"),
     "mbert": ("tiny-mbert.yaml", "mlm_loss"),
+    "modernbert": ("tiny-modernbert.yaml", "mlm_loss"),
 }
 
 
