@@ -39,6 +39,7 @@ TWINS = {  # member -> tiny twin
     "Transformer-XL": "tiny-transformer-xl.yaml",
     "XLM": "tiny-xlm.yaml",
     "mBERT": "tiny-mbert.yaml",
+    "ModernBERT": "tiny-modernbert.yaml",
 }
 DDP = "tests/training/test_objectives_distributed.py"
 FLOW = "tests/flows/test_members_{}.py"
@@ -82,6 +83,12 @@ STATIC = {
               "cased WordPiece 119,547 over many languages, α 0.7 for data and vocabulary; nsp-pairs; no language "
               "embedding; BERT-base's schedule", "✓ (BERT's objective)", "✓ (BERT's objective)", "✓ other[mbert]",
               "as BERT"),
+    "ModernBERT": ("`modernbert_mlm`", "modernbert-base / tiny-modernbert",
+                   "byte-level BPE 50,368 cased; FULL-SENTENCES 1,024, unpadded; dynamic token masks 30 %; no NSP; "
+                   "rotary θ 160k global / 10k local, global attention every 3rd layer, 128-token window elsewhere; "
+                   "AdamW β2 0.98, lr 8e-4, wd 1e-5, batch 4,608 after a batch ramp; linear decay (no "
+                   "warmup-stable-decay yet), no 8k context phase", "✓ `[modernbert_mlm]`", "✓ `[modernbert_mlm]`",
+                   "✓ other[modernbert]", "ModernBertForMaskedLM / ModernBertModel ↔ ModernBertForMaskedLM"),
 }
 NO_TASKS = ["evaluate.tasks={}", "evaluate.feature_based.enabled=false", "evaluate.random_init_baseline=false"]
 
