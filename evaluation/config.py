@@ -40,6 +40,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bertfactory.config import StrictModel
 from bertfactory.names import name_problem
+from training.tracking import TrackingConfig
 
 from .tasks.base import TASK_TYPES
 
@@ -77,6 +78,7 @@ class FinetuneConfig(StrictModel):
     epochs: int = Field(3, ge=1, description="maximum passes over the task's training split; the epoch with the best dev score is kept")
     learning_rate: float = Field(2e-5, gt=0.0, description="peak AdamW learning rate when `learning_rates` is null")
     learning_rates: list[float] | None = Field(None, description="learning-rate grid; the rate with the best mean dev score over seeds is reported (BERT: [5e-5, 4e-5, 3e-5, 2e-5]; null = [learning_rate])")
+    size_scaled_grid: bool = Field(False, description="when `learning_rates` is null: try three rates scaled to the encoder's hidden size (evaluation/lr_grid.py, docs/tasks.md) instead of `learning_rate` alone; `bertfactory evaluate --task-file` turns it on unless a learning rate is given")
     num_seeds: int = Field(5, ge=1, description="fine-tuning runs per learning rate with seeds seed, seed+1, ...; metrics are their mean and std")
     batch_size: int = Field(32, ge=1, description="examples per optimiser step")
     max_seq_len: int = Field(128, ge=3, description="tokens per model input including [CLS]/[SEP]; longer inputs are truncated (SQuAD: windowed)")
@@ -100,6 +102,15 @@ class FinetuneConfig(StrictModel):
 
     def grid(self) -> list[float]:
         return list(self.learning_rates) if self.learning_rates else [self.learning_rate]
+
+    def for_encoder(self, hidden_size: int | None) -> "FinetuneConfig":
+        """These settings for an encoder `hidden_size` wide: with `size_scaled_grid` (and no `learning_rates`), the
+        grid made explicit; otherwise unchanged."""
+        if not self.size_scaled_grid or self.learning_rates or hidden_size is None:
+            return self
+        from .lr_grid import size_scaled_grid
+
+        return self.model_copy(update={"learning_rates": size_scaled_grid(hidden_size)})
 
     def seeds(self) -> list[int]:
         return [self.seed + k for k in range(self.num_seeds)]
@@ -213,6 +224,8 @@ class EvaluateConfig(StrictModel):
     compare_checkpoints: list[str] = Field(default_factory=list, description="other model directories (e.g. from "
                                            "`bertfactory import-hf`) fine-tuned with the same settings on every task; "
                                            "relative paths are inside the run directory")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="fine-tuning curves (per epoch: "
+                                     "train loss, dev score, lr) also to TensorBoard (RUN/eval/tensorboard) / MLflow")
 
     @field_validator("tasks", mode="before")
     @classmethod

@@ -37,6 +37,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 from training.optim import clip_gradients
+from training.tracking import TrackingTarget, log_records
 
 from .config import FinetuneConfig
 from .encode import TextEncoder
@@ -280,8 +281,10 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
 
 def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask, cfg: FinetuneConfig,
                    device: torch.device, pad_id: int, name: str,
-                   extra_splits: Mapping[str, Split] | None = None) -> ModelResult:
-    """Every (learning rate, seed) of the settings from a fresh `make_encoder(seed)`; see the module docstring."""
+                   extra_splits: Mapping[str, Split] | None = None,
+                   tracking: TrackingTarget | None = None) -> ModelResult:
+    """Every (learning rate, seed) of the settings from a fresh `make_encoder(seed)`; see the module docstring.
+    `tracking`: each run's epochs (train loss, dev score, lr) also go to `<target>/lr<lr>-seed<seed>`."""
     started = time.perf_counter()
     primary = task.spec.primary_metric
     by_lr: dict[float, list[RunResult]] = {}
@@ -290,6 +293,7 @@ def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask,
         for seed in cfg.seeds():
             run = finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id, f"{name} lr={lr:g} seed={seed}",
                                extra_splits=extra_splits)
+            log_records(tracking.child(f"lr{lr:g}-seed{seed}") if tracking else None, run.epochs, "epoch")
             if best_run is None or run.dev_score(primary) > best_run.dev_score(primary):
                 if best_run is not None:
                     best_run.best_state = None

@@ -251,6 +251,12 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
             "| model | " + " | ".join(f"test {m}" for m in metrics) + f" | dev {metrics[0]} | lr |",
             "|---" * (len(metrics) + 3) + "|",
         ]
+        own = per.get("settings")
+        if own and own != ft:  # evaluated by another `evaluate` call (results add up, evaluation/parts.py)
+            lines[-2:-2] = [f"Evaluated with its own settings: up to {own.get('epochs')} epochs, batch "
+                            f"{own.get('batch_size')}, lr grid {own.get('learning_rates') or [own.get('learning_rate')]}, "
+                            f"max {own.get('max_seq_len')} tokens, {own.get('num_seeds')} seed(s) from {own.get('seed')}.",
+                            ""]
         for _, label, s in models_of(per):
             lr = _f(s.get("learning_rate"), 6) if "learning_rate" in s else "—"
             lines.append(f"| {label} | " + " | ".join(_pm(s, m) for m in metrics) +

@@ -1,4 +1,4 @@
-"""The results.json contract (schema v3, documented in docs/results.md): pydantic models, the writer (validates,
+"""The results.json contract (schema v4, documented in docs/results.md): pydantic models, the writer (validates,
 then writes atomically) and the reader (checks format and schema version first, then validates every field).
 
     from evaluation.results import read_results
@@ -20,10 +20,11 @@ from .scoring import METRICS as TYPE_METRICS
 from .tasks.base import TASK_TYPES
 
 FORMAT = "bertfactory.results"
-SCHEMA_VERSION = 3
-# v3 only adds optional parts to v2, so a v2 file is read as it is. v1 (one task, one seed, accuracy only) is not:
-# re-run `bertfactory evaluate`.
-SUPPORTED_SCHEMA_VERSIONS = (2, 3)
+SCHEMA_VERSION = 4
+# v3 only adds optional parts to v2 and v4 to v3 (tasks.<task>.settings: results of separate evaluations, merged,
+# each say their own settings), so v2 and v3 files are read as they are. v1 (one task, one seed, accuracy only) is
+# not: re-run `bertfactory evaluate`.
+SUPPORTED_SCHEMA_VERSIONS = (2, 3, 4)
 RESULTS_FILE = "results.json"
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]  # a rate in [0, 1]
@@ -188,6 +189,10 @@ class TaskResults(_Strict):
     comparison: Comparison | None = Field(None, description="present when random_init is")
     compared: dict[str, ComparedScores] | None = Field(
         None, description="label of each `evaluate.compare_checkpoints` entry -> its scores")
+    settings: dict[str, Any] | None = Field(
+        None, description="v4: the fine-tuning settings this task was evaluated with (evaluate.finetune with the "
+                          "task's overrides, learning_rates as tried on the checkpoint); results.json's `config` is "
+                          "the latest evaluation's, which may not have evaluated this task")
 
     @model_validator(mode="after")
     def _metrics_of_the_task_type(self) -> "TaskResults":
@@ -297,10 +302,11 @@ class ObjectiveResults(BaseModel):
 
 class Results(_Strict):
     format: Literal["bertfactory.results"] = FORMAT
-    schema_version: Literal[2, 3] = SCHEMA_VERSION
+    schema_version: Literal[2, 3, 4] = SCHEMA_VERSION
     created_by: str
     checkpoint: CheckpointInfo
-    config: dict[str, Any] = Field(description="the `evaluate` recipe section used")
+    config: dict[str, Any] = Field(description="the `evaluate` recipe section of the latest evaluation (each task's "
+                                   "own settings: tasks.<task>.settings)")
     intrinsic: IntrinsicResults | None = None
     objective: ObjectiveResults | None = Field(None, description="held-out score of the pretraining objective")
     tasks: dict[str, TaskResults]

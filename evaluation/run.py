@@ -14,12 +14,19 @@ the same splits; every `evaluate.compare_checkpoints` model directory is fine-tu
 `evaluate.crosslingual` targets (other languages' files) are scored by every fine-tuned model unchanged;
 (3) optionally the feature-based comparison; (4) write the plots and report.md, then results.json last (so a
 results.json on disk always belongs to a finished evaluation). Contract of results.json: docs/results.md.
+
+Evaluations add up (evaluation/parts.py): every task's results, and the intrinsic / objective / feature-based
+scores, are kept in their own file with the key of their inputs (checkpoint, settings, data files); a part whose key
+is unchanged is reused as it is, and results.json merges every part of this checkpoint, so separate `evaluate`
+calls on one run (built-in tasks, task files, compared checkpoints) live side by side. Fine-tuning curves also go to
+TensorBoard (RUN/eval/tensorboard/<task>/<model>/lr<lr>-seed<seed>; `evaluate.tracking`).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -30,7 +37,7 @@ from torch import nn
 
 import bertfactory
 from bertfactory.errors import ConfigError
-from bertfactory.io import atomic_write_json, sha256_file
+from bertfactory.io import atomic_write_json, content_hash, sha256_file
 from bertfactory.names import check_name, path_inside
 from bertfactory.samples import resolve_input, sample_path
 from training.checkpoint import MODEL_FILE, load_pretrained, read_checkpoint_config
@@ -44,7 +51,9 @@ from .finetune import ModelResult, PreparedTask, Split, limit_examples, prepare_
 from .inputs import CLASSIFICATION_TYPES, build_features
 from .heldout import checkpoint_objective, evaluate_objective
 from .intrinsic import evaluate_intrinsic
+from .lr_grid import encoder_width
 from .metrics import mcnemar, wilson_interval
+from .parts import TASKS, EvalParts
 from .report import write_report
 from .results import FORMAT as RESULTS_FORMAT
 from .results import RESULTS_FILE, to_document, write_results
@@ -54,8 +63,9 @@ from .tasks.base import TaskData
 
 logger = logging.getLogger(__name__)
 
-CACHE_DIR = Path("cache") / "tasks"  # inside the run directory, outside eval/ (which a changed key clears)
+CACHE_DIR = Path("cache") / "tasks"  # inside the run directory, beside eval/: encodings, not results
 FINETUNED_DIR = "finetuned"
+TENSORBOARD_DIR = "tensorboard"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -99,21 +109,48 @@ def task_input_files(cfg: EvaluateConfig, run_dir: Path | None = None) -> list[P
     """The files the evaluation reads besides the checkpoint (for the stage key): the enabled tasks' inputs (or a
     built-in task's sample), the cross-lingual target files and, given the run directory (relative paths are
     inside it), the compared checkpoints' files."""
-    from .tasks.registry import BUILTIN_SAMPLES
-
-    files: list[Path] = []
     paths: list[Path] = []
     for name, task in cfg.enabled_tasks().items():
-        specs = [s for s in (task.input, task.dev_input, task.test_input) if s]
-        paths += [resolve_input(s) for s in specs]
-        if not specs and task.task_type is None and name in BUILTIN_SAMPLES:
-            paths.append(sample_path(BUILTIN_SAMPLES[name]))
+        paths += _task_paths(name, task)
     paths += [resolve_input(t.input) for t in cfg.crosslingual]
     if run_dir is not None:
         paths += [p / n for p in cfg.compared_paths(run_dir) for n in (MODEL_FILE, "config.json", "tokenizer.json")]
+    return _files_of(paths)
+
+
+def _task_paths(name: str, task: TaskConfig) -> list[Path]:
+    """The data files (or directories) one task reads: its inputs, or a built-in task's cached sample."""
+    from .tasks.registry import BUILTIN_SAMPLES
+
+    specs = [s for s in (task.input, task.dev_input, task.test_input) if s]
+    paths = [resolve_input(s) for s in specs]
+    if not specs and task.task_type is None and name in BUILTIN_SAMPLES:
+        paths.append(sample_path(BUILTIN_SAMPLES[name]))
+    return paths
+
+
+def _files_of(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
     for path in paths:
         files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     return files
+
+
+def task_key(name: str, task: TaskConfig, cfg: EvaluateConfig, main: "Checkpoint", compared: list["Checkpoint"],
+             device: torch.device) -> str:
+    """What a task's results depend on: the checkpoint(s), the task's settings and fine-tuning settings, the
+    baselines asked for, its cross-lingual targets and the content of every file it reads. Equal keys -> the
+    stored results are reused (evaluation/parts.py)."""
+    targets = [t for t in cfg.crosslingual if t.task == name]
+    files = _files_of(_task_paths(name, task) + [resolve_input(t.input) for t in targets])
+    return content_hash({
+        "bertfactory": bertfactory.__version__, "task": name, "settings": task.model_dump(mode="json"),
+        "finetune": task.finetune_config(cfg.finetune).model_dump(mode="json"),
+        "random_init_baseline": cfg.random_init_baseline, "baselines": list(cfg.baselines), "save_best": cfg.save_best,
+        "crosslingual": [t.model_dump(mode="json") for t in targets],
+        "checkpoint": [main.info["model_sha256"], main.info["tokenizer_sha256"]],
+        "compared": {c.label: [c.info["model_sha256"], c.info["tokenizer_sha256"]] for c in compared},
+        "inputs": [[str(f.resolve()), sha256_file(f)] for f in files], "device": device.type})
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
@@ -287,6 +324,21 @@ def target_info(target: TaskData, split: Split) -> dict:
 # ------------------------------------------------------------------------------------------------ the stage
 
 
+def load_and_prepare(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, checkpoint: Checkpoint, run_dir: Path,
+                     data: TaskData | None = None, main: Checkpoint | None = None) -> tuple[TaskData, PreparedTask]:
+    """A task's data (read and cut to max_train/eval_examples, unless given) encoded with `checkpoint`'s tokenizer
+    (through the encodings cache; a checkpoint with another tokenizer than `main` keeps its encodings apart, since
+    the main cache refuses them)."""
+    ft = task_cfg.finetune_config(cfg.finetune)
+    if data is None:
+        data = limit_examples(load_task(name, task_cfg), ft)
+    sha = checkpoint.text_encoder.sha256
+    cache_dir = run_dir / CACHE_DIR if main is None or sha == main.text_encoder.sha256 else \
+        run_dir / "cache" / f"tasks-{sha[:16]}"
+    features = _features(name, data, checkpoint.text_encoder, ft, cache_dir, cfg.cache_encodings)
+    return data, prepare_task(data, checkpoint.text_encoder, ft, task_cfg.primary_metric, features)
+
+
 def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Checkpoint, device: torch.device,
                   run_dir: Path, timings: dict, compared: list[Checkpoint] = ()
                   ) -> tuple[dict, PreparedTask, TaskData, dict | None]:
@@ -295,18 +347,17 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     from .finetune import finetune_model
 
     check_name(name, "evaluate.tasks")  # the config checked it; a name reaching here otherwise must not escape
-    ft = task_cfg.finetune_config(cfg.finetune)
-    data = limit_examples(load_task(name, task_cfg), ft)
+    data, task = load_and_prepare(name, task_cfg, cfg, main, run_dir)
     text_encoder, template = main.text_encoder, main.template
+    # each checkpoint's own learning-rate grid when the settings ask for one scaled to the encoder's width
+    ft = task_cfg.finetune_config(cfg.finetune).for_encoder(encoder_width(template))
+    board = path_inside(run_dir / "eval" / TENSORBOARD_DIR, name, f"evaluate.tasks.{name}")
+    shutil.rmtree(board, ignore_errors=True)  # curves of this task's earlier evaluation: replaced, not mixed
+    tracking = cfg.tracking.target(board, f"{run_dir.resolve().name}/eval/{name}")
 
     def prepared(checkpoint: Checkpoint) -> PreparedTask:
-        sha = checkpoint.text_encoder.sha256
-        # a compared checkpoint with another tokenizer keeps its encodings apart (the main cache refuses them)
-        cache_dir = run_dir / CACHE_DIR if sha == text_encoder.sha256 else run_dir / "cache" / f"tasks-{sha[:16]}"
-        features = _features(name, data, checkpoint.text_encoder, ft, cache_dir, cfg.cache_encodings)
-        return prepare_task(data, checkpoint.text_encoder, ft, task_cfg.primary_metric, features)
+        return load_and_prepare(name, task_cfg, cfg, checkpoint, run_dir, data, main)[1]
 
-    task = prepared(main)
     spec = task.spec
     targets = {t.key: load_target(t, data) for t in cfg.crosslingual if t.task == name}
     splits = target_splits(targets, text_encoder, ft)
@@ -317,7 +368,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
             logger.warning("%s %s: %d gold answers cover no token; their windows are trained as 'no answer'",
                            name, split, unaligned)
     out: dict = {"task_type": spec.task_type, "primary_metric": spec.primary_metric, "language": data.language,
-                 "data": data_info(data, task)}
+                 "data": data_info(data, task), "settings": ft.model_dump(mode="json")}
     pad_id = text_encoder.pad_id
 
     def pretrained_encoder(seed: int) -> torch.nn.Module:
@@ -327,7 +378,8 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
         torch.manual_seed(seed)  # the random encoder depends only on the seed and the architecture
         return type(template)(template.config)
 
-    pretrained = finetune_model(pretrained_encoder, task, ft, device, pad_id, f"{name}/pretrained", splits)
+    pretrained = finetune_model(pretrained_encoder, task, ft, device, pad_id, f"{name}/pretrained", splits,
+                                tracking.child("pretrained"))
     out["pretrained"] = model_scores(pretrained, task)
     timings[f"{name}.pretrained"] = pretrained.seconds
     if cfg.save_best:
@@ -337,7 +389,8 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     pretrained.best_state = None
     random_init = None
     if cfg.random_init_baseline:
-        random_init = finetune_model(random_encoder, task, ft, device, pad_id, f"{name}/random_init", splits)
+        random_init = finetune_model(random_encoder, task, ft, device, pad_id, f"{name}/random_init", splits,
+                                     tracking.child("random_init"))
         random_init.best_state = None
         out["random_init"] = model_scores(random_init, task)
         timings[f"{name}.random_init"] = random_init.seconds
@@ -346,8 +399,10 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     for checkpoint in compared:
         other_task = prepared(checkpoint)
         other_splits = target_splits(targets, checkpoint.text_encoder, ft)
-        result = finetune_model(lambda seed, c=checkpoint: copy.deepcopy(c.template), other_task, ft, device,
-                                checkpoint.text_encoder.pad_id, f"{name}/{checkpoint.label}", other_splits)
+        other_ft = task_cfg.finetune_config(cfg.finetune).for_encoder(encoder_width(checkpoint.template))
+        result = finetune_model(lambda seed, c=checkpoint: copy.deepcopy(c.template), other_task, other_ft, device,
+                                checkpoint.text_encoder.pad_id, f"{name}/{checkpoint.label}", other_splits,
+                                tracking.child(checkpoint.label))
         result.best_state = None
         out.setdefault("compared", {})[checkpoint.label] = {
             **model_scores(result, other_task),
@@ -390,6 +445,22 @@ def run_evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
         torch.set_num_threads(threads_before)
 
 
+def _part(parts: EvalParts, name: str, key_inputs: dict, compute) -> None:
+    """A top-level part (intrinsic, objective, feature_based): reused when its key is unchanged, else computed and
+    stored with its timing."""
+    key = content_hash({"bertfactory": bertfactory.__version__, "part": name, **key_inputs})
+    if parts.fresh("top", name, key) is not None:
+        return
+    started = time.perf_counter()
+    value = compute()
+    parts.write("top", name, key, {"value": value, "timings": {name: round(time.perf_counter() - started, 3)}})
+
+
+def _shards_id(run_dir: Path) -> str | None:
+    manifest = run_dir / "shards" / "manifest.json"
+    return sha256_file(manifest) if manifest.is_file() else None
+
+
 def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     started = time.perf_counter()
     device = resolve_device(cfg.device)
@@ -400,56 +471,69 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     template, text_encoder = main.template, main.text_encoder
     compared = open_compared(cfg, run_dir, longest)
     logger.info("evaluating %s (%d parameters) on %s", checkpoint, main.info["num_parameters"], device)
-    timings: dict[str, float] = {}
-    results: dict = {
+    out_dir = run_dir / "eval"
+    parts = EvalParts(out_dir, main.info)
+    header: dict = {
         "format": RESULTS_FORMAT,
         "schema_version": RESULTS_SCHEMA_VERSION,
         "created_by": f"bertfactory {bertfactory.__version__} evaluation.run",
         "checkpoint": main.info,
         "config": cfg.model_dump(mode="json"),
-        "tasks": {},
-        "timings": timings,
     }
-    if compared:
-        results["compared_checkpoints"] = {c.label: c.info for c in compared}
+    checkpoint_id = [main.info["model_sha256"], main.info["tokenizer_sha256"], device.type]
+
+    def on_device(score):
+        def compute():
+            model.to(device)
+            try:
+                return score()
+            finally:
+                model.to("cpu")
+        return compute
+
     if cfg.intrinsic.enabled and type(model).__name__ != "BertForPreTraining":
         # its MLM/NSP heads are BERT's; every other member is scored by its own objective (evaluate.objective)
         logger.info("intrinsic: skipped for a %s (the held-out objective score applies)", type(model).__name__)
     elif cfg.intrinsic.enabled:
-        t = time.perf_counter()
-        model.to(device)
-        results["intrinsic"] = evaluate_intrinsic(model, run_dir / "shards", text_encoder.sha256, cfg.intrinsic, device)
-        model.to("cpu")
-        timings["intrinsic"] = time.perf_counter() - t
+        _part(parts, "intrinsic", {"config": cfg.intrinsic.model_dump(mode="json"), "checkpoint": checkpoint_id,
+                                   "shards": _shards_id(run_dir)},
+              on_device(lambda: evaluate_intrinsic(model, run_dir / "shards", text_encoder.sha256, cfg.intrinsic,
+                                                   device)))
     config_doc = read_checkpoint_config(checkpoint)
     if cfg.objective.enabled and checkpoint_objective(config_doc) is not None:  # every member's held-out metric
-        t = time.perf_counter()
-        model.to(device)
-        results["objective"] = evaluate_objective(model, config_doc, run_dir / "shards", text_encoder.sha256,
-                                                  cfg.objective, device)
-        model.to("cpu")
-        timings["objective"] = time.perf_counter() - t
-    prepared: dict[str, tuple[PreparedTask, TaskData]] = {}
+        _part(parts, "objective", {"config": cfg.objective.model_dump(mode="json"), "checkpoint": checkpoint_id,
+                                   "shards": _shards_id(run_dir)},
+              on_device(lambda: evaluate_objective(model, config_doc, run_dir / "shards", text_encoder.sha256,
+                                                   cfg.objective, device)))
+    prepared: dict[str, PreparedTask] = {}
     for name, task_cfg in cfg.enabled_tasks().items():
-        results["tasks"][name], task, data, transfer = evaluate_task(name, task_cfg, cfg, main, device, run_dir,
-                                                                     timings, compared)
-        prepared[name] = (task, data)
-        if transfer is not None:
-            results.setdefault("crosslingual", {})[name] = transfer
+        key = task_key(name, task_cfg, cfg, main, compared, device)
+        if parts.fresh(TASKS, name, key) is not None:
+            continue
+        timings: dict[str, float] = {}
+        entry, task, _, transfer = evaluate_task(name, task_cfg, cfg, main, device, run_dir, timings, compared)
+        prepared[name] = task
+        parts.write(TASKS, name, key, {
+            "value": entry, "crosslingual": transfer, "timings": {k: round(v, 3) for k, v in timings.items()},
+            "compared_checkpoints": {c.label: c.info for c in compared}})
     if cfg.feature_based.enabled:
         from .features import compare_options
 
-        t = time.perf_counter()
-        task, _ = prepared[cfg.feature_based.task]
-        results["feature_based"] = compare_options(template, task, cfg.feature_based, device, text_encoder.pad_id,
-                                                   seed=cfg.finetune.seed)
-        timings["feature_based"] = time.perf_counter() - t
+        fb = cfg.feature_based
+        fb_task = cfg.tasks[fb.task]
+
+        def feature_based() -> dict:
+            task = prepared.get(fb.task) or load_and_prepare(fb.task, fb_task, cfg, main, run_dir)[1]
+            return compare_options(template, task, fb, device, text_encoder.pad_id, seed=cfg.finetune.seed)
+
+        _part(parts, "feature_based", {
+            "config": fb.model_dump(mode="json"), "checkpoint": checkpoint_id, "seed": cfg.finetune.seed,
+            "task": task_key(fb.task, fb_task, cfg, main, [], device)}, feature_based)
     del model, template, main, compared
-    timings["total"] = time.perf_counter() - started
-    results["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    out_dir = run_dir / "eval"
+    header["timings"] = {"total": round(time.perf_counter() - started, 3)}
+    results = parts.merge(header)
     doc = to_document(results, "the evaluation results")  # fail before writing anything if they break the contract
     write_report(doc, out_dir, run_dir / "pretrain" / "metrics.jsonl")
     doc = write_results(out_dir / RESULTS_FILE, doc)
-    logger.info("wrote %s", out_dir / RESULTS_FILE)
+    logger.info("wrote %s (%d tasks: %s)", out_dir / RESULTS_FILE, len(doc["tasks"]), ", ".join(doc["tasks"]))
     return doc

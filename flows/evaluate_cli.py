@@ -14,7 +14,10 @@ run directory (its pretrain/final) or a model directory (config.json + model.saf
 recipe is the defaults of `evaluate` (paper scale: every example, 5 seeds — use --set to shrink it), the stage
 runs without Prefect, and intrinsic scores are computed when the run directory has shards. `--task NAME`
 (repeatable) and `--task-file PATH` choose the tasks, replacing the recipe's list; the file's layout options are
-those of evaluation.tasks.registry.load_task_file (docs/tasks.md). `--transfer-file PATH --transfer-language CODE`
+those of evaluation.tasks.registry.load_task_file (docs/tasks.md). On a checkpoint, a --task-file's task tries
+three learning rates scaled to the model's hidden size (evaluate.finetune.size_scaled_grid) unless --set gives one.
+Separate calls on one run directory add up: each task's results are kept (RUN/eval/tasks/) and merged into
+results.json (evaluation/parts.py). `--transfer-file PATH --transfer-language CODE`
 (repeatable, in pairs) are zero-shot cross-lingual targets of `--transfer-task` (default: the only task named with
 --task / --task-file) and replace the recipe's `evaluate.crosslingual`; `--compare-checkpoint DIR` (repeatable)
 replaces `evaluate.compare_checkpoints` (model directories fine-tuned beside the checkpoint).
@@ -88,8 +91,17 @@ def _file_task_name(args: argparse.Namespace) -> str:
                       f"--task-file {args.task_file}: its stem (the default task name; set one with --task-name)")
 
 
-def task_overrides(args: argparse.Namespace) -> list[str]:
-    """--task / --task-file options -> an `evaluate.tasks=...` override (JSON is YAML), or none."""
+def _learning_rate_given(overrides: list[str]) -> bool:
+    """Whether a --set names a fine-tuning learning rate (or the grid choice) for every task or one of them."""
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    return any(k.startswith("evaluate.") and (".finetune.learning_rate" in k or ".finetune.size_scaled_grid" in k)
+               for k in keys)
+
+
+def task_overrides(args: argparse.Namespace, scaled_grid: bool = False) -> list[str]:
+    """--task / --task-file options -> an `evaluate.tasks=...` override (JSON is YAML), or none. `scaled_grid`: the
+    file's task tries learning rates scaled to the model's size (evaluate.finetune.size_scaled_grid, docs/tasks.md)
+    unless a --set gives a learning rate."""
     if not args.tasks and not args.task_file:
         return []
     tasks: dict[str, dict] = {check_name(name, "--task"): {} for name in args.tasks}
@@ -105,6 +117,8 @@ def task_overrides(args: argparse.Namespace) -> list[str]:
         for key, value in (("dev_input", args.dev_file), ("test_input", args.test_file)):
             if value:
                 entry[key] = str(Path(value).resolve())
+        if scaled_grid and not _learning_rate_given(args.overrides):
+            entry["finetune"] = {"size_scaled_grid": True}
         tasks[_file_task_name(args)] = entry
     elif args.task_type or args.text_column or args.label_column:
         raise ConfigError("--task-type/--text-column/--label-column describe a --task-file; none was given")
@@ -157,8 +171,11 @@ def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
 
 def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner). Checkpoint: here."""
-    args.overrides = list(args.overrides) + task_overrides(args) + transfer_overrides(args)
     target = Path(args.target)
+    # a recipe's fine-tuning settings apply as written; a checkpoint's are the paper-scale defaults (one learning
+    # rate tuned for BERT-base), so its task file gets a grid scaled to the model's size
+    args.overrides = list(args.overrides) + task_overrides(args, scaled_grid=not target.is_file()) + \
+        transfer_overrides(args)
     if target.is_file():
         args.config = str(target)
         return run_recipe_stage(args)

@@ -42,7 +42,9 @@ STAGES = {
         ("pretrain/final/model.safetensors", "pretrain/final/config.json", "pretrain/final/tokenizer.json"),
         ("pretrain",),
     ),
-    "evaluate": StageSpec("evaluate", ("eval/results.json", "eval/report.md"), ("eval",)),
+    # no workdir: evaluations add up (evaluation/parts.py keeps each task's results with its own key), so a new
+    # key never clears eval/
+    "evaluate": StageSpec("evaluate", ("eval/results.json", "eval/report.md"), ()),
     "distill": StageSpec("distill", ("distill/results.json", "distill/report.md"), ("distill",)),
 }
 

@@ -36,18 +36,33 @@ def test_fresh_only_with_same_key_and_intact_outputs(tmp_path):
     assert not stamps.is_fresh(run, "evaluate", key)
 
 
+def _fake_distill_outputs(run):
+    (run / "distill").mkdir(parents=True, exist_ok=True)
+    (run / "distill/results.json").write_text(json.dumps({"x": 1}))
+
+
 def test_begin_keeps_same_key_outputs_and_removes_stale_ones(tmp_path):
+    run = tmp_path
+    stamps.begin(run, "distill", "k1")
+    _fake_distill_outputs(run)
+    # same key again (e.g. after a crash): outputs kept so the stage can resume
+    stamps.begin(run, "distill", "k1")
+    assert (run / "distill/results.json").is_file()
+    # different key: the directory is stale and removed
+    messages = []
+    stamps.begin(run, "distill", "k2", log=messages.append)
+    assert not (run / "distill").exists()
+    assert messages and "inputs changed" in messages[0]
+
+
+def test_a_new_evaluate_key_keeps_the_earlier_evaluations(tmp_path):
+    # evaluations add up (evaluation/parts.py): each task's results carry their own key, so eval/ is never cleared
     run = tmp_path
     stamps.begin(run, "evaluate", "k1")
     _fake_eval_outputs(run)
-    # same key again (e.g. after a crash): outputs kept so the stage can resume
-    stamps.begin(run, "evaluate", "k1")
-    assert (run / "eval/results.json").is_file()
-    # different key: the directory is stale and removed
     messages = []
     stamps.begin(run, "evaluate", "k2", log=messages.append)
-    assert not (run / "eval").exists()
-    assert messages and "inputs changed" in messages[0]
+    assert (run / "eval/results.json").is_file() and messages == []
 
 
 def test_key_does_not_depend_on_how_the_run_directory_is_spelled(tmp_path, monkeypatch):

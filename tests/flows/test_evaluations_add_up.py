@@ -1,0 +1,98 @@
+"""Evaluations add up (issue 21 item 4), through `bertfactory evaluate ... --no-prefect`: a built-in task A, then a
+task file B, then A again, then A beside a compared checkpoint, on one run directory. Each call's results join the
+earlier ones in results.json (per-task files under RUN/eval/tasks/), A's files are left untouched while its inputs
+do not change, and the task file's task tries learning rates scaled to the model's width."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from evaluation.lr_grid import size_scaled_grid
+from evaluation.results import read_results
+from flows.cli import main
+from tests.evaluation.conftest import TINY, make_eval_run, movie_sentences, one_thread
+
+SMALL = ["--set", "evaluate.finetune.epochs=1", "--set", "evaluate.finetune.num_seeds=1",
+         "--set", "evaluate.finetune.max_seq_len=32", "--set", "evaluate.finetune.batch_size=16",
+         "--set", "evaluate.finetune.max_train_examples=80", "--set", "evaluate.finetune.max_eval_examples=40",
+         "--set", "evaluate.device=cpu", "--set", "evaluate.num_threads=1", "--set", "evaluate.save_best=true",
+         "--set", "evaluate.baselines=[majority]", "--no-prefect"]
+
+
+@pytest.fixture(scope="module")
+def model_run(tmp_path_factory):
+    with one_thread():
+        return make_eval_run(tmp_path_factory.mktemp("add-up") / "run", train_steps=5)
+
+
+def _stamp(path):
+    """Content and modification time of every file under `path` (a file or directory)."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+
+
+def test_separate_evaluations_live_side_by_side(model_run, tmp_path, capsys):
+    checkpoint = str(model_run / "pretrain" / "final")
+    out = tmp_path / "eval-run"
+    evaluate = lambda *extra: main(["evaluate", checkpoint, "--run-dir", str(out), *extra, *SMALL])  # noqa: E731
+
+    assert evaluate("--task", "trec_coarse") == 0, capsys.readouterr().err
+    first = read_results(out / "eval")
+    assert set(first["tasks"]) == {"trec_coarse"}
+    a_files = {**_stamp(out / "eval/tasks/trec_coarse.json"), **_stamp(out / "eval/finetuned/trec_coarse"),
+               **_stamp(out / "eval/tensorboard/trec_coarse")}
+    assert first["tasks"]["trec_coarse"]["settings"]["learning_rates"] is None  # a built-in task: as configured
+
+    tsv = tmp_path / "stars.tsv"
+    tsv.write_text("sentence\tstars\n" + "".join(f"{s}\t{'high' if i % 2 else 'low'}\n"
+                                                  for i, s in enumerate(movie_sentences(300))))
+    assert evaluate("--task-file", str(tsv), "--task-type", "classification", "--text-column", "sentence",
+                    "--label-column", "stars") == 0, capsys.readouterr().err
+    capsys.readouterr()
+    second = read_results(out / "eval")
+    assert set(second["tasks"]) == {"trec_coarse", "stars"}  # B joined A; A was not removed
+    assert second["tasks"]["trec_coarse"] == first["tasks"]["trec_coarse"]
+    assert {**_stamp(out / "eval/tasks/trec_coarse.json"), **_stamp(out / "eval/finetuned/trec_coarse"),
+            **_stamp(out / "eval/tensorboard/trec_coarse")} == a_files
+    # the task file's task: three rates scaled to the encoder's width, the best by dev accuracy reported
+    stars = second["tasks"]["stars"]
+    grid = size_scaled_grid(TINY["hidden_size"])
+    assert stars["settings"]["learning_rates"] == grid and stars["settings"]["size_scaled_grid"] is True
+    assert [g["learning_rate"] for g in stars["pretrained"]["lr_grid"]] == grid
+    assert stars["pretrained"]["learning_rate"] == max(
+        stars["pretrained"]["lr_grid"], key=lambda g: g["dev_mean"])["learning_rate"]
+    assert sorted(p.name for p in (out / "eval/tensorboard/stars/pretrained").iterdir()) == \
+        sorted(f"lr{lr:g}-seed12345" for lr in grid)
+
+    # A again, its inputs unchanged: reused as it was, B kept
+    assert evaluate("--task", "trec_coarse") == 0, capsys.readouterr().err
+    third = read_results(out / "eval")
+    assert third["tasks"] == second["tasks"]
+    assert {**_stamp(out / "eval/tasks/trec_coarse.json"), **_stamp(out / "eval/finetuned/trec_coarse"),
+            **_stamp(out / "eval/tensorboard/trec_coarse")} == a_files
+
+    # A beside a compared checkpoint: A is evaluated again (its inputs changed), B is still there
+    other = shutil.copytree(model_run / "pretrain" / "final", tmp_path / "models" / "other")
+    assert evaluate("--task", "trec_coarse", "--compare-checkpoint", str(other)) == 0, capsys.readouterr().err
+    fourth = read_results(out / "eval")
+    assert set(fourth["tasks"]) == {"trec_coarse", "stars"} and fourth["tasks"]["stars"] == stars
+    assert set(fourth["compared_checkpoints"]) == {"other"} and "other" in fourth["tasks"]["trec_coarse"]["compared"]
+    assert _stamp(out / "eval/tasks/trec_coarse.json") != {k: v for k, v in a_files.items() if k.endswith(".json")}
+    report = (out / "eval/report.md").read_text()
+    assert "### stars (classification, en)" in report and "### trec_coarse (classification, en)" in report
+    # B's settings are not this call's: the report says them beside its table
+    assert f"Evaluated with its own settings: up to 1 epochs, batch 16, lr grid {grid}" in report
+
+
+def test_a_learning_rate_given_keeps_the_task_file_at_it(model_run, tmp_path, capsys):
+    tsv = tmp_path / "stars.tsv"
+    tsv.write_text("sentence\tstars\n" + "".join(f"{s}\t{'high' if i % 2 else 'low'}\n"
+                                                  for i, s in enumerate(movie_sentences(200))))
+    out = tmp_path / "eval-run"
+    assert main(["evaluate", str(model_run / "pretrain" / "final"), "--run-dir", str(out), "--task-file", str(tsv),
+                 "--task-type", "classification", "--text-column", "sentence", "--label-column", "stars",
+                 "--set", "evaluate.finetune.learning_rate=1e-3", *SMALL]) == 0, capsys.readouterr().err
+    stars = read_results(out / "eval")["tasks"]["stars"]
+    assert stars["settings"]["size_scaled_grid"] is False and [g["learning_rate"] for g in stars["pretrained"]["lr_grid"]] == [1e-3]
