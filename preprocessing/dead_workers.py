@@ -22,10 +22,11 @@ import signal
 import threading
 import time
 
-from apache_beam.portability import python_urns
-from apache_beam.portability.api import beam_fn_api_pb2
-from apache_beam.runners.portability.fn_api_runner.worker_handlers import (ControlFuture, SubprocessSdkWorkerHandler,
-                                                                           WorkerHandler)
+import grpc
+from apache_beam.portability import common_urns, python_urns
+from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import (ControlFuture, ExternalWorkerHandler,
+                                                                           SubprocessSdkWorkerHandler, WorkerHandler)
 
 from bertfactory.errors import BertfactoryError
 
@@ -57,6 +58,29 @@ def death_after(mark: int, wait_s: float = 2.0) -> WorkerDied | None:
         time.sleep(0.05)
 
 
+_DIED_TEXT = re.compile(r"a Beam SDK worker process \(([^)]*)\) died while the job ran \(([^)]*)\)")
+# what Beam's data plane raises when a worker's data stream ends in the middle of a bundle: the worker died (or its
+# connection did) before the watch above saw it, which is how a portable job's worker death usually surfaces
+_CHANNEL_CLOSED = "Channel closed prematurely"
+
+
+def death_in_text(text: str) -> WorkerDied | None:
+    """A WorkerDied rebuilt from an error text that carries one: a portable job fails in the job service's
+    process, and the driver gets the failure only as text."""
+    match = _DIED_TEXT.search(text)
+    if match is not None:
+        return WorkerDied(_message(match.group(1), match.group(2)))
+    if _CHANNEL_CLOSED in text:
+        return WorkerDied(_message("one of the job's", "its data channel closed in the middle of a bundle"))
+    return None
+
+
+def _message(worker_id: str, how: str) -> str:
+    return (f"a Beam SDK worker process ({worker_id}) died while the job ran ({how}); the job was stopped and "
+            f"nothing was published: rerun it (if the machine ran out of memory, give it fewer workers: "
+            f"preprocess.runner.num_workers)")
+
+
 def describe_exit(returncode: int) -> str:
     """'killed by SIGKILL' / 'exit status 3' for a worker's return code (its /bin/sh reports a child killed by
     signal N as 128 + N)."""
@@ -69,33 +93,18 @@ def describe_exit(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
-class WatchedSubprocessWorkerHandler(SubprocessSdkWorkerHandler):
-    """SubprocessSdkWorkerHandler whose worker thread fails the waiting instructions when the process dies."""
+class _DeathWatch:
+    """What both watched handlers do once their worker is gone (a mixin for GrpcWorkerHandler subclasses)."""
 
-    def start_worker(self) -> None:
-        from apache_beam.runners.portability.local_job_service import SubprocessSdkWorker
+    _stopping = False
 
-        self._stopping = False
-        self.worker = SubprocessSdkWorker(self._worker_command_line, self.control_address, self.provision_info,
-                                          self.worker_id)
-        self.worker_thread = threading.Thread(name="run_worker", target=self._run_and_watch, daemon=True)
-        self.worker_thread.start()
-
-    def _run_and_watch(self) -> None:
-        try:
-            self.worker.run()
-        except RuntimeError as err:  # SubprocessSdkWorker.run: "Worker subprocess exited with return code N"
-            if self._stopping:
-                return
-            code = re.search(r"return code (-?\d+)", str(err))
-            how = describe_exit(int(code.group(1))) if code else str(err)
-            died = WorkerDied(
-                f"a Beam SDK worker process ({self.worker_id}) died while the job ran ({how}); the job was stopped "
-                f"and nothing was published: rerun it (if the machine ran out of memory, give it fewer workers: "
-                f"preprocess.runner.num_workers)")
-            with _deaths_lock:
-                _deaths.append(died)
-            self._refuse_from_now_on(died)
+    def _worker_died(self, how: str) -> None:
+        if self._stopping:  # the runner is ending the worker itself
+            return
+        died = WorkerDied(_message(self.worker_id, how))
+        with _deaths_lock:
+            _deaths.append(died)
+        self._refuse_from_now_on(died)
 
     def _refuse_from_now_on(self, died: WorkerDied) -> None:
         """Fail what waits on the dead worker and whatever is sent to it later (a worker killed while idle would
@@ -121,16 +130,73 @@ class WatchedSubprocessWorkerHandler(SubprocessSdkWorkerHandler):
         self._stopping = True  # from here on the runner itself ends the worker
         try:
             super().close()
-        except WorkerDied:  # data_conn.close() re-raises the failure marked above: the worker is gone already
+        except (WorkerDied, grpc.RpcError):
+            # data_conn.close() re-raises how its stream failed (marked above, or the gRPC error of a worker that
+            # died before the watch saw it): the worker is gone already, there is nothing left to close but it
             self.stop_worker()
 
 
-def install() -> None:
-    """Register the watched handler for FnApiRunner's subprocess environment (idempotent; process-wide, which is
-    what the runner reads)."""
-    registered = WorkerHandler._registered_environments.get(python_urns.SUBPROCESS_SDK)
-    if registered is None or registered[0] is not WatchedSubprocessWorkerHandler:
-        WorkerHandler.register_environment(python_urns.SUBPROCESS_SDK, bytes)(WatchedSubprocessWorkerHandler)
+class WatchedSubprocessWorkerHandler(_DeathWatch, SubprocessSdkWorkerHandler):
+    """SubprocessSdkWorkerHandler (the local preset's workers) whose worker thread fails the waiting instructions
+    when the process exits before the runner stopped it."""
+
+    def start_worker(self) -> None:
+        from apache_beam.runners.portability.local_job_service import SubprocessSdkWorker
+
+        self.worker = SubprocessSdkWorker(self._worker_command_line, self.control_address, self.provision_info,
+                                          self.worker_id)
+        self.worker_thread = threading.Thread(name="run_worker", target=self._run_and_watch, daemon=True)
+        self.worker_thread.start()
+
+    def _run_and_watch(self) -> None:
+        try:
+            self.worker.run()
+        except RuntimeError as err:  # SubprocessSdkWorker.run: "Worker subprocess exited with return code N"
+            code = re.search(r"return code (-?\d+)", str(err))
+            self._worker_died(describe_exit(int(code.group(1))) if code else str(err))
 
 
-__all__ = ["WorkerDied", "WatchedSubprocessWorkerHandler", "death_after", "deaths_seen", "describe_exit", "install"]
+# a pool's worker connects in 2-5 s on a busy 2-core machine; one that has not after this long is not coming
+CONNECT_TIMEOUT_S = 60
+
+
+class WatchedExternalWorkerHandler(_DeathWatch, ExternalWorkerHandler):
+    """ExternalWorkerHandler (workers from a worker pool: the portable preset on preprocessing.portable_local)
+    that watches the worker's control stream instead of its process, which another process started: the stream's
+    reader ends (gRPC error) when the worker dies, and never before the runner closes it otherwise."""
+
+    def start_worker(self) -> None:
+        super().start_worker()
+        threading.Thread(name="watch_worker", target=self._watch_control_stream, daemon=True).start()
+
+    def _watch_control_stream(self) -> None:
+        reader = self.control_conn._read_thread  # started when the worker connects its control stream
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while reader.ident is None and not self._stopping:
+            if time.monotonic() > deadline:  # a worker killed while starting never connects: no stream to end
+                self._worker_died(f"it did not connect within {CONNECT_TIMEOUT_S} s of being started")
+                return
+            time.sleep(0.2)
+        if reader.ident is None:  # closed before the worker ever connected
+            return
+        reader.join()
+        self._worker_died("its control stream ended")
+
+
+_HANDLERS = {python_urns.SUBPROCESS_SDK: (WatchedSubprocessWorkerHandler, bytes),
+             common_urns.environments.EXTERNAL.urn: (WatchedExternalWorkerHandler, beam_runner_api_pb2.ExternalPayload)}
+
+
+def install(*, external: bool = False) -> None:
+    """Register the watched handler for FnApiRunner's subprocess environment, and with `external` for external
+    worker pools too (what a job service runs: preprocessing.portable_job_service). Idempotent; process-wide,
+    which is what the runner reads."""
+    for urn in [python_urns.SUBPROCESS_SDK] + ([common_urns.environments.EXTERNAL.urn] if external else []):
+        handler, payload = _HANDLERS[urn]
+        registered = WorkerHandler._registered_environments.get(urn)
+        if registered is None or registered[0] is not handler:
+            WorkerHandler.register_environment(urn, payload)(handler)
+
+
+__all__ = ["WorkerDied", "WatchedExternalWorkerHandler", "WatchedSubprocessWorkerHandler", "death_after",
+           "death_in_text", "deaths_seen", "describe_exit", "install"]

@@ -3,8 +3,8 @@
 This is for trying the `portable` runner preset without a cluster (and for the test that checks it gives the
 same output as the local preset). It starts
 
-- Beam's Python local job service (`apache_beam.runners.portability.local_job_service_main`): the PortableRunner
-  submits the job there;
+- Beam's Python local job service (`apache_beam.runners.portability.local_job_service_main`, started through
+  preprocessing.portable_job_service, which adds the dead-worker watch): the PortableRunner submits the job there;
 - N worker pools (`apache_beam.runners.worker.worker_pool_main`), each a process that starts SDK worker processes
   on request, standing in for N machines;
 - a small dispatcher (in this process) that speaks the worker-pool protocol and hands the job service's worker
@@ -13,7 +13,8 @@ same output as the local preset). It starts
 
 Worker processes run the first `python` on PATH, so this puts the running interpreter's bin directory first.
 Pools do not install `--setup_file`: their Python must import the project already (it is installed in .venv).
-A worker that dies makes a portable job wait forever, so callers should bound the job's wall time.
+A worker that dies fails the job with WorkerDied (preprocessing.dead_workers) where Beam's job service alone would
+wait for it forever.
 
     python -m preprocessing.portable_local --pools 2    # prints the endpoints and a runner config; Ctrl-C stops
 """
@@ -159,7 +160,7 @@ def local_portable_cluster(pools: int = 2, log_dir: Path | None = None,
             start(f"pool-{i}", ["apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
                   pool_endpoints[-1])
         job_port = _free_port()
-        start("job-service", ["apache_beam.runners.portability.local_job_service_main", f"--port={job_port}",
+        start("job-service", ["preprocessing.portable_job_service", f"--port={job_port}",
                               f"--staging_dir={log_dir / 'staging'}"], f"localhost:{job_port}")
         dispatcher = _RoundRobinPools(pool_endpoints)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))

@@ -28,7 +28,7 @@ from bertfactory.config import load_yaml, validate
 from bertfactory.errors import BertfactoryError
 
 from .config import RunnerConfig, SdkEnvironmentConfig
-from .dead_workers import WorkerDied, death_after, deaths_seen, install as install_dead_worker_watch
+from .dead_workers import WorkerDied, death_after, death_in_text, deaths_seen, install as install_dead_worker_watch
 from .worker_errors import quiet_user_errors, recover_input_error
 
 logger = logging.getLogger(__name__)
@@ -138,6 +138,9 @@ def _worker_died(exc: BaseException, name: str) -> WorkerDied | None:
         seen.add(id(exc))
         if isinstance(exc, WorkerDied):
             return _named(exc, name)
+        in_text = death_in_text(str(exc))  # portable: the job service's failure reaches the driver as text
+        if in_text is not None:
+            return _named(in_text, name)
         exc = exc.__cause__ or exc.__context__
     return None
 
