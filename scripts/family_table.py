@@ -132,9 +132,19 @@ def measured(member: str, runs: Path, error: str | None) -> str:
 def write_table(runs: Path, errors: dict[str, str | None]) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
+    # `errors` holds the twins run by this invocation; the other rows are read from earlier runs, so the commit
+    # named must not be claimed for them
+    fresh = [member for member in TWINS if member in errors]
+    if len(fresh) == len(TWINS):
+        provenance = f"at commit {commit} (the runs: this code path) on {datetime.now(timezone.utc):%Y-%m-%d}"
+    else:
+        provenance = (f"at commit {commit} on {datetime.now(timezone.utc):%Y-%m-%d}, which ran "
+                      f"{', '.join(fresh) or 'no twin'}; the other rows are read from their earlier runs under "
+                      f"{runs.relative_to(REPO) if runs.is_relative_to(REPO) else runs} (measured at the commit "
+                      "that last changed their row)")
     lines = [START, "",
-             f"Written by `python scripts/family_table.py` at commit {commit} (the runs: this code path) on "
-             f"{datetime.now(timezone.utc):%Y-%m-%d} (2-core CPU): the last column is each tiny twin's recipe on "
+             f"Written by `python scripts/family_table.py` {provenance} (2-core CPU): the last column is each tiny "
+             "twin's recipe on "
              "the real samples, trained for the steps its cell names (`--max-steps` shortens the recipe's budget), "
              "scored on its held-out shards by its own objective against the best no-context predictor "
              "(evaluation/heldout.py: the train split's unigram distribution). DDP / FSDP cells name the "
