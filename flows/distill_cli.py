@@ -17,7 +17,7 @@ def add_distill_parser(sub) -> None:
     text = "distil the run's teacher into DistilBERT / BERT-PKD / TinyBERT students -> RUN/distill"
     p = sub.add_parser("distill", help=text, description=text + ". Teacher and students are scored side by side on "
                        "a real task (results.json + report.md). See distillation/.")
-    p.add_argument("config", help="distill YAML, e.g. configs/distill-local.yaml")
+    p.add_argument("config", help="distill YAML or bundled config name, e.g. distill-local")
     p.add_argument("--run-dir", required=True, help="run directory holding the teacher (pretrain/final) and shards")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set pkd.epochs=5 (repeatable; values are YAML)")
@@ -30,6 +30,9 @@ def cmd_distill(args) -> int:
     from .distill_flow import distill, run_distill_stage
     from .lock import run_dir_lock
 
+    from .recipe import resolve_recipe
+
+    args.config = str(resolve_recipe(args.config))  # a bundled config's name (distill-local) works from anywhere
     cfg = load_distill_config(args.config, args.overrides)  # validate before starting anything
     run_dir = Path(args.run_dir)
     if args.prefect:

@@ -4,16 +4,22 @@ the stage's code. `load_recipe("configs/local.yaml", ["pretrain.max_steps=200"])
 Sections: corpus, preprocess (preprocessing.config), model (training.config), pretrain (training.pretrain_config), evaluate
 (evaluation.config), refresh (below: corpus_refresh's watching). A missing section takes its class defaults (the paper-scale values); configs/local.yaml
 overrides them down to the tiny embedded default.
+
+A recipe is named by a path (`runs/my.yaml`) or by the name of a bundled one (`local`, `bert-base.yaml`, or the
+repository-relative `configs/local.yaml` from any directory): the files of configs/ ship with the package as
+`bertfactory.recipes` (`resolve_recipe`, `bundled_recipes`; `bertfactory recipes list`).
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
 from pydantic import Field, model_validator
 
 from bertfactory.config import StrictModel, apply_overrides, load_yaml, validate
+from bertfactory.errors import ConfigError
 from evaluation.config import EvaluateConfig
 from preprocessing.config import CorpusConfig, PreprocessConfig
 from training.config import ModelConfig
@@ -56,7 +62,54 @@ class Recipe(StrictModel):
         return self
 
 
+RECIPES_PACKAGE = "bertfactory.recipes"  # configs/, mapped in pyproject.toml
+RECIPE_SUFFIXES = (".yaml", ".yml")
+
+
+def bundled_recipes_dir() -> Path:
+    """The directory of the bundled recipes: the installed package's (editable: configs/ itself), or, when the project
+    runs from a source tree that was never installed (PYTHONPATH=.), the tree's configs/."""
+    try:
+        return Path(str(resources.files(RECIPES_PACKAGE)))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[1] / "configs"
+
+
+def bundled_recipes() -> dict[str, Path]:
+    """Name (file stem) -> file of every bundled recipe, sorted by name."""
+    root = bundled_recipes_dir()
+    return {f.stem: f for f in sorted(root.iterdir()) if f.suffix in RECIPE_SUFFIXES and f.is_file()}
+
+
+def _bundled_name(spec: str) -> str | None:
+    """The bundled recipe `spec` may name: `local`, `local.yaml` or `configs/local.yaml` (the spelling of the
+    repository's docs, valid from any directory); None for any other path."""
+    path = Path(spec)
+    if path.suffix and path.suffix not in RECIPE_SUFFIXES:
+        return None
+    if len(path.parts) == 1 or (len(path.parts) == 2 and path.parts[0] == "configs"):
+        return path.stem
+    return None
+
+
+def resolve_recipe(spec: str | Path) -> Path:
+    """The recipe file `spec` names: an existing file first (a local file shadows a bundled recipe of the same
+    name), else a bundled recipe; ConfigError naming both places otherwise."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path
+    if path.exists():
+        raise ConfigError(f"recipe {spec}: not a file (a recipe is one YAML file)")
+    name = _bundled_name(str(spec))
+    bundled = bundled_recipes()
+    if name in bundled:
+        return bundled[name]
+    raise ConfigError(f"config file not found: {spec} (no such file from {Path.cwd()}, and no bundled recipe of that "
+                      "name: `bertfactory recipes list` shows them)")
+
+
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+    path = resolve_recipe(path)
     data = apply_overrides(load_yaml(path), list(overrides))
     source = str(path) + (f" with overrides {list(overrides)}" if overrides else "")
     return validate(Recipe, data, source)

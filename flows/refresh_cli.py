@@ -17,7 +17,7 @@ def add_refresh_parser(sub) -> None:
                        "Wikipedia dumps directory (dumpstatus.json), a CC-News warc.paths(.gz) listing. Inputs already "
                        "read by a version (by sha256) are skipped; with none new it says so and writes nothing. "
                        "See docs/orchestration.md.")
-    p.add_argument("config", help="recipe YAML, e.g. configs/local.yaml")
+    p.add_argument("config", help="recipe YAML or bundled recipe name, e.g. local")
     p.add_argument("--run-dir", required=True, help="run directory holding RUN/corpora")
     p.add_argument("--source", dest="sources", action="append", default=None, metavar="LOCATION",
                    help="a location to watch (repeatable; default: the recipe's corpus.inputs)")
@@ -29,8 +29,9 @@ def add_refresh_parser(sub) -> None:
 
 
 def cmd_refresh(args, prefect_environment) -> int:
-    from .recipe import load_recipe
+    from .recipe import load_recipe, resolve_recipe
 
+    args.config = str(resolve_recipe(args.config))  # a bundled recipe's name -> the file the flow is given
     recipe = load_recipe(args.config, args.overrides)  # validate before starting anything
     run_dir = Path(args.run_dir)
     if args.no_prefect:

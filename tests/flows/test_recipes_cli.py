@@ -1,0 +1,58 @@
+"""Bundled recipes by name from any directory: `bertfactory recipes list|show`, the resolution rules (a file first,
+then a bundled name, `configs/NAME.yaml` from anywhere) and the one-line error for a recipe that is neither."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flows.cli import main
+from flows.recipe import bundled_recipes, load_recipe, resolve_recipe
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_recipes_list_names_every_bundled_recipe_with_its_kind_and_summary(capsys):
+    assert main(["recipes", "list"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line and not line.startswith(" ")
+            and len(line.split()) > 2 and line.split()[1] in ("recipe", "distill")}
+    assert set(rows) == {p.stem for p in (REPO / "configs").glob("*.yaml")}
+    assert rows["local"] == "recipe" and rows["distill-local"] == "distill"
+    local_line = next(line for line in out.splitlines() if line.startswith("local "))
+    assert local_line.endswith("The embedded default: the whole pipeline on a 2-core CPU in well under 15 minutes.")
+    bert = next(line for line in out.splitlines() if line.startswith("bert-base "))
+    assert "(Devlin et al. 2019): 12 layers" in bert  # "et al." does not end the summary
+
+
+def test_recipes_show_prints_the_file_as_shipped(capsys):
+    assert main(["recipes", "show", "bert-base"]) == 0
+    assert capsys.readouterr().out == (REPO / "configs" / "bert-base.yaml").read_text(encoding="utf-8")
+    assert main(["recipes", "show", "no-such-recipe"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config file not found: no-such-recipe") and "bertfactory recipes list" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_names_resolve_from_any_directory_and_a_local_file_comes_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    local = (REPO / "configs" / "local.yaml").resolve()
+    for spec in ("local", "local.yaml", "configs/local.yaml"):
+        assert resolve_recipe(spec).resolve() == local, spec
+    assert load_recipe("tiny-albert").name == "tiny-albert"
+    assert set(bundled_recipes()) == {p.stem for p in (REPO / "configs").glob("*.yaml")}
+    mine = tmp_path / "local.yaml"  # a user's own file of the same name shadows the bundled one
+    mine.write_text("name: mine\n", encoding="utf-8")
+    assert resolve_recipe("local.yaml") == Path("local.yaml") and load_recipe("local.yaml").name == "mine"
+    (tmp_path / "sub").mkdir()
+    for spec in ("elsewhere/local.yaml", "notes.txt", "sub"):  # a real path that is not there is never a name
+        with pytest.raises(Exception) as err:
+            resolve_recipe(spec)
+        assert spec in str(err.value) and type(err.value).__name__ == "ConfigError"
+
+
+def test_describe_takes_a_recipe_name_from_another_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["describe", "local"]) == 0
+    assert "1,478,978" in capsys.readouterr().out  # the demo model (tests/flows/test_cli.py reads it by path)
