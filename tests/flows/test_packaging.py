@@ -12,7 +12,6 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
-import pytest
 from setuptools import find_packages
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +40,6 @@ def test_the_installed_recipes_package_is_configs():
     assert shipped == {p.name for p in (REPO / "configs").glob("*.yaml")} and "local.yaml" in shipped
 
 
-@pytest.mark.slow
 def test_a_wheel_built_offline_ships_the_recipes_and_resolves_them_from_anywhere(tmp_path):
     source = tmp_path / "src"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
