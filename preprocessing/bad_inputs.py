@@ -5,8 +5,8 @@ One corrupt file must not sink a crawl of thousands, so the documents pipeline q
 ending the job (documents.ReadRecords): its quarantine record (quarantine.jsonl, record_id `<file>`) has the
 reason (truncated_gzip, corrupt_gzip, bad_warc_framing, corrupt_bz2, truncated_bz2, broken_xml,
 corrupt_compression), the ordinal = records read before the break, and the byte offset in the detail; the
-manifest counts it under `quarantined[reason]` and lists it in `counts.bad_inputs` (present only when a file
-broke). The records read before the break are kept: each was read whole and passed its reader's checks, and they
+manifest counts it under `quarantined[reason]` (and its unreadable rest as one record read, so docs_read = kept +
+dropped + quarantined still holds) and lists it in `counts.bad_inputs` (present only when a file broke). The records read before the break are kept: each was read whole and passed its reader's checks, and they
 stay counted under `docs_read` and the outcome they had (for a multistream dump the pages of the damaged chunk are
 not read at all; the detail says how many).
 

@@ -69,8 +69,10 @@ class ReadRecords(beam.DoFn):
                 else:
                     yield record
         except CorruptInput as err:
-            # the file broke part way: quarantined as a whole (the records read before the break went on above);
-            # the driver fails the job past corpus.max_bad_inputs (preprocessing.bad_inputs)
+            # the file broke part way: its unreadable rest is one record, read and quarantined (so docs_read = kept
+            # + dropped + quarantined still holds); the records read before the break went on above. The driver
+            # fails the job past corpus.max_bad_inputs (preprocessing.bad_inputs)
+            yield _outcome(source, READ)
             yield _outcome(source, f"quarantined:{err.reason}")
             yield _quarantine(Quarantined(**err.to_quarantine(source)))
         except InputError as err:

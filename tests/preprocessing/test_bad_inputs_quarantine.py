@@ -79,10 +79,16 @@ def test_a_truncated_warc_gz_is_quarantined_and_the_rest_processed(tmp_path):
     assert [q for q in quarantine if q["record_id"] == "<file>"] == [{**bad, "source": 2, "record_id": "<file>"}]
     sources = counts["sources"]
     assert [s["docs_read"] for s in sources[:2]] == [8, 8]  # the good files whole
-    # the broken file's records before the break: read, counted, and kept unless a rule dropped them
-    assert bad["ordinal"] - 1 <= sources[2]["docs_read"] <= bad["ordinal"] and sources[2]["docs_read"] >= 1
-    assert sources[2]["docs_kept"] >= 1
+    # the broken file's records before the break are read, counted and kept unless a rule dropped them; its
+    # unreadable rest counts as one record read and quarantined
+    before_break = sources[2]["docs_read"] - 1
+    assert bad["ordinal"] - 1 <= before_break <= bad["ordinal"] and before_break >= 1
+    assert sources[2]["docs_kept"] >= 1 and sources[2]["quarantined"] == {"truncated_gzip": 1}
     assert counts["docs_read"] == sum(s["docs_read"] for s in sources)
+    for source in sources:
+        assert source["docs_read"] == (source["docs_kept"] + sum(source["docs_dropped"].values())
+                                       + sum(source["quarantined"].values())
+                                       + sum(source["duplicates_removed"].values())), source
 
 
 def test_a_cut_and_a_damaged_bz2_dump_are_quarantined_with_their_offsets(tmp_path, wiki):
@@ -107,6 +113,7 @@ def test_a_cut_and_a_damaged_bz2_dump_are_quarantined_with_their_offsets(tmp_pat
     assert by_file[str(damaged)]["reason"] == "corrupt_bz2" and "damaged bz2 block" in by_file[str(damaged)]["detail"]
     assert counts["quarantined"]["truncated_bz2"] == 1 and counts["quarantined"]["corrupt_bz2"] == 1
     sources = counts["sources"]
-    assert sources[1]["docs_read"] == by_file[str(half)]["ordinal"] > 0  # pages before the cut: read and counted
-    assert sources[2]["docs_read"] == by_file[str(damaged)]["ordinal"] > sources[1]["docs_read"]
+    # pages before the break: read and counted; the unreadable rest: one record read and quarantined
+    assert sources[1]["docs_read"] == by_file[str(half)]["ordinal"] + 1 > 1
+    assert sources[2]["docs_read"] == by_file[str(damaged)]["ordinal"] + 1 > sources[1]["docs_read"]
     assert sources[1]["docs_kept"] > 0
