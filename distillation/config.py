@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from bertfactory.config import StrictModel
 from evaluation.config import FinetuneConfig
+from training.tracking import TrackingConfig
 
 
 class TeacherConfig(StrictModel):
@@ -90,3 +91,5 @@ class DistillConfig(StrictModel):
     distilbert: DistilBertConfig = DistilBertConfig()
     pkd: PkdConfig = PkdConfig()
     tinybert: TinyBertConfig = TinyBertConfig()
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="every distillation phase's metrics "
+                                     "also to TensorBoard (RUN/distill/tensorboard/NN-<phase>) and MLflow")

@@ -32,6 +32,7 @@ from training.data import Position
 from training.models.bert import BertForPreTraining, gather_masked
 from training.optim import build_optimizer, build_scheduler
 from training.trainer import Trainer
+from training.tracking import TrackingTarget
 from training.trainer_settings import TrainerSettings
 
 from . import losses
@@ -209,9 +210,10 @@ class TaskBatches:
 
 def run_distillation(model: DistillModel, objective, batches, steps: int, learning_rate: float, metrics_path: Path,
                      device: torch.device | str = "cpu", warmup_steps: int = 0, weight_decay: float = 0.01,
-                     log_every: int = 10, max_grad_norm: float = 1.0) -> list[dict]:
+                     log_every: int = 10, max_grad_norm: float = 1.0,
+                     tracking: TrackingTarget | None = None) -> list[dict]:
     """Train `model` for `steps` steps with AdamW + warmup/linear decay through training.trainer.Trainer; returns
-    the metrics records it wrote to `metrics_path` (one per `log_every` steps)."""
+    the metrics records it wrote to `metrics_path` (one per `log_every` steps), which also go to `tracking`."""
     if steps < 1:
         raise ConfigError(f"distillation steps must be >= 1 (got {steps})")
     device = torch.device(device)
@@ -222,7 +224,7 @@ def run_distillation(model: DistillModel, objective, batches, steps: int, learni
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     start = metrics_path.stat().st_size if metrics_path.exists() else 0
     settings = TrainerSettings(max_steps=steps, metrics_path=metrics_path, max_grad_norm=max_grad_norm,
-                               log_every=log_every)
+                               log_every=log_every, tracking=tracking)
     trainer = Trainer(model, optimizer, scheduler, batches, objective, device, settings)
     trainer.train()
     with open(metrics_path, encoding="utf-8") as f:

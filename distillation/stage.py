@@ -34,6 +34,7 @@ from evaluation.inputs import collate
 from evaluation.tasks.registry import BUILTIN_TASKS
 from training.checkpoint import load_pretrained, read_checkpoint_config
 from training.models.bert import BertForPreTraining
+from training.tracking import TENSORBOARD_DIR, NumberedTargets
 
 from .augment import Augmenter, augment_features
 from .config import DistillConfig
@@ -191,6 +192,7 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     task_teacher = Teacher(teacher_task, False, teacher.tokenizer_sha256, f"{teacher.source} fine-tuned on {cfg.task}")
     common = (teacher_score, teacher_params, teacher_task)
     metrics = out_dir / "metrics.jsonl"
+    boards = NumberedTargets(cfg.tracking.target(out_dir / TENSORBOARD_DIR, f"{run_dir.resolve().name}/distill"))
     results: dict = {"task": cfg.task, "primary_metric": task.spec.primary_metric, "teacher_source": teacher.source,
                      "teacher_has_mlm_head": teacher.has_mlm_head, "device": str(device),
                      "speed_clock": inference_clock(device)[1],
@@ -206,7 +208,8 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
         direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "distilbert direct")
         if objective is not None:
             run_distillation(DistillModel(student), objective, _shard_batches(cfg, run_dir, teacher, d.batch_size),
-                             d.general_steps, d.learning_rate, metrics, device)
+                             d.general_steps, d.learning_rate, metrics, device,
+                             tracking=boards.next("distilbert-general"))
         tuned = _finetune(student.bert, task, cfg, pad_id, "distilbert")
         results["methods"]["distilbert"] = _record(
             *common, tuned, _score(tuned, task, cfg, pad_id), task, cfg, pad_id,
@@ -224,7 +227,8 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
                 student = _task_model(copy.deepcopy(init.bert), task, cfg, cfg.seed)
                 batches, steps = _task_steps(task.train.features, cfg, p.epochs, pad_id)
                 run_distillation(DistillModel(student), PkdObjective(task_teacher, layer_map, alpha, temperature, p.beta),
-                                 batches, steps, p.learning_rate, metrics, device)
+                                 batches, steps, p.learning_rate, metrics, device,
+                                 tracking=boards.next(f"pkd-alpha{alpha:g}-t{temperature:g}"))
                 dev = predict(student, task, task.dev, cfg.finetune, device, pad_id)[1][task.spec.primary_metric]
                 if best is None or dev > best[0]:
                     best = (dev, alpha, temperature, student)
@@ -239,14 +243,15 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
 
     if cfg.tinybert.enabled:
         results["methods"]["tinybert"] = _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common,
-                                                   metrics, device, pad_id)
+                                                   metrics, device, pad_id, boards)
 
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (out_dir / "report.md").write_text(render_report(results), encoding="utf-8")
     return results
 
 
-def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, metrics, device, pad_id) -> dict:
+def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, metrics, device, pad_id,
+              boards: NumberedTargets) -> dict:
     t = cfg.tinybert
     pretrainer = teacher.model
     n_teacher = pretrainer.config.num_layers
@@ -257,7 +262,7 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
     if t.general_steps:
         run_distillation(DistillModel(student, projections), TinyBertIntermediateObjective(teacher, layer_map, t.attention),
                          _shard_batches(cfg, run_dir, teacher, t.general_batch_size), t.general_steps, t.learning_rate,
-                         metrics, device)
+                         metrics, device, tracking=boards.next("tinybert-general"))
     direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "tinybert direct")
     train = task.train.features
     augmented = 0
@@ -280,10 +285,11 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
             batches, steps = _task_steps(features, cfg, t.intermediate_epochs, pad_id)
             run_distillation(DistillModel(model, projections),
                              TinyBertIntermediateObjective(task_teacher, layer_map, t.attention),
-                             batches, steps, t.learning_rate, metrics, device)
+                             batches, steps, t.learning_rate, metrics, device,
+                             tracking=boards.next("tinybert-intermediate"))
         batches, steps = _task_steps(features, cfg, t.prediction_epochs, pad_id)
         run_distillation(DistillModel(model), TinyBertPredictionObjective(task_teacher, t.temperature), batches, steps,
-                         t.learning_rate, metrics, device)
+                         t.learning_rate, metrics, device, tracking=boards.next("tinybert-prediction"))
         return model
 
     ablations = {"no_td": _score(direct, task, cfg, pad_id)}

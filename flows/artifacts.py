@@ -1,9 +1,12 @@
 """Prefect artifacts for each stage: corpus statistics, training summary, evaluation table (markdown/tables
-in the Prefect UI), made from the files each stage wrote (not from its internals)."""
+in the Prefect UI), made from the files each stage wrote (not from its internals), and links to those files and to
+the stage's TensorBoard event files (training/tracking.py; `tensorboard --logdir RUN/<stage dir>/tensorboard`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from training.tracking import TENSORBOARD_DIR
 
 from .summary import fmt
 
@@ -11,6 +14,19 @@ from .summary import fmt
 def _md_table(rows: list[tuple[str, object]]) -> str:
     lines = ["| | |", "|---|---|"] + [f"| {k} | {fmt(v)} |" for k, v in rows]
     return "\n".join(lines)
+
+
+def tensorboard_dir(stage: str, run_dir: Path) -> Path | None:
+    """The stage's TensorBoard event directory when it wrote one (pretrain, evaluate, distill), else None."""
+    stage_dir = {"pretrain": "pretrain", "evaluate": "eval", "distill": "distill"}.get(stage)
+    path = Path(run_dir) / stage_dir / TENSORBOARD_DIR if stage_dir else None
+    return path if path is not None and path.is_dir() and any(path.rglob("events.out.tfevents.*")) else None
+
+
+def tensorboard_note(stage: str, run_dir: Path) -> str:
+    """A markdown line saying how to watch the stage's curves in TensorBoard ('' without event files)."""
+    path = tensorboard_dir(stage, run_dir)
+    return f"\n\nTensorBoard: `tensorboard --logdir {path.resolve()}`" if path is not None else ""
 
 
 def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
@@ -31,7 +47,8 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
         return head + _md_table(rows)
     if stage == "pretrain":
         s = result.get("summary", {})
-        return head + _md_table([(k, v) for k, v in s.items() if not isinstance(v, (dict, list))])
+        return head + _md_table([(k, v) for k, v in s.items() if not isinstance(v, (dict, list))]) + \
+            tensorboard_note(stage, run_dir)
     from evaluation.results import read_results
 
     results = read_results(run_dir / "eval")
@@ -49,7 +66,7 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
         for key, target in transfer["targets"].items():
             rows.append((f"{task} → {key} zero-shot · pretrained {transfer['primary_metric']}",
                          target["pretrained"].get(transfer["primary_metric"])))
-    return head + _md_table(rows) + f"\n\nReport: `{run_dir / 'eval/report.md'}`"
+    return head + _md_table(rows) + f"\n\nReport: `{run_dir / 'eval/report.md'}`" + tensorboard_note(stage, run_dir)
 
 
 def in_flow_run() -> bool:
@@ -67,8 +84,11 @@ REPORT_FILES = {"preprocess": ("shards/manifest.json", "shards/stats.json"),
 
 
 def report_links(stage: str, run_dir: Path) -> list[Path]:
-    """The existing report and plot files of `stage` in `run_dir`, in a stable order."""
-    return [p for pattern in REPORT_FILES.get(stage, ()) for p in sorted(Path(run_dir).glob(pattern)) if p.is_file()]
+    """The existing report and plot files of `stage` in `run_dir`, in a stable order, then its TensorBoard event
+    directory (when it wrote one)."""
+    files = [p for pattern in REPORT_FILES.get(stage, ()) for p in sorted(Path(run_dir).glob(pattern)) if p.is_file()]
+    board = tensorboard_dir(stage, run_dir)
+    return files + ([board] if board is not None else [])
 
 
 def _artifact_key(text: str) -> str:
@@ -84,8 +104,9 @@ def publish_links(stage: str, run_dir: Path, paths: list[Path] | None = None) ->
     for path in report_links(stage, run_dir) if paths is None else paths:
         path = Path(path).resolve()
         rel = path.relative_to(run_dir) if path.is_relative_to(run_dir) else path
+        what = (f"TensorBoard event files (tensorboard --logdir {path})" if path.is_dir() else path.name)
         create_link_artifact(link=path.as_uri(), link_text=str(rel), key=_artifact_key(f"{stage}-{path.name}"),
-                             description=f"bertfactory {stage}: {path.name} of {run_dir.name}")
+                             description=f"bertfactory {stage}: {what} of {run_dir.name}")
 
 
 def publish_stage_artifacts(stage: str, run_dir: Path, result: dict) -> None:
@@ -133,6 +154,7 @@ def publish_distill_artifacts(run_dir: Path, result: dict) -> None:
     report = Path(run_dir) / "distill" / "report.md"
     head = (f"### distill — {result['status']}\n\nRun directory: `{run_dir}` · key `{result['key'][:12]}` · "
             f"{result['seconds']} s\n\n")
-    create_markdown_artifact(markdown=head + (report.read_text(encoding="utf-8") if report.is_file() else ""),
+    create_markdown_artifact(markdown=head + (report.read_text(encoding="utf-8") if report.is_file() else "") +
+                             tensorboard_note("distill", Path(run_dir)),
                              key="distill-summary", description=f"bertfactory distill summary for {Path(run_dir).name}")
     publish_links("distill", Path(run_dir))

@@ -21,6 +21,7 @@ from bertfactory.config import StrictModel
 from .batch_ramp import BatchRampConfig
 from .fsdp_config import FsdpConfig
 from .stacking import StackingConfig
+from .tracking import TrackingConfig
 
 
 class PretrainConfig(StrictModel):
@@ -88,6 +89,8 @@ class PretrainConfig(StrictModel):
     max_consecutive_skipped_steps: int = Field(5, ge=0, description="stop with an error once more than this many "
                                                "consecutive steps were skipped")
     log_every: int = Field(100, ge=1, description="append a metrics.jsonl line (averages over the window) every N steps")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="each metrics.jsonl line also to "
+                                     "TensorBoard (RUN/pretrain/tensorboard) and MLflow (training/tracking.py)")
     save_every: int = Field(10_000, ge=1, description="write a resumable checkpoint every N steps")
     keep_last: int = Field(3, ge=1, description="keep only the newest N checkpoints")
     keep_best_by: str | None = Field(None, description="also keep the checkpoint with the best value of this "
@@ -194,7 +197,7 @@ class PretrainConfig(StrictModel):
     # Fields that change how training is observed or stored, not the trajectory: a checkpoint written under
     # other values of these may still be resumed.
     RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"log_every", "save_every", "keep_last", "num_threads", "verify_shards",
-                                                          "keep_best_by", "allow_shard_change", "peak_flops",
+                                                          "keep_best_by", "allow_shard_change", "peak_flops", "tracking",
                                                           "loader_workers", "xla_cache_dir", "parallelism",
                                                           "fsdp", "xla_spmd"})
 

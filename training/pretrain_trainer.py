@@ -18,6 +18,7 @@ from .pretrain_data import TrainingData
 from .run_layout import PretrainPaths
 from .step_guard import StepGuard
 from .trainer import Trainer
+from .tracking import TENSORBOARD_DIR
 from .trainer_settings import TrainerSettings
 
 
@@ -45,7 +46,8 @@ def trainer_settings(model_cfg: ModelConfig, cfg: PretrainConfig, data: Training
         log_every=cfg.log_every, bf16=cfg.bf16, grad_accumulation=cfg.grad_accumulation,
         loader_workers=cfg.loader_workers, train_flops_per_token=train_flops(model_cfg, cfg, data, dist.world_size),
         peak_flops=cfg.peak_flops * spmd_devices if cfg.peak_flops else None,  # SPMD: one process, several devices
-        static_width=xla_width if device.type == "xla" else None)
+        static_width=xla_width if device.type == "xla" else None,
+        tracking=cfg.tracking.target(paths.out / TENSORBOARD_DIR, f"{paths.run_dir.resolve().name}/pretrain"))
 
 
 def build_trainer(model: torch.nn.Module, model_cfg: ModelConfig, cfg: PretrainConfig, data: TrainingData,

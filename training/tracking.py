@@ -68,6 +68,19 @@ class TrackingTarget:
                               self.mlflow_experiment)
 
 
+class NumberedTargets:
+    """Sub-streams of one target named in the order they are asked for (`01-<name>`, `02-<name>`, ...): a stage that
+    trains several times in one run (distillation's phases) gets one event directory per training, in run order."""
+
+    def __init__(self, target: TrackingTarget | None):
+        self.target = target
+        self.count = 0
+
+    def next(self, name: str) -> TrackingTarget | None:
+        self.count += 1
+        return self.target.child(f"{self.count:02d}-{name}") if self.target is not None else None
+
+
 def scalars(record: dict[str, Any]) -> dict[str, float]:
     """The finite numbers of a metrics record (booleans, strings, None and NaN/inf left out), `step` excluded: it is
     the x axis."""

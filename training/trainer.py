@@ -32,6 +32,7 @@ from .accumulation import combine_scalars, split_batch, weighted_loss
 from .optim import clip_gradients
 from .prefetch import per_thread, prefetch_batches
 from .step_guard import StepGuard
+from .tracking import MetricsSink
 from .trainer_settings import TrainerSettings
 
 logger = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class Trainer:
         self.train_seconds = 0.0
         self.window = Window()
         self.last_metrics: dict[str, Any] = {}
+        self.sink = MetricsSink(settings.tracking)  # TensorBoard / MLflow beside metrics.jsonl
         self._sync_trainable()
 
     @property
@@ -372,6 +374,7 @@ class Trainer:
         record["mfu"] = record["tokens_per_s"] * flops / (peak * self.dist.world_size) if peak and flops else None
         if self.dist.is_main:  # every rank computes the same record; one writes it
             append_jsonl(self.settings.metrics_path, [record])
+            self.sink.log(record, self.step)
         self.last_metrics = record
         self.window = Window()
         logger.info("step %d/%d loss %.4f mlm_acc %.4f lr %.3g %.0f tokens/s", self.step, self.settings.max_steps,
@@ -420,3 +423,4 @@ class Trainer:
         finally:
             source.close()  # stops the prefetching threads
             bar.close()
+            self.sink.close()  # flushed after every record already; a later train() reopens it

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .tracking import TrackingTarget
+
 
 @dataclass(frozen=True)
 class TrainerSettings:
@@ -39,6 +41,8 @@ class TrainerSettings:
     """peak FLOP/s of one process's device(s) (all SPMD devices together on XLA); None = mfu null"""
     static_width: int | None = None
     """XLA: pad every batch to this many positions (0 = the loader's bucket width); None off XLA"""
+    tracking: TrackingTarget | None = None
+    """where each metrics.jsonl record also goes (training/tracking.py: TensorBoard, MLflow); None = nowhere else"""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "log_every", "grad_accumulation"):

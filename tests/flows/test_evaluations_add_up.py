@@ -11,8 +11,10 @@ import pytest
 
 from evaluation.lr_grid import size_scaled_grid
 from evaluation.results import read_results
+from flows.artifacts import stage_markdown
 from flows.cli import main
 from tests.evaluation.conftest import TINY, make_eval_run, movie_sentences, one_thread
+from tests.training.test_tracking import read_scalars
 
 SMALL = ["--set", "evaluate.finetune.epochs=1", "--set", "evaluate.finetune.num_seeds=1",
          "--set", "evaluate.finetune.max_seq_len=32", "--set", "evaluate.finetune.batch_size=16",
@@ -65,6 +67,14 @@ def test_separate_evaluations_live_side_by_side(model_run, tmp_path, capsys):
         stars["pretrained"]["lr_grid"], key=lambda g: g["dev_mean"])["learning_rate"]
     assert sorted(p.name for p in (out / "eval/tensorboard/stars/pretrained").iterdir()) == \
         sorted(f"lr{lr:g}-seed12345" for lr in grid)
+    # the fine-tuning curves in TensorBoard are the epochs results.json reports (the chosen rate's run)
+    chosen = stars["pretrained"]
+    curve = read_scalars(out / f"eval/tensorboard/stars/pretrained/lr{chosen['learning_rate']:g}-seed12345")
+    epochs = chosen["runs"][0]["epochs"]
+    assert curve["train_loss"] == [(e["epoch"], pytest.approx(e["train_loss"], rel=1e-6)) for e in epochs]
+    assert curve["dev_score"] == [(e["epoch"], pytest.approx(e["dev_score"], rel=1e-6)) for e in epochs]
+    md = stage_markdown("evaluate", out, {"status": "ran", "key": "k" * 64, "seconds": 1.0})
+    assert f"TensorBoard: `tensorboard --logdir {(out / 'eval' / 'tensorboard').resolve()}`" in md
 
     # A again, its inputs unchanged: reused as it was, B kept
     assert evaluate("--task", "trec_coarse") == 0, capsys.readouterr().err
