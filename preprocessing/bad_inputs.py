@@ -53,7 +53,7 @@ def check_bad_inputs(entries: list[dict], input_files: int, max_bad_inputs: int 
     others = "; ".join(f"{e['file']}: {e['reason']} after {e['ordinal']} records" for e in entries[1:4])
     more = f" (and {len(entries) - 4} more)" if len(entries) > 4 else ""
     raise InputError(
-        f"{first['file']}: {first['detail']}\n"
+        f"{first['file']}: {first['detail']}. "
         f"{len(bad_files)} of {input_files} input files are corrupt or truncated, more than corpus.max_bad_inputs="
         f"{max_bad_inputs} allows ({allowed}); nothing was published. "
         + (f"Also: {others}{more}. " if others else "")
