@@ -1,4 +1,5 @@
-"""A parallel TSV whose first row names its languages (`ar<TAB>en`) is read as such through the CLI: the languages
+"""A parallel TSV whose first row names its languages (`ar<TAB>en`) is read as such through the installed CLI, run
+from a directory outside the repository: the languages
 come from it (the file name says none), it is not a sentence pair (also when `--set` gives the languages), and a
 file that names its languages nowhere is refused in one line that says how to name them (issue 21 item 5)."""
 
@@ -16,7 +17,6 @@ from bertfactory.samples import sample_path
 from preprocessing.sources.parallel import ParallelOptions, header_languages
 from preprocessing.sources.parallel_udhr import read_declaration
 
-ROOT = Path(__file__).resolve().parents[2]
 BERTFACTORY = Path(sys.executable).with_name("bertfactory")
 
 
@@ -33,10 +33,10 @@ def _udhr_pairs(path: Path, header: str | None) -> int:
 
 def _preprocess(tsv: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [str(BERTFACTORY), "preprocess", "--input", str(tsv), "--format", "parallel", "--instances", "tlm-pairs",
+    return subprocess.run(  # from the file's directory (outside the repository), the file by its relative name
+        [str(BERTFACTORY), "preprocess", "--input", tsv.name, "--format", "parallel", "--instances", "tlm-pairs",
          "--vocab-size", "400", "--out", str(out), "--no-prefect", "--set", "preprocess.runner.preset=in_process",
-         *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+         *extra], cwd=tsv.parent, env=env, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.parametrize("languages_set", [False, True], ids=["from-header", "header-with-set-languages"])
@@ -61,7 +61,7 @@ def test_a_file_naming_no_languages_is_one_error_line(tmp_path):
     output = done.stdout + done.stderr
     assert done.returncode == 2, output[-3000:]
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and str(tsv) in errors[0] and "header row of the two language codes" in errors[0], output
+    assert len(errors) == 1 and tsv.name in errors[0] and "header row of the two language codes" in errors[0], output
 
 
 @pytest.mark.parametrize(("line", "options", "expected"), [
