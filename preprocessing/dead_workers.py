@@ -143,8 +143,11 @@ class WatchedSubprocessWorkerHandler(_DeathWatch, SubprocessSdkWorkerHandler):
     def start_worker(self) -> None:
         from apache_beam.runners.portability.local_job_service import SubprocessSdkWorker
 
-        self.worker = SubprocessSdkWorker(self._worker_command_line, self.control_address, self.provision_info,
-                                          self.worker_id)
+        from .sdk_worker_main import BEAM_WORKER, QUIET_WORKER
+
+        # Beam's worker main started quietly (preprocessing/sdk_worker_main.py: no stray stderr lines per worker)
+        command = self._worker_command_line.replace(BEAM_WORKER, QUIET_WORKER)
+        self.worker = SubprocessSdkWorker(command, self.control_address, self.provision_info, self.worker_id)
         self.worker_thread = threading.Thread(name="run_worker", target=self._run_and_watch, daemon=True)
         self.worker_thread.start()
 

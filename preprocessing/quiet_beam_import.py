@@ -6,8 +6,8 @@ Dataflow and BigQuery) is not installed: on every run of the local presets, wher
 dropped by a filter on the root logger (the logger Beam's module-level `logging.warning` uses) that matches only
 that message from that Beam module, so every other root warning still shows. `bertfactory doctor` reports the
 missing Dataflow extras instead. The preprocessing package installs it on import, before any of its modules
-imports Beam; Beam's SDK worker processes (the `local` preset's) import Beam before any of our code and are not
-covered.
+imports Beam; the `local` preset's SDK worker processes start from preprocessing/sdk_worker_main.py, which imports
+the package before Beam.
 """
 
 from __future__ import annotations
