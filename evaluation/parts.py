@@ -11,6 +11,10 @@ re-evaluating one task never removes another's results.
     parts.write("tasks", "movie_sentiment", key, {"task": ..., "crosslingual": ..., ...})
     results = parts.merge(header)                                  # every part of this checkpoint -> results.json
 
+An eval directory written before parts existed (a results.json and no part files) is adopted first: its tasks and
+top-level parts become part files with the key `adopted`, which no evaluation matches, so they are kept (and merged)
+until their task is evaluated again (`adopt`).
+
 A part belongs to the checkpoint it was made from (its model and tokenizer sha256): parts of another checkpoint
 (the run was pretrained again) stay on disk but are left out of results.json, with a log line. A part file that is
 unreadable or breaks the results contract is ignored with a log line (re-evaluating its task replaces it). To drop
@@ -86,6 +90,47 @@ class EvalParts:
             raise ValueError(problem)
         atomic_write_json(self.path(kind, name), doc)
         return doc
+
+    def adopt(self, results_file: Path) -> list[str]:
+        """Split a results.json written before parts existed into part files (only when there are none yet), so
+        that the results it holds are not lost to the next merge -> the parts adopted (`tasks/<name>`, `<part>`)."""
+        from .results import read_results
+
+        if not results_file.is_file() or any(self.out_dir.glob("tasks/*.json")) or any(self.out_dir.glob("parts/*.json")):
+            return []
+        try:
+            old = read_results(results_file)
+        except Exception as err:  # noqa: BLE001 - an unreadable old file is left as it is, and said so
+            logger.warning("%s: not adopted as evaluation parts (%s); its results will be replaced", results_file, err)
+            return []
+        config = old.get("config", {})
+        adopted = []
+        for name in TOP_LEVEL:
+            if name in old:
+                self._write_adopted("top", name, old["checkpoint"], {"value": old[name]})
+                adopted.append(name)
+        for name, value in old["tasks"].items():
+            if "settings" not in value:  # v2/v3: the call's settings with the task's overrides
+                value = {**value, "settings": {**config.get("finetune", {}),
+                                               **(config.get("tasks", {}).get(name) or {}).get("finetune", {})}}
+            compared = {label: info for label, info in (old.get("compared_checkpoints") or {}).items()
+                        if label in (value.get("compared") or {})}
+            timings = {k: v for k, v in old.get("timings", {}).items() if k.startswith(f"{name}.")}
+            self._write_adopted(TASKS, name, old["checkpoint"], {
+                "value": value, "crosslingual": (old.get("crosslingual") or {}).get(name),
+                "compared_checkpoints": compared, "timings": timings})
+            adopted.append(f"tasks/{name}")
+        logger.info("%s: adopted as evaluation parts: %s", results_file, ", ".join(adopted) or "none")
+        return adopted
+
+    def _write_adopted(self, kind: str, name: str, checkpoint: dict, content: dict) -> None:
+        doc = {"format": FORMAT, "version": VERSION, "kind": kind, "name": name, "key": "adopted",
+               "checkpoint": checkpoint, **content}
+        problem = _problem(doc, self.path(kind, name))
+        if problem is not None:
+            logger.warning("%s: not adopted (%s)", self.path(kind, name), problem)
+            return
+        atomic_write_json(self.path(kind, name), doc)
 
     def _parts_of_this_checkpoint(self, kind: str) -> dict[str, dict]:
         directory = self.out_dir / (TASKS if kind == TASKS else "parts")

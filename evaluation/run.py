@@ -473,6 +473,7 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     logger.info("evaluating %s (%d parameters) on %s", checkpoint, main.info["num_parameters"], device)
     out_dir = run_dir / "eval"
     parts = EvalParts(out_dir, main.info)
+    parts.adopt(out_dir / RESULTS_FILE)  # an evaluation written before parts existed keeps its results
     header: dict = {
         "format": RESULTS_FORMAT,
         "schema_version": RESULTS_SCHEMA_VERSION,

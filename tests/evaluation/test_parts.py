@@ -62,3 +62,21 @@ def test_the_grid_follows_the_width():
     assert size_scaled_grid(16)[1] == 1e-3 and size_scaled_grid(100_000)[1] == 1e-5  # clamped
     with pytest.raises(ValueError):
         size_scaled_grid(0)
+
+
+def test_an_eval_directory_from_before_parts_is_adopted_not_lost(tmp_path):
+    from evaluation.results import write_results
+
+    doc = example()
+    written = write_results(tmp_path / "eval" / "results.json", doc)
+    parts = EvalParts(tmp_path / "eval", doc["checkpoint"])
+    assert parts.adopt(tmp_path / "eval" / "results.json") == ["intrinsic"] + [f"tasks/{t}" for t in written["tasks"]]
+    # adopted results match no evaluation's key: kept and merged until their task is evaluated again
+    assert parts.fresh(TASKS, "movie_sentiment", "any key") is None
+    merged = to_document(parts.merge(_header(written)))
+    assert merged["intrinsic"] == written["intrinsic"] and set(merged["tasks"]) == set(written["tasks"])
+    for name, task in merged["tasks"].items():
+        assert {k: v for k, v in task.items() if k != "settings"} == written["tasks"][name]
+        assert task["settings"] == {"epochs": 2}  # the old file's fine-tuning settings
+    # once there are parts, a results.json is theirs: nothing is adopted again
+    assert parts.adopt(tmp_path / "eval" / "results.json") == []

@@ -124,3 +124,20 @@ def test_a_learning_rate_given_keeps_the_task_file_at_it(model_run, tmp_path):
                  "--set", "evaluate.finetune.learning_rate=1e-3", *SMALL], cwd=tmp_path) == 0
     stars = read_results(out / "eval")["tasks"]["stars"]
     assert stars["settings"]["size_scaled_grid"] is False and [g["learning_rate"] for g in stars["pretrained"]["lr_grid"]] == [1e-3]
+
+
+def test_an_evaluation_from_before_parts_is_kept(model_run, tmp_path):
+    """The issue's case: a run evaluated by an older bertfactory (results.json, no per-task files), then one task
+    file evaluated on it: the earlier task stays in results.json beside the new one."""
+    args = lambda *extra: ["evaluate", str(model_run / "pretrain" / "final"), "--run-dir", "run", *extra, *SMALL]  # noqa: E731
+    assert main(args("--task", "trec_coarse"), cwd=tmp_path) == 0
+    before = read_results(tmp_path / "run" / "eval")
+    shutil.rmtree(tmp_path / "run/eval/tasks")  # as an older bertfactory left it
+    tsv = tmp_path / "stars.tsv"
+    tsv.write_text("sentence\tstars\n" + "".join(f"{s}\t{'high' if i % 2 else 'low'}\n"
+                                                  for i, s in enumerate(movie_sentences(200))))
+    assert main(args("--task-file", "stars.tsv", "--task-type", "classification", "--text-column", "sentence",
+                     "--label-column", "stars"), cwd=tmp_path) == 0
+    after = read_results(tmp_path / "run" / "eval")
+    assert set(after["tasks"]) == {"trec_coarse", "stars"}
+    assert after["tasks"]["trec_coarse"] == before["tasks"]["trec_coarse"]
