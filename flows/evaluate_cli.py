@@ -172,11 +172,15 @@ def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
 def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner). Checkpoint: here."""
     target = Path(args.target)
+    from .recipe import bundled_recipe
+
+    # a recipe file, or a bundled recipe's name (`bertfactory evaluate local`) that no path here shadows
+    is_recipe = target.is_file() or (not target.exists() and bundled_recipe(target) is not None)
     # a recipe's fine-tuning settings apply as written; a checkpoint's are the paper-scale defaults (one learning
     # rate tuned for BERT-base), so its task file gets a grid scaled to the model's size
-    args.overrides = list(args.overrides) + task_overrides(args, scaled_grid=not target.is_file()) + \
+    args.overrides = list(args.overrides) + task_overrides(args, scaled_grid=not is_recipe) + \
         transfer_overrides(args)
-    if target.is_file():
+    if is_recipe:
         args.config = str(target)
         return run_recipe_stage(args)
     from bertfactory.config import apply_overrides, validate

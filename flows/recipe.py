@@ -92,6 +92,11 @@ def _bundled_name(spec: str) -> str | None:
     return None
 
 
+def bundled_recipe(spec: str | Path) -> Path | None:
+    """The bundled recipe `spec` names (`local`, `local.yaml`, `configs/local.yaml`), or None."""
+    return bundled_recipes().get(_bundled_name(str(spec)) or "")
+
+
 def resolve_recipe(spec: str | Path) -> Path:
     """The recipe file `spec` names: an existing file first (a local file shadows a bundled recipe of the same
     name), else a bundled recipe; ConfigError naming both places otherwise."""
@@ -100,10 +105,9 @@ def resolve_recipe(spec: str | Path) -> Path:
         return path
     if path.exists():
         raise ConfigError(f"recipe {spec}: not a file (a recipe is one YAML file)")
-    name = _bundled_name(str(spec))
-    bundled = bundled_recipes()
-    if name in bundled:
-        return bundled[name]
+    bundled = bundled_recipe(spec)
+    if bundled is not None:
+        return bundled
     raise ConfigError(f"config file not found: {spec} (no such file from {Path.cwd()}, and no bundled recipe of that "
                       "name: `bertfactory recipes list` shows them)")
 

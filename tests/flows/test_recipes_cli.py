@@ -56,3 +56,12 @@ def test_describe_takes_a_recipe_name_from_another_directory(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     assert main(["describe", "local"]) == 0
     assert "1,478,978" in capsys.readouterr().out  # the demo model (tests/flows/test_cli.py reads it by path)
+
+
+def test_evaluate_takes_a_recipe_name_as_its_target(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "local", "--run-dir", "run", "--no-prefect"]) == 2
+    assert "bertfactory pretrain" in capsys.readouterr().err  # the recipe's evaluate stage, not a checkpoint
+    (tmp_path / "local").mkdir()  # a directory of that name here is a checkpoint target, not the recipe
+    assert main(["evaluate", "local", "--run-dir", "run", "--no-prefect"]) == 2
+    assert "local is neither a recipe YAML, a model directory" in capsys.readouterr().err
