@@ -366,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
             return _dispatch(args)
         with quiet_prefect_user_errors():
             return _dispatch(args)
+    except BrokenPipeError:
+        # the reader went away (`bertfactory recipes list | head`): not an error to report; stdout goes to devnull so
+        # that the interpreter's final flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by the broken pipe
     except Exception as err:
         if not is_user_error(err):
             raise  # a bug: its traceback
