@@ -65,3 +65,14 @@ def test_evaluate_takes_a_recipe_name_as_its_target(tmp_path, monkeypatch, capsy
     (tmp_path / "local").mkdir()  # a directory of that name here is a checkpoint target, not the recipe
     assert main(["evaluate", "local", "--run-dir", "run", "--no-prefect"]) == 2
     assert "local is neither a recipe YAML, a model directory" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_the_listing_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    cli = str(Path(sys.executable).parent / "bertfactory")
+    proc = subprocess.Popen([cli, "recipes", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    proc.stdout.close()  # gone before the command (still importing) writes, as `| head` once it has its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipeError" not in err, err
