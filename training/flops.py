@@ -10,7 +10,8 @@ scores, the vocabulary projections), 2 FLOPs per multiply-add, as torch.utils.fl
 counts them (tests/training/test_flops.py checks every objective against it on a real step). LayerNorm, softmax,
 GELU, dropout, embedding gathers, Gumbel sampling, rotary angles and the losses are not counted: they are elementwise
 work of a few percent at most, not what a GPU's peak FLOP/s refers to. Attention is counted dense (S x S scores per
-head, also under a causal, permutation or sliding-window mask), because that is what the padded kernels compute.
+head, also under a causal or permutation mask), because that is what the padded kernels compute; the one exception is
+ModernBERT's local layers, counted over their window (below), the work the model needs at any length.
 
 Backward = 2x forward for a product whose input needs a gradient (dX and dW), 1x when only the weight does (the
 projection of XLNet's / Transformer-XL's fixed sinusoidal distance table), 0 under no_grad (the frozen generator
@@ -19,7 +20,11 @@ of two-stage ELECTRA). Parameter sharing (ALBERT) changes nothing: a shared laye
 Per row of S real tokens (H hidden, I FFN width, L layers, E embedding width, V vocabulary, f the predicted
 fraction; the sum is divided by S):
     BERT layer          2 S (4 H^2 + 2 H I) + 4 S^2 H                          (projections + FFN, QK^T + AV)
-    ModernBERT layer    2 S (4 H^2 + 3 H I) + 4 S^2 H  the GeGLU FFN: H -> 2I, I -> H; no E -> H projection
+    ModernBERT layer    2 S (4 H^2 + 3 H I) + 4 P H    the GeGLU FFN: H -> 2I, I -> H; no E -> H projection, no
+                        biases (nothing to count either way). P = S^2 on a global layer (i % n == 0); on a local
+                        layer P = the (query, key) pairs inside the window (w = local_attention / 2 each side),
+                        S (2w + 1) - w (w + 1) once S > w: the work a windowed kernel does (flash-attn's window on
+                        the unpadded CUDA path); the padded path's masked SDPA still computes S^2 there
     E -> H projection   2 S E H when E != H (ALBERT, ELECTRA's generator)
     MLM head            f S (2 H E + 2 E V)  logits at the masked positions only (clm: S - 1 positions)
     pooler + NSP/SOP    2 H^2 + 4 H          mlm_nsp, mlm_sop only
@@ -90,6 +95,13 @@ def shard_mask_rate(masked_lm_prob: float, max_predictions_per_seq: int | None, 
 # ------------------------------------------------------------------------------------------------ per row
 
 
+def window_pairs(s: float, window: int) -> float:
+    """(query, key) pairs of a row of s tokens where a query sees the keys at most `window` positions away on either
+    side (itself included): s + 2 sum_i min(i, window), which is s^2 once the window spans the row."""
+    before = s * (s - 1) / 2 if s - 1 <= window else window * (window + 1) / 2 + (s - 1 - window) * window
+    return s + 2 * before
+
+
 def _bert_encoder(c: Any, s: float) -> float:
     """Forward FLOPs of one row through BertModel (E -> H projection + L dense layers)."""
     h, e = c.hidden_size, c.embedding_width
@@ -150,8 +162,13 @@ def _per_row(objective: str, c: Any, s: float, f: float, stage: str, rows: int |
         return parts
     if objective == "modernbert_mlm":
         h = c.hidden_size
-        encoder = c.num_layers * (2 * s * (4 * h * h + 3 * h * c.intermediate_size) + 4 * s * s * h)
-        return [("encoder (GeGLU feed-forward)", encoder, 2.0),
+        global_layers = (c.num_layers - 1) // c.global_attn_every_n_layers + 1  # layers 0, n, 2n, ...
+        local_layers = c.num_layers - global_layers
+        projections = c.num_layers * 2 * s * (4 * h * h + 3 * h * c.intermediate_size)
+        return [("projections + GeGLU feed-forward", projections, 2.0),
+                (f"attention, {global_layers} global layer(s)", global_layers * 4 * s * s * h, 2.0),
+                (f"attention, {local_layers} local layer(s) (window {c.local_attention})",
+                 local_layers * 4 * h * window_pairs(s, c.local_attention // 2), 2.0),
                 ("LM head at the predicted positions", _lm_head(c, f * s), 2.0)]
     # the BertModel members: BERT, RoBERTa, ALBERT, SpanBERT, XLM
     predicted = (s - 1) if objective == "clm" else f * s

@@ -21,6 +21,7 @@ from training.models.electra import ElectraSettings
 from training.models.modernbert import ModernBertSettings
 from training.models.registry import get_architecture
 from training.models.spanbert import SpanBertSettings
+from training.models.varlen import sliding_window_band
 from training.models.transformer_xl import TransformerXLSettings
 from training.models.xlm import XlmSettings
 from training.models.xlnet import XLNetSettings
@@ -45,9 +46,10 @@ CASES = {  # id: (objective, model section)
     "xlm/xlm_mlm": ("xlm_mlm", ModelConfig(**BASE, num_languages=2, xlm=XlmSettings(language_id=1))),
     "xlm/clm": ("clm", ModelConfig(**BASE, num_languages=2)),
     "xlm/tlm": ("tlm", ModelConfig(**BASE, num_languages=2)),
-    # GeGLU FFN, rotary positions, a sliding window of 16 in layer 1 (counted dense: the padded kernel's work)
+    # GeGLU FFN, rotary positions, layer 1 local with a window spanning the row (so the counter's dense attention
+    # is the window's work; a window that binds: test_modernbert_local_layers_count_the_window)
     "modernbert/modernbert_mlm": ("modernbert_mlm", ModelConfig(**{**BASE, "type_vocab_size": 1},
-                                                                modernbert=ModernBertSettings(local_attention=16))),
+                                                                modernbert=ModernBertSettings(local_attention=2 * LEN))),
 }
 
 
@@ -99,6 +101,34 @@ def test_formula_matches_the_flop_counter_on_a_real_step(case):
     predicted = train_flops_per_token(model_cfg, objective, VOCAB, LEN, mask_rate, rows_per_batch=ROWS)
     assert any("bmm" in op for op in ops)  # attention was counted, not run in an invisible fused kernel
     assert measured / predicted == pytest.approx(1.0, abs=0.01), (case, measured, predicted, ops)
+
+
+@pytest.mark.parametrize("local_attention", [2, 16, 64])
+def test_modernbert_local_layers_count_the_window(local_attention):
+    # 4 layers, global every 2nd: layers 1 and 3 attend in a window of local_attention / 2 on either side. The
+    # padded step's masked SDPA computes every S x S score (what the counter sees); taking off the scores outside
+    # the band the model's own local mask allows (QK^T and AV, forward + backward) leaves the window's work, which
+    # is what the formula counts
+    model_cfg = ModelConfig(**{**BASE, "type_vocab_size": 1, "num_layers": 4},
+                            modernbert=ModernBertSettings(local_attention=local_attention,
+                                                          global_attn_every_n_layers=2))
+    batch = _batch()
+    model = _model("modernbert_mlm", model_cfg)
+    measured, _ = _measured_per_token(lambda: _objective_step("modernbert_mlm", model, batch))
+    band = sliding_window_band(batch["attention_mask"].bool(), local_attention // 2)
+    outside_per_row = (band.numel() - int(band.sum())) / ROWS
+    local_layers, hidden = 2, BASE["hidden_size"]
+    windowed = measured - local_layers * 3 * 4 * hidden * outside_per_row / LEN
+    predicted = train_flops_per_token(model_cfg, "modernbert_mlm", VOCAB, LEN, 7 / LEN)
+    assert windowed / predicted == pytest.approx(1.0, abs=0.01), (measured, windowed, predicted)
+    terms = {t.name: t for t in estimate_flops(model_cfg, "modernbert_mlm", VOCAB, LEN, 7 / LEN).terms}
+    local = terms[f"attention, 2 local layer(s) (window {local_attention})"]
+    assert local.forward < terms["attention, 2 global layer(s)"].forward
+    # the closed form against a count of the pairs: a token sees the tokens at most w positions away
+    for length in (1, 5, 47, 48, 200):
+        for w in (1, 8, 32, 64):
+            pairs = sum(1 for q in range(length) for k in range(length) if abs(q - k) <= w)
+            assert flops.window_pairs(float(length), w) == pairs, (length, w)
 
 
 def test_two_stage_electra_counts_the_frozen_generator_forward_only():
