@@ -6,8 +6,9 @@ from the model built on the meta device, and model FLOPs per token of a pretrain
 print(describe(ModelConfig(), vocab_size=30522, seq_len=128, predicted_fraction=0.15))"
 
 FLOPs per token: training/flops.py, one formula per member (ELECTRA's generator, XLNet's two streams, SBO,
-Transformer-XL's memory, ...), the same function the MFU in metrics.jsonl uses, checked against
-torch.utils.flop_counter on a real step of every objective (tests/training/test_flops.py).
+Transformer-XL's memory, ModernBERT's GeGLU and its local layers' window, ...), the same function the MFU in
+metrics.jsonl uses, checked against torch.utils.flop_counter on a real step of every objective
+(tests/training/test_flops.py); ModernBERT-base's count against transformers' (tests/training/test_describe.py).
 """
 
 from __future__ import annotations

@@ -58,3 +58,32 @@ def test_describe_counts_each_members_own_work():
     names = {t.name: t for t in xlnet.flops_terms}
     assert names["query stream (targets only)"].forward < names["content stream"].forward / 4  # K = 6
     assert next(t for t in txl.flops_terms if t.name == "logits at every token").forward == 2 * 256 * 30522
+
+
+def test_modernbert_base_counts_geglu_no_biases_and_the_local_window():
+    # configs/modernbert-base.yaml against transformers' ModernBertForMaskedLM of the default (= base) config, built
+    # on the meta device: GeGLU's H -> 2I, no bias anywhere but the decoder's; ours adds the fine-tuning pooler
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from pathlib import Path
+
+    from flows.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "configs" / "modernbert-base.yaml", [])
+    with torch.device("meta"):
+        hf = transformers.ModernBertForMaskedLM(transformers.ModernBertConfig())
+    published = sum(p.numel() for p in hf.parameters())
+    d = describe(recipe.model, 50368, 1024, 0.3, "modernbert_mlm")
+    h, i, layers, vocab = 768, 1152, 22, 50368
+    assert d.parameters == published + h * h + h
+    assert d.embedding_parameters == vocab * h + h  # no positions, no segments, a bias-free norm
+    assert abs(published - 149e6) / 149e6 < 0.02
+    by_hand = (layers * (4 * h * h + 3 * h * i + 2 * h) - h  # layer 0 has no attention norm
+               + h + h * h + h + vocab)  # final norm, head dense + norm, decoder bias
+    assert d.non_embedding_parameters == by_hand + h * h + h
+    terms = {t.name: t.forward for t in d.flops_terms}
+    s, w = 1024, 64
+    assert terms["projections + GeGLU feed-forward"] == layers * 2 * (4 * h * h + 3 * h * i)
+    assert terms["attention, 8 global layer(s)"] == 8 * 4 * s * h  # layers 0, 3, ..., 21
+    assert terms["attention, 14 local layer(s) (window 128)"] == 14 * 4 * h * (s * (2 * w + 1) - w * (w + 1)) / s
