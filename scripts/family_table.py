@@ -86,8 +86,8 @@ STATIC = {
     "ModernBERT": ("`modernbert_mlm`", "modernbert-base / tiny-modernbert",
                    "byte-level BPE 50,368 cased; FULL-SENTENCES 1,024, unpadded; dynamic token masks 30 %; no NSP; "
                    "rotary θ 160k global / 10k local, global attention every 3rd layer, 128-token window elsewhere; "
-                   "AdamW β2 0.98, lr 8e-4, wd 1e-5, batch 4,608 after a batch ramp; linear decay (no "
-                   "warmup-stable-decay yet), no 8k context phase", "✓ `[modernbert_mlm]`", "✓ `[modernbert_mlm]`",
+                   "AdamW β2 0.98, lr 8e-4, wd 1e-5, batch 4,608 after a batch ramp; warmup-stable-decay (1-sqrt "
+                   "decay over the last 10 %), no 8k context phase", "✓ `[modernbert_mlm]`", "✓ `[modernbert_mlm]`",
                    "✓ other[modernbert]", "ModernBertForMaskedLM / ModernBertModel ↔ ModernBertForMaskedLM"),
 }
 NO_TASKS = ["evaluate.tasks={}", "evaluate.feature_based.enabled=false", "evaluate.random_init_baseline=false"]

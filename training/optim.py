@@ -28,6 +28,9 @@ Schedules (multipliers of the peak learning rate at optimiser step s; warmup W, 
   p = s/cut before the cut, else 1 - (s - cut)/(cut * (1/cut_frac - 1)); multiplier (1 + p (ratio - 1)) / ratio.
 - one_cycle: Smith's 1cycle tied to the budget: cosine from 1/div up to 1 over the W warmup steps, then cosine
   down to 1/(div * final_div) at T (as torch's OneCycleLR with anneal_strategy="cos"; momentum is not cycled).
+- wsd: warmup-stable-decay ("trapezoidal"), ModernBERT's (Warner et al. 2024): s/W during warmup, 1 until the
+  decay starts at S = max(W, T - D) with D = round(decay_fraction * T), then the "1-sqrt" cooldown of Hagele et
+  al. 2024 that the paper chose over a linear one: 1 - sqrt((s - S)/(T - S)), 0 at T and after.
 Each is a plain callable object in a LambdaLR, so scheduler state_dicts hold only numbers and resume exactly.
 These are the one implementation of each schedule: fine-tuning uses them too (evaluation/finetune_schedule.py
 states them in fractions of its steps).
@@ -46,7 +49,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from bertfactory.errors import ConfigError
 
 OPTIMIZERS = ("adamw", "lamb", "adafactor")
-SCHEDULES = ("linear", "constant", "slanted_triangular", "one_cycle")
+SCHEDULES = ("linear", "constant", "slanted_triangular", "one_cycle", "wsd")
 
 logger = logging.getLogger(__name__)
 
@@ -191,8 +194,31 @@ class OneCycle:
         return self._cosine(1.0, self.final, fraction)
 
 
+class WarmupStableDecay:
+    """Warmup-stable-decay: s / warmup during warmup, then 1 (the stable phase) until the last
+    round(decay_fraction * max_steps) steps, which fall to 0 at max_steps along 1 - sqrt(progress) (Hagele et al.
+    2024's cooldown, as ModernBERT). A decay longer than the steps after warmup starts right after the warmup."""
+
+    def __init__(self, warmup_steps: int, max_steps: int, decay_fraction: float):
+        if not 0.0 < decay_fraction <= 1.0:
+            raise ConfigError(f"pretrain.wsd_decay_fraction must lie in (0, 1], got {decay_fraction}")
+        self.warmup_steps = warmup_steps
+        self.max_steps = max_steps
+        # round, not floor: 0.1 of 1,000 steps is 100 steps whatever the float error of 0.1 * 1000
+        self.decay_start = max(warmup_steps, max_steps - round(decay_fraction * max_steps))
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        if step < self.decay_start:
+            return 1.0
+        progress = min(1.0, (step - self.decay_start) / max(1, self.max_steps - self.decay_start))
+        return 1.0 - math.sqrt(progress)
+
+
 def schedule_rule(schedule: str, warmup_steps: int, max_steps: int, stlr_ratio: float = 32.0,
-                  one_cycle_div_factor: float = 25.0, one_cycle_final_div_factor: float = 1e4) -> Callable[[int], float]:
+                  one_cycle_div_factor: float = 25.0, one_cycle_final_div_factor: float = 1e4,
+                  wsd_decay_fraction: float = 0.1) -> Callable[[int], float]:
     if schedule == "linear":
         return WarmupLinearDecay(warmup_steps, max_steps)
     if schedule == "constant":
@@ -201,12 +227,15 @@ def schedule_rule(schedule: str, warmup_steps: int, max_steps: int, stlr_ratio: 
         return SlantedTriangular(warmup_steps, max_steps, stlr_ratio)
     if schedule == "one_cycle":
         return OneCycle(warmup_steps, max_steps, one_cycle_div_factor, one_cycle_final_div_factor)
+    if schedule == "wsd":
+        return WarmupStableDecay(warmup_steps, max_steps, wsd_decay_fraction)
     raise ConfigError(f"pretrain.schedule: unknown schedule {schedule!r}; valid choices: {', '.join(SCHEDULES)}")
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_steps: int, schedule: str = "linear",
                     **options: float) -> LambdaLR:
-    """`options`: stlr_ratio, one_cycle_div_factor, one_cycle_final_div_factor (see `schedule_rule`)."""
+    """`options`: stlr_ratio, one_cycle_div_factor, one_cycle_final_div_factor, wsd_decay_fraction (see
+    `schedule_rule`)."""
     return LambdaLR(optimizer, schedule_rule(schedule, warmup_steps, max_steps, **options))
 
 
@@ -236,4 +265,5 @@ def scheduler_from_config(optimizer: torch.optim.Optimizer, cfg) -> LambdaLR:
         warmup = cfg.max_steps
     return build_scheduler(optimizer, warmup, cfg.max_steps, cfg.schedule, stlr_ratio=cfg.stlr_ratio,
                            one_cycle_div_factor=cfg.one_cycle_div_factor,
-                           one_cycle_final_div_factor=cfg.one_cycle_final_div_factor)
+                           one_cycle_final_div_factor=cfg.one_cycle_final_div_factor,
+                           wsd_decay_fraction=cfg.wsd_decay_fraction)

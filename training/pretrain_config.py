@@ -59,7 +59,7 @@ class PretrainConfig(StrictModel):
                                                     "(training/batch_ramp.py); null = batch_size from the start")
     max_steps: int = Field(1_000_000, ge=1, description="optimiser steps in total")
     learning_rate: float = Field(1e-4, gt=0.0, description="peak learning rate (after warmup)")
-    warmup_steps: int = Field(10_000, ge=0, description="linear warmup steps from 0 to learning_rate, then linear decay to 0 at max_steps")
+    warmup_steps: int = Field(10_000, ge=0, description="linear warmup steps from 0 to learning_rate; then the schedule's (linear: decay to 0 at max_steps)")
     weight_decay: float = Field(0.01, ge=0.0, description="AdamW decoupled weight decay (not on biases and LayerNorm weights)")
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam beta1, beta2")
     eps: float = Field(1e-6, gt=0.0, description="Adam epsilon")
@@ -68,16 +68,22 @@ class PretrainConfig(StrictModel):
         "adamw", description="adamw (BERT), lamb (NVIDIA apex FusedLAMB: layer-wise trust ratio, none on biases and "
                              "LayerNorm) or adafactor (torch.optim.Adafactor: factored second moments; learning_rate "
                              "caps its relative step size); see training/optim.py")
-    schedule: Literal["linear", "constant", "slanted_triangular", "one_cycle"] = Field(
+    schedule: Literal["linear", "constant", "slanted_triangular", "one_cycle", "wsd"] = Field(
         "linear", description="learning-rate schedule after/with the warmup_steps: linear decay to 0 at max_steps "
-                              "(BERT), constant, slanted_triangular (ULMFiT, cut = warmup_steps) or one_cycle "
-                              "(cosine up over warmup_steps, cosine down to the end of the budget)")
+                              "(BERT), constant, slanted_triangular (ULMFiT, cut = warmup_steps), one_cycle "
+                              "(cosine up over warmup_steps, cosine down to the end of the budget) or wsd "
+                              "(warmup-stable-decay, ModernBERT: constant after the warmup, then a 1-sqrt decay to 0 "
+                              "over the last wsd_decay_fraction of max_steps)")
     stlr_ratio: float = Field(32.0, ge=1.0, description="slanted_triangular: ULMFiT's ratio of the peak to the lowest "
                               "learning rate")
     one_cycle_div_factor: float = Field(25.0, ge=1.0, description="one_cycle: the first learning rate is "
                                         "learning_rate / this")
     one_cycle_final_div_factor: float = Field(1e4, ge=1.0, description="one_cycle: the last learning rate is the "
                                               "first / this")
+    wsd_decay_fraction: float = Field(0.1, gt=0.0, le=1.0, description="wsd: the share of max_steps (rounded to "
+                                      "steps) at the end of the run over which the learning rate decays from "
+                                      "learning_rate to 0 along 1 - sqrt(progress); the decay never starts before "
+                                      "the warmup ends")
     grad_accumulation: int = Field(1, ge=1, description="micro-batches per optimiser step: each step's batch_size "
                                    "sequences (the global batch) run forward/backward in this many equal slices, "
                                    "weighted so the update equals the one of the whole batch; must divide batch_size")

@@ -1,6 +1,6 @@
 """Optimisers and schedules of training/optim.py against hand-computed values: LAMB's step (trust ratio, no
 decay and no trust ratio for biases/LayerNorm), Adafactor's factored step (Shazeer & Stern 2018), and the
-slanted triangular (ULMFiT) / one-cycle / constant / linear schedules at chosen steps."""
+slanted triangular (ULMFiT) / one-cycle / constant / linear / warmup-stable-decay schedules at chosen steps."""
 
 import math
 
@@ -9,8 +9,10 @@ import torch
 from torch import nn
 
 from training.pretrain_config import PretrainConfig
-from training.optim import (Lamb, OneCycle, SlantedTriangular, WarmupLinearDecay, build_optimizer, build_scheduler,
-                            optimizer_from_config, scheduler_from_config)
+from pydantic import ValidationError
+
+from training.optim import (Lamb, OneCycle, SlantedTriangular, WarmupLinearDecay, WarmupStableDecay, build_optimizer,
+                            build_scheduler, optimizer_from_config, scheduler_from_config)
 
 
 def _lamb_reference(w, g, m, v, step, lr, wd, beta1, beta2, eps, adapt):
@@ -153,6 +155,55 @@ def test_one_cycle_and_constant_follow_their_formulas():
         opt.step()
         sched.step()
     assert lrs == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_warmup_stable_decay_warms_up_holds_then_decays_along_one_minus_sqrt_to_zero():
+    # W = 10, T = 110, decay over round(0.4 * 110) = 44 steps: stable from 10 to 66, then 1 - sqrt((s - 66) / 44)
+    rule = WarmupStableDecay(warmup_steps=10, max_steps=110, decay_fraction=0.4)
+    expected = {0: 0.0, 5: 0.5, 10: 1.0, 40: 1.0, 65: 1.0, 66: 1.0, 77: 0.5, 99: 1 - math.sqrt(0.75), 110: 0.0,
+                500: 0.0}
+    for step, value in expected.items():
+        assert rule(step) == pytest.approx(value, abs=1e-12), step
+    after_warmup = [rule(s) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(after_warmup, after_warmup[1:]))
+    assert rule(67) < 1 - 1 / 44  # 1-sqrt falls faster at first than a linear decay from the same start
+    # a decay longer than what follows the warmup starts right after it (no stable phase)
+    assert WarmupStableDecay(warmup_steps=10, max_steps=20, decay_fraction=1.0)(15) == pytest.approx(1 - math.sqrt(0.5))
+
+
+def test_wsd_from_the_config_steps_the_learning_rate_and_resumes_exactly():
+    cfg = PretrainConfig(schedule="wsd", warmup_steps=4, max_steps=20, wsd_decay_fraction=0.25, learning_rate=2.0)
+    opt = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=cfg.learning_rate)
+    sched = scheduler_from_config(opt, cfg)
+    lrs = []
+    for _ in range(21):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    decay = [2.0 * (1 - math.sqrt(k / 5)) for k in range(6)]  # the last 5 steps: 15 .. 20
+    assert lrs == pytest.approx([0.0, 0.5, 1.0, 1.5] + [2.0] * 11 + decay, abs=1e-12)
+    # the scheduler's state is plain numbers: a new scheduler loaded from it continues the same rates
+    opt2 = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=cfg.learning_rate)
+    first = scheduler_from_config(opt2, cfg)
+    for _ in range(16):
+        opt2.step()
+        first.step()
+    state = first.state_dict()
+    opt3 = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=cfg.learning_rate)
+    resumed = scheduler_from_config(opt3, cfg)
+    resumed.load_state_dict(state)
+    resumed_lrs = []
+    for _ in range(4):
+        opt3.step()
+        resumed.step()
+        resumed_lrs.append(resumed.get_last_lr()[0])
+    assert resumed_lrs == pytest.approx(lrs[17:21], abs=1e-12)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.5])
+def test_wsd_decay_fraction_outside_zero_one_is_refused_naming_the_field(fraction):
+    with pytest.raises(ValidationError, match="wsd_decay_fraction"):
+        PretrainConfig(schedule="wsd", wsd_decay_fraction=fraction)
 
 
 def test_global_batch_and_accumulation_config():
