@@ -113,9 +113,10 @@ class PretrainConfig(StrictModel):
     # not resume-neutral: compiled dropout draws its masks through inductor's own generator, so a compiled run
     # follows another sample path than an eager one (without dropout the two differ only in rounding)
     # not resume-neutral either: the packed path draws dropout masks over the real tokens only
-    unpad: bool = Field(False, description="run BERT-architecture models (BERT, RoBERTa, ALBERT) on the real tokens "
-                        "only (training/models/varlen.py: varlen attention on CUDA, exact SDPA on CPU); pays off "
-                        "when batches hold much padding")
+    unpad: bool = Field(False, description="run the model on the real tokens only (training/models/varlen.py: "
+                        "varlen attention on CUDA, exact SDPA on CPU; ModernBERT's local layers keep their window); "
+                        "pays off when batches hold much padding. For the architectures that declare it: BERT "
+                        "(RoBERTa, ALBERT) and ModernBERT; refused for the others when the recipe loads")
     length_buckets: list[int] | None = Field(
         None, description="pad every batch to the smallest of these lengths that holds its longest instance, and "
         "group instances of one bucket into the same batches (in windows of bucket_window batches; the order still "
@@ -126,17 +127,20 @@ class PretrainConfig(StrictModel):
                                  "of step s+1 continues row r of step s; training/streams.py), so that a recurrent "
                                  "objective (txl_clm, plm with mem_len > 0) carries its memory across batches, as "
                                  "Transformer-XL and XLNet train")
-    static_shapes: bool = Field(False, description="BERT-architecture models compute MLM logits at every prediction "
-                                "slot (batch x max_predictions, padding slots ignored by the loss) instead of only the "
-                                "real ones: the same loss with shapes that depend only on the batch size (XLA) and no "
-                                "host sync (CUDA)")
+    static_shapes: bool = Field(False, description="compute MLM logits at every prediction slot (batch x "
+                                "max_predictions, padding slots ignored by the loss) instead of only the real ones: "
+                                "the same loss with shapes that depend only on the batch size (XLA) and no host sync "
+                                "(CUDA). For the architectures that declare it: BERT (RoBERTa, ALBERT) and ModernBERT; "
+                                "refused for the others when the recipe loads")
     compile: bool = Field(False, description="torch.compile the model (in place; checkpoints are unchanged)")
     init_from: str | None = Field(None, description="a model directory (e.g. an earlier run's pretrain/final) whose "
                                   "weights start training instead of a random init: continued pretraining on new "
                                   "data (flows/refresh.py). Same architecture and tokenizer required; the optimiser "
                                   "and schedule start fresh. null = random init")
     stacking: StackingConfig | None = Field(None, description="progressive stacking (training/stacking.py): double "
-                                            "the layers after the listed steps; model.num_layers is the first depth")
+                                            "the layers after the listed steps; model.num_layers is the first depth. "
+                                            "For the architectures that declare it: BERT (RoBERTa, ALBERT), SpanBERT "
+                                            "and XLM; refused for the others when the recipe loads")
     tlm_shards: str | None = Field(None, description="objective xlm_mlm_tlm (XLM): the tlm-pairs shard directory "
                                    "(built with the run's tokenizer; relative to the run directory) whose batches "
                                    "alternate with the run's MLM batches (training/xlm_data.py)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from bertfactory.errors import ConfigError
 
 from .config import ModelConfig
-from .models.registry import STATIC_SHAPES, UNPAD, architectures, get_architecture
+from .models.registry import STACKING, STATIC_SHAPES, UNPAD, architectures, get_architecture
 from .objectives import get_objective_spec, objective_names
 from .pretrain_config import PretrainConfig
 
@@ -37,6 +37,9 @@ def model_pretrain_problems(model_cfg: ModelConfig, cfg: PretrainConfig) -> list
     if cfg.unpad and (problem := _unsupported_option(UNPAD, cfg)):
         problems.append(problem)
     if cfg.static_shapes and (problem := _unsupported_option(STATIC_SHAPES, cfg)):
+        problems.append(problem)
+    # refused here rather than at the first stack step, where the doubled model would fail to load the copies
+    if cfg.stacking is not None and (problem := _unsupported_option(STACKING, cfg)):
         problems.append(problem)
     two_stage = model_cfg.electra is not None and model_cfg.electra.two_stage
     if two_stage and cfg.parallelism == "fsdp":

@@ -30,6 +30,24 @@ def test_unpad_and_static_shapes_follow_the_architectures_declared_capabilities(
         check_model_and_pretrain(ModelConfig(), PretrainConfig(objective="electra", unpad=True))
 
 
+def test_stacking_follows_the_declared_capability_and_a_modernbert_recipe_is_refused_when_it_loads():
+    stacking = {"stages": [5]}
+    for objective in ("mlm_nsp", "mlm_sbo", "xlm_mlm", "clm"):  # BERT, SpanBERT, XLM declare it
+        assert model_pretrain_problems(ModelConfig(num_languages=2), PretrainConfig(
+            objective=objective, max_steps=10, warmup_steps=0, stacking=stacking)) == [], objective
+    for objective in ("modernbert_mlm", "electra", "plm", "txl_clm"):
+        (problem,) = model_pretrain_problems(ModelConfig(), PretrainConfig(objective=objective, max_steps=10,
+                                                                           warmup_steps=0, stacking=stacking))
+        architecture = get_objective_spec(objective).architecture
+        assert problem.startswith("pretrain.stacking is only implemented for BertForPreTraining, "
+                                  "SpanBertForPreTraining, XlmForPreTraining (objectives ")
+        assert problem.endswith(f"; objective {objective} trains {architecture}"), problem
+    # before: the run trained up to the first stage and failed there, loading the copied layers strictly
+    with pytest.raises(ConfigError, match=r"(?s)tiny-modernbert.yaml with overrides .*pretrain.stacking is only "
+                                          r"implemented for .*objective modernbert_mlm trains ModernBertForMaskedLM"):
+        load_recipe(LOCAL.parent / "tiny-modernbert.yaml", ["pretrain.stacking={stages: [100]}"])
+
+
 def test_two_stage_electra_refuses_fsdp_and_accumulation():
     model = ModelConfig(electra=TWO_STAGE)
     assert model_pretrain_problems(model, PretrainConfig(objective="electra")) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.models.registry import (CAPABILITIES, STATIC_SHAPES, UNPAD, Architecture, architectures,
+from training.models.registry import (CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD, Architecture, architectures,
                                       get_architecture)
 
 # the model attribute each capability switches on (what pretraining sets when the recipe asks for the option)
@@ -14,11 +14,11 @@ _SWITCH = {UNPAD: "unpad_by_default", STATIC_SHAPES: "static_shapes"}
 
 def test_bert_declares_unpad_and_static_shapes_and_the_others_nothing():
     # ModernBERT runs BertForPreTraining's forward (training/models/modernbert.py), so it declares the same
-    for name in ("BertForPreTraining", "ModernBertForMaskedLM"):
-        assert get_architecture(name).supports == frozenset({UNPAD, STATIC_SHAPES})
+    # two; stacking (tests/training/test_stacking.py) is BERT's, SpanBERT's and XLM's, not ModernBERT's
+    declared = {"BertForPreTraining": {UNPAD, STATIC_SHAPES, STACKING}, "ModernBertForMaskedLM": {UNPAD, STATIC_SHAPES},
+                "SpanBertForPreTraining": {STACKING}, "XlmForPreTraining": {STACKING}}
     for name in architectures():
-        if name not in ("BertForPreTraining", "ModernBertForMaskedLM"):
-            assert get_architecture(name).supports == frozenset(), name
+        assert get_architecture(name).supports == frozenset(declared.get(name, ())), name
 
 
 @pytest.mark.parametrize("name", ["BertForPreTraining", "SpanBertForPreTraining", "XlmForPreTraining"])
@@ -37,7 +37,7 @@ def test_an_unknown_capability_is_refused_at_registration():
     with pytest.raises(ValueError, match="unknown capabilities fast"):
         Architecture(name="X", config_from_dict=lambda d, s: d, build=lambda c: None,
                      from_model_config=lambda m, v, p: m, description="x", supports=frozenset({"fast"}))
-    assert CAPABILITIES == {UNPAD, STATIC_SHAPES}
+    assert CAPABILITIES == {UNPAD, STATIC_SHAPES, STACKING}
 
 
 def test_a_checkpoint_that_stores_the_former_xlnet_name_loads(tmp_path):

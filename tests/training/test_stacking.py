@@ -1,9 +1,11 @@
 """Progressive stacking: the new layers are copies of their sources (weights and AdamW state), the stacked model
 is the old layers applied twice, a checkpoint after a stack loads onto a freshly stacked model, and in a
 pretraining run the loss does not jump at the stack steps, falls over the run, and resuming across a stack point
-reproduces the uninterrupted run exactly."""
+reproduces the uninterrupted run exactly. The other members that declare stacking (SpanBERT, XLM) stack alike and
+pretrain through a stack; tests/training/test_recipe_checks.py has the refusal for those that do not."""
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +21,8 @@ from training.data import PretrainBatches
 from training.models.attention import padding_mask
 from training.models.bert import BertConfig, BertForPreTraining
 from training.models.encoder import TransformerLayer
+from training.models.registry import STACKING, get_architecture
+from training.objectives import get_objective_spec
 from training.optim import build_optimizer, build_scheduler
 from training.pretrain import pretrain
 from training.stacking import StackingSchedule, stack_layers, stack_trainer, stacked_config
@@ -227,6 +231,70 @@ def test_resume_across_a_stack_point_reproduces_the_run_exactly(run_factory, sto
     assert curve(resumed_run) == curve(straight_run)  # every loss, lr and accuracy bit for bit
     final = "pretrain/final/model.safetensors"
     assert (straight_run / final).read_bytes() == (resumed_run / final).read_bytes()
+
+
+# the members besides BERT that declare STACKING, with the model section of their objective (as in
+# tests/training/test_objectives_distributed.py)
+OTHER_MEMBERS_THAT_STACK = {
+    "mlm_sbo": {"spanbert": {"max_span_tokens": 8, "position_size": 8}},
+    "xlm_mlm": {"num_languages": 2, "xlm": {"language_id": 1}},
+}
+
+
+def _member_model_config(objective: str) -> ModelConfig:
+    return ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=32,
+                       hidden_dropout=0.0, attention_dropout=0.0, **OTHER_MEMBERS_THAT_STACK[objective])
+
+
+def _encoder_applied(backbone, hidden, attention_mask, times):
+    """`backbone`'s encoder layers applied `times` times in a row to `hidden` (its embeddings' output)."""
+    mask = padding_mask(attention_mask)
+    for _ in range(times):
+        for attention, ffn in backbone.encoder.plan:
+            hidden = TransformerLayer.run(hidden, mask, backbone.encoder.layer[attention], backbone.encoder.layer[ffn])
+    return hidden
+
+
+@pytest.mark.parametrize("objective", sorted(OTHER_MEMBERS_THAT_STACK))
+def test_spanbert_and_xlm_stack_to_their_layers_applied_twice_and_reload_as_resume_does(objective):
+    arch = get_architecture(get_objective_spec(objective).architecture)
+    assert STACKING in arch.supports
+    torch.manual_seed(0)
+    model = arch.build(arch.from_model_config(_member_model_config(objective), 45, 0))
+    optimizer = build_optimizer(model, 1e-3, 0.01, (0.9, 0.999), 1e-6)
+    for param in model.parameters():
+        param.grad = torch.randn_like(param) * 1e-2  # AdamW state and weights that differ between the layers
+    optimizer.step()
+    stacked, stacked_optimizer = stack_layers(model, optimizer)
+    assert type(stacked) is type(model) and stacked.config.num_layers == 4
+    batch = _batch(7)
+    inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    real = batch["attention_mask"].bool()
+    model.eval()
+    stacked.eval()
+    with torch.no_grad():
+        _, hidden = model.backbone()(*inputs, output_hidden_states=True)
+        twice = _encoder_applied(model.backbone(), hidden[0], batch["attention_mask"], times=2)
+        deep = stacked.backbone()(*inputs)
+    assert torch.allclose(deep[real], twice[real], atol=1e-6, rtol=0)
+    # what resuming after the stack does: a model built at the stacked config, then a fresh optimizer, take both
+    direct = arch.build(arch.config_from_dict(stacked.config.to_dict(), "test"))
+    direct.load_state_dict(stacked.state_dict(), strict=True)
+    build_optimizer(direct, 1e-3, 0.01, (0.9, 0.999), 1e-6).load_state_dict(stacked_optimizer.state_dict())
+
+
+@pytest.mark.parametrize("objective", sorted(OTHER_MEMBERS_THAT_STACK))
+def test_spanbert_and_xlm_pretrain_through_a_stack(objective, tiny_run):
+    model_cfg = _member_model_config(objective)
+    cfg = PretrainConfig(objective=objective, batch_size=16, max_steps=6, warmup_steps=2, learning_rate=2e-3,
+                         log_every=1, save_every=1000, seed=1, device="cpu", stacking={"stages": [3]})
+    summary = pretrain(model_cfg, cfg, tiny_run)
+    losses = [m["loss"] for m in _metrics(tiny_run)]
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses), losses
+    assert _layers_in(tiny_run / "pretrain" / "final") == 4
+    arch = get_architecture(get_objective_spec(objective).architecture)
+    stacked = stacked_config(arch.from_model_config(model_cfg, 45, 0))  # 45: the tiny run's vocabulary
+    assert summary["parameters"] == arch.build(stacked).num_parameters()
 
 
 def test_stacking_config_is_validated():

@@ -23,7 +23,10 @@ from torch import nn
 # does (`Architecture.supports`), and the stage refuses an option its architecture does not declare
 UNPAD = "unpad"  # pretrain.unpad: the model's forward runs on the real tokens only (`model.unpad_by_default`)
 STATIC_SHAPES = "static_shapes"  # pretrain.static_shapes: MLM logits at every prediction slot (`model.static_shapes`)
-CAPABILITIES = frozenset({UNPAD, STATIC_SHAPES})
+# pretrain.stacking: training/stacking.py's copy of layer i to L + i gives a model of the doubled config whose new
+# layers are the old ones applied again (not so where a layer's form depends on its index, as ModernBERT's)
+STACKING = "stacking"
+CAPABILITIES = frozenset({UNPAD, STATIC_SHAPES, STACKING})
 
 
 @dataclass(frozen=True)

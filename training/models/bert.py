@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 from pydantic.dataclasses import dataclass
 from torch import nn
 
-from .architecture import STATIC_SHAPES, UNPAD, Architecture
+from .architecture import STACKING, STATIC_SHAPES, UNPAD, Architecture
 from .config_schema import MODEL_CONFIG, CheckpointConfig
 from .attention import padding_mask
 from .embeddings import BertEmbeddings
@@ -292,5 +292,5 @@ ARCHITECTURE = Architecture(
     from_model_config=lambda model_cfg, vocab_size, pad_id: model_cfg.to_bert_config(vocab_size, pad_id),
     description="BERT-style encoder (absolute positions; BERT, RoBERTa, ALBERT, SpanBERT, XLM) with MLM and "
                 "sentence-pair (NSP/SOP) heads",
-    supports=frozenset({UNPAD, STATIC_SHAPES}),
+    supports=frozenset({UNPAD, STATIC_SHAPES, STACKING}),
 )

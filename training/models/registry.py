@@ -14,9 +14,9 @@ from torch import nn
 from bertfactory.errors import ContractError
 
 from . import bert, electra, modernbert, spanbert, transformer_xl, xlm, xlnet
-from .architecture import CAPABILITIES, STATIC_SHAPES, UNPAD, Architecture
+from .architecture import CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD, Architecture
 
-__all__ = ["CAPABILITIES", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
+__all__ = ["CAPABILITIES", "STACKING", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
            "architectures", "member_settings"]
 
 _MEMBERS: tuple[Architecture, ...] = (

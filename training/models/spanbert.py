@@ -27,7 +27,7 @@ from torch import nn
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
 from .config_schema import MODEL_CONFIG, RECIPE_SECTION, settings_dict
 from .heads import MaskedLMHead
-from .architecture import Architecture
+from .architecture import STACKING, Architecture
 from .span_boundary import SpanBoundaryHead, gather_span_boundaries, stored_span_boundaries
 
 
@@ -130,5 +130,6 @@ ARCHITECTURE = Architecture(
     build=SpanBertForPreTraining,
     from_model_config=_from_model_config,
     description="SpanBERT: BERT encoder with masked-LM and span boundary (SBO) heads, no NSP",
+    supports=frozenset({STACKING}),
     settings=("spanbert", SpanBertSettings),
 )

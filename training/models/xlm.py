@@ -31,7 +31,7 @@ from bertfactory.errors import ConfigError
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
 from .config_schema import MODEL_CONFIG, RECIPE_SECTION
 from .heads import MaskedLMHead
-from .architecture import Architecture
+from .architecture import STACKING, Architecture
 
 
 @dataclass(frozen=True, config=RECIPE_SECTION)
@@ -170,5 +170,6 @@ ARCHITECTURE = Architecture(
     build=XlmForPreTraining,
     from_model_config=_from_model_config,
     description="XLM: BERT encoder + language embeddings with one tied LM head for CLM, MLM and TLM, no NSP",
+    supports=frozenset({STACKING}),
     settings=("xlm", XlmSettings),
 )
