@@ -64,6 +64,8 @@ class TinyBertConfig(StrictModel):
     num_layers: int = Field(1, ge=1)
     intermediate_size: int = Field(256, ge=1)
     num_heads: int | None = Field(None, description="null = the teacher's (attention distillation needs it)")
+    student: Literal["teacher", "bert"] = Field("teacher", description="the student's member: the teacher's (a "
+                                                "ModernBERT teacher gives a ModernBERT student) or BERT")
     mapping: Literal["uniform", "top", "bottom"] = "uniform"
     layer_map: dict[int, int] | None = Field(None, description="explicit g(m) (student layer -> teacher layer, 0 = embeddings)")
     attention: bool = Field(True, description="distil pre-softmax attention scores too")

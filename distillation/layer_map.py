@@ -11,6 +11,13 @@
   (`check_map`).
 
 Every map is validated: a teacher or student layer out of range is a ConfigError.
+
+Attention kinds (ModernBERT): `attention_kinds(config)` says per layer whether it attends globally or in a sliding
+window; BERT's layers are all global. A ModernBERT student made of copied teacher layers keeps each copied layer's
+kind (and so its rotary base and window): `global_every_for(kinds)` finds the student's global_attn_every_n_layers
+that reproduces the copied kinds, or refuses. Maps between layers of different kinds are allowed where only states
+or attention scores are compared (TinyBERT, PKD): the scores are compared on the (query, key) pairs both layers
+attend (distillation/outputs.py `attended_pairs`).
 """
 
 from __future__ import annotations
@@ -68,3 +75,25 @@ def tinybert_map(n_teacher: int, n_student: int, strategy: str) -> dict[int, int
     else:
         g = {m: m for m in range(1, n_student + 1)}
     return check_map({0: 0, **g}, n_teacher, n_student, f"TinyBERT {strategy} mapping")
+
+
+def attention_kinds(config) -> list[str]:
+    """'global' or 'local' per layer (0-based) of an encoder config: ModernBERT's alternate (layer i is global when
+    i % global_attn_every_n_layers == 0), every other member's layers attend globally."""
+    is_global = getattr(config, "is_global", None)
+    if is_global is None:
+        return ["global"] * config.num_layers
+    return ["global" if is_global(i) else "local" for i in range(config.num_layers)]
+
+
+def global_every_for(kinds: list[str], preferred: int) -> int:
+    """The global_attn_every_n_layers whose pattern (layer i global iff i % n == 0) is `kinds` (the kinds of the
+    layers a student copies, in student order): `preferred` (the teacher's) when it fits, else the smallest that
+    does; a ConfigError when none does."""
+    fits = lambda n: all((kind == "global") == (i % n == 0) for i, kind in enumerate(kinds))
+    for n in (preferred, *range(1, len(kinds) + 1)):
+        if fits(n):
+            return n
+    raise ConfigError(f"copied layers of attention kinds {kinds} follow no 'global every n layers' pattern (a "
+                      "ModernBERT student's layer i is global when i % n == 0); choose teacher layers whose kinds "
+                      "do, e.g. starting with a global one")

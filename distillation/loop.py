@@ -4,7 +4,8 @@ objective that runs the frozen teacher and combines pluggable losses (losses.py)
 - `DistilBertObjective` (general, pretraining shards): w_ce * T^2 KL on the MLM logits + w_mlm * MLM loss +
   w_cos * cosine on the last hidden states (defaults 5 / 2 / 1, T = 2). Needs a teacher with a trained MLM head.
 - `TinyBertIntermediateObjective` (general on shards, or task-level on task inputs): embedding, pre-softmax
-  attention and hidden-state MSE through the layer map g(m) and the projections W_e / W_h.
+  attention and hidden-state MSE through the layer map g(m) and the projections W_e / W_h; the scores are compared
+  on the pairs both mapped layers attend (a ModernBERT local layer's window).
 - `TinyBertPredictionObjective` (task): soft cross-entropy of the student's task logits against the teacher's (T).
 - `PkdObjective` (task): alpha T^2 KL + (1 - alpha) CE + beta * patient loss on the mapped layers' [CLS].
 
@@ -38,7 +39,7 @@ from training.trainer_settings import TrainerSettings
 from . import losses
 from .layer_map import check_map
 from .models import Projections
-from .outputs import encoder_outputs
+from .outputs import attended_pairs, encoder_outputs
 
 
 @dataclass
@@ -131,6 +132,9 @@ class TinyBertIntermediateObjective:
             t_states, t_scores = encoder_outputs(t_backbone, batch, self.attention)
         s_states, s_scores = encoder_outputs(s_backbone, batch, self.attention)
         mask = batch["attention_mask"]
+        if self.attention:  # the pairs each layer attends (a ModernBERT local layer: its window only)
+            t_pairs = attended_pairs(t_backbone.config, mask)
+            s_pairs = attended_pairs(s_backbone.config, mask)
         zero = s_states[0].new_zeros(())
         emb, hid, att = zero, zero, zero
         for m, g in self.layer_map.items():
@@ -139,7 +143,8 @@ class TinyBertIntermediateObjective:
                 continue
             hid = hid + losses.hidden_mse(s_states[m], t_states[g], model.projections.layer(), mask)
             if self.attention and g > 0:
-                att = att + losses.attention_mse(s_scores[m - 1], t_scores[g - 1], mask)
+                att = att + losses.attention_mse(s_scores[m - 1], t_scores[g - 1], mask,
+                                                 t_pairs[g - 1] & s_pairs[m - 1])
         return {"loss": emb + hid + att, "emb_loss": emb, "hidden_loss": hid, "attn_loss": att}
 
 

@@ -8,7 +8,7 @@
 | `patient_loss` | BERT-PKD L_PT | sum over mapped layers of ||s/||s|| - t/||t|| ||^2 on [CLS], mean over the batch |
 | `pkd_loss` | BERT-PKD | alpha * soft_kl + (1 - alpha) * CE(labels) + beta * patient_loss |
 | `hidden_mse` | TinyBERT L_hidn / L_embd | MSE(s W, t) over the real tokens (W: learnable projection, None = identity) |
-| `attention_mse` | TinyBERT L_attn | MSE of the PRE-softmax scores, mean over heads and real query/key pairs |
+| `attention_mse` | TinyBERT L_attn | MSE of the PRE-softmax scores, mean over heads and the attended query/key pairs |
 
 Attention maps are distilled **pre-softmax** (TinyBERT's reference code distills `attention_scores` before the
 softmax); positions whose query or key is padding are left out (the reference zeroes scores below -100, which is the
@@ -85,12 +85,14 @@ def hidden_mse(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
 
 
 def attention_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor,
-                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                  attention_mask: torch.Tensor | None = None, pairs: torch.Tensor | None = None) -> torch.Tensor:
     """MSE of pre-softmax attention scores [B, heads, T, T], over every head and every (query, key) pair whose
-    query and key are both real tokens."""
+    query and key are both real tokens; `pairs` ([B, 1, T, T] bool) narrows that to the pairs given (those both
+    layers attend: a sliding-window layer's scores outside its window never reach its softmax)."""
     if student_scores.shape != teacher_scores.shape:
         raise ValueError(f"attention_mse: student scores {tuple(student_scores.shape)} != teacher scores "
                          f"{tuple(teacher_scores.shape)} (the student needs the teacher's number of heads)")
     real = _real_tokens(attention_mask, student_scores)
-    pairs = (real[:, :, None] & real[:, None, :])[:, None].expand_as(student_scores)
+    both = (real[:, :, None] & real[:, None, :])[:, None]
+    pairs = (both if pairs is None else both & pairs).expand_as(student_scores)
     return F.mse_loss(student_scores[pairs].float(), teacher_scores[pairs].float())

@@ -6,7 +6,11 @@
     proj = Projections(student_width=192, teacher_width=384)      # TinyBERT W_h (hidden) and W_e (embeddings)
 
 Students are `BertForPreTraining` (the MLM/NSP heads copied from the teacher for DistilBERT, fresh otherwise), so
-every existing stage (fine-tuning, export) takes them as they are.
+every existing stage (fine-tuning, export) takes them as they are. A ModernBERT teacher (ModernBertForMaskedLM, a
+BertForPreTraining) gives ModernBERT students: layer-copied ones keep each copied layer's attention kind (the
+student's global_attn_every_n_layers is chosen to reproduce them, layer_map.global_every_for), narrow ones the
+teacher's pattern; `narrow_student(..., architecture="bert")` makes a BERT student of a ModernBERT teacher instead
+(its vocabulary, maximum length, dropout and norm epsilon; learned positions, all layers global).
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ from torch import nn
 
 from bertfactory.errors import ConfigError, ContractError
 from training.models.bert import BertConfig, BertForPreTraining
+from training.models.modernbert import ModernBertConfig, ModernBertForMaskedLM
 
-from .layer_map import every_other
+from .layer_map import attention_kinds, every_other, global_every_for
+
+STUDENT_ARCHITECTURES = ("teacher", "bert")  # narrow_student: the teacher's own member, or BERT
 
 
 def check_tokenizers(teacher_sha256: str, student_sha256: str, teacher_source: str, student_source: str) -> None:
@@ -29,12 +36,34 @@ def check_tokenizers(teacher_sha256: str, student_sha256: str, teacher_source: s
                             f"{student_source} (sha256 {student_sha256}); distillation needs one vocabulary")
 
 
+def _student_class(config: BertConfig) -> type[BertForPreTraining]:
+    return ModernBertForMaskedLM if isinstance(config, ModernBertConfig) else BertForPreTraining
+
+
+def _layer_tails(state: dict, prefix: str, index: int) -> set[str]:
+    return {name.split(f"{prefix}{index}.", 1)[1] for name in state if name.startswith(f"{prefix}{index}.")}
+
+
+def _check_same_layer_parameters(s_state: dict, t_state: dict, teacher_layers: list[int]) -> None:
+    """Refuse a copy whose student slot has other parameters than its teacher layer (ModernBERT's first layer has
+    no attention norm, so only teacher layer 1 fits student layer 1 and no other slot)."""
+    prefix = next(n for n in s_state if ".encoder.layer." in n).split(".encoder.layer.", 1)[0] + ".encoder.layer."
+    for index, source in enumerate(teacher_layers):
+        ours, theirs = _layer_tails(s_state, prefix, index), _layer_tails(t_state, prefix, source - 1)
+        if ours != theirs:
+            raise ConfigError(f"student layer {index + 1} cannot take teacher layer {source}: their parameters differ "
+                              f"(only the student's: {sorted(ours - theirs)}, only the teacher's: "
+                              f"{sorted(theirs - ours)}; a ModernBERT's first layer has no attention norm, so its "
+                              "student's first layer must be the teacher's first)")
+
+
 def _copy_layers(student: BertForPreTraining, teacher: BertForPreTraining, teacher_layers: list[int]) -> None:
     """Copy embeddings, pooler, heads and the listed teacher layers (1-based) into the student's layers 1..n."""
     if teacher.config.share_layers != "none":
         raise ConfigError("layer-copy students need a teacher without shared layers (share_layers: none)")
     t_state = teacher.state_dict()
     s_state = student.state_dict()
+    _check_same_layer_parameters(s_state, t_state, teacher_layers)
     new = {}
     for name in s_state:
         if ".encoder.layer." in name:
@@ -53,7 +82,12 @@ def distilbert_student(teacher: BertForPreTraining, teacher_layers: list[int] | 
     bad = [l for l in layers if not 1 <= l <= teacher.config.num_layers]
     if bad or not layers:
         raise ConfigError(f"student layers {layers}: teacher layers are 1..{teacher.config.num_layers}")
-    student = BertForPreTraining(dataclasses.replace(teacher.config, num_layers=len(layers)))
+    config = dataclasses.replace(teacher.config, num_layers=len(layers))
+    if isinstance(config, ModernBertConfig):  # each copied layer keeps its kind, rotary base and window
+        kinds = attention_kinds(teacher.config)
+        every = global_every_for([kinds[l - 1] for l in layers], teacher.config.global_attn_every_n_layers)
+        config = dataclasses.replace(config, global_attn_every_n_layers=every)
+    student = _student_class(config)(config)
     _copy_layers(student, teacher, list(layers))
     return student
 
@@ -63,17 +97,35 @@ def first_layers_student(teacher: BertForPreTraining, num_layers: int) -> BertFo
     return distilbert_student(teacher, list(range(1, num_layers + 1)))
 
 
+def _bert_config_of(teacher_config: BertConfig) -> BertConfig:
+    """A BERT config with a (ModernBERT) teacher's encoder fields: vocabulary, maximum length, segments, dropout,
+    norm epsilon, initialisation range, padding id."""
+    if type(teacher_config) is BertConfig:
+        return teacher_config
+    shared = ("vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_dropout", "attention_dropout",
+              "layer_norm_eps", "initializer_range", "pad_token_id")
+    return BertConfig(hidden_size=teacher_config.hidden_size, num_layers=teacher_config.num_layers,
+                      num_heads=teacher_config.num_heads, intermediate_size=teacher_config.intermediate_size,
+                      **{name: getattr(teacher_config, name) for name in shared})
+
+
 def narrow_student(teacher_config: BertConfig, hidden_size: int, num_layers: int, intermediate_size: int,
-                   num_heads: int | None = None, seed: int = 0) -> BertForPreTraining:
+                   num_heads: int | None = None, seed: int = 0, architecture: str = "teacher") -> BertForPreTraining:
     """TinyBERT's student: the teacher's vocabulary and positions, its own width/depth, randomly initialised from
-    `seed` (the global RNG is left untouched). num_heads None = the teacher's (attention distillation needs it)."""
-    config = dataclasses.replace(teacher_config, hidden_size=hidden_size, num_layers=num_layers,
+    `seed` (the global RNG is left untouched). num_heads None = the teacher's (attention distillation needs it).
+    architecture: "teacher" = the teacher's member (a ModernBERT teacher's attention pattern, window and rotary
+    bases), "bert" = a BERT student (the teacher's vocabulary, length, dropout; learned positions)."""
+    if architecture not in STUDENT_ARCHITECTURES:
+        raise ConfigError(f"student architecture must be one of {', '.join(STUDENT_ARCHITECTURES)} (got "
+                          f"{architecture!r})")
+    base = _bert_config_of(teacher_config) if architecture == "bert" else teacher_config
+    config = dataclasses.replace(base, hidden_size=hidden_size, num_layers=num_layers,
                                  intermediate_size=intermediate_size, embedding_size=None, share_layers="none",
                                  num_layer_groups=1,
                                  num_heads=num_heads if num_heads is not None else teacher_config.num_heads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return BertForPreTraining(config)
+        return _student_class(config)(config)
 
 
 class Projections(nn.Module):

@@ -45,6 +45,9 @@ from .models import Projections, check_tokenizers, distilbert_student, first_lay
 
 logger = logging.getLogger(__name__)
 
+# teachers with BertForPreTraining's interface (encoder `bert`, MLM head, encoder hidden states and scores)
+TEACHER_ARCHITECTURES = ("BertForPreTraining", "ModernBertForMaskedLM")
+
 
 def load_distill_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> DistillConfig:
     """Validate a distill YAML with `a.b=value` overrides (errors name the field and the file)."""
@@ -64,9 +67,9 @@ def load_teacher(cfg: DistillConfig, run_dir: Path, out_dir: Path) -> tuple[Teac
         directory = run_dir / cfg.teacher.checkpoint
         has_mlm, source = True, str(directory)
     doc = read_checkpoint_config(directory)
-    if doc["architecture"] != "BertForPreTraining":
+    if doc["architecture"] not in TEACHER_ARCHITECTURES:
         raise ConfigError(f"teacher {directory}: architecture {doc['architecture']} is not supported for distillation "
-                          "(BertForPreTraining checkpoints: BERT, RoBERTa, imported HF BERT)")
+                          "(BertForPreTraining checkpoints: BERT, RoBERTa, imported HF BERT; ModernBertForMaskedLM)")
     model, _, tokenizer_path = load_pretrained(directory)
     return Teacher(model, has_mlm, doc["tokenizer"]["sha256"], source), tokenizer_path
 
@@ -257,7 +260,8 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
     n_teacher = pretrainer.config.num_layers
     layer_map = (check_map(t.layer_map, n_teacher, t.num_layers, "tinybert.layer_map") if t.layer_map is not None
                  else tinybert_map(n_teacher, t.num_layers, t.mapping))
-    student = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, cfg.seed)
+    student = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, cfg.seed,
+                             t.student)
     projections = Projections(t.hidden_size, pretrainer.config.hidden_size)
     if t.general_steps:
         run_distillation(DistillModel(student, projections), TinyBertIntermediateObjective(teacher, layer_map, t.attention),
@@ -297,7 +301,8 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
         no_da = task_distil(copy.deepcopy(student.bert), copy.deepcopy(projections), task.train.features)
         ablations["no_da"] = _score(no_da, task, cfg, pad_id)
     if t.ablations and t.general_steps:
-        fresh = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, cfg.seed)
+        fresh = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads,
+                               cfg.seed, t.student)
         no_gd = task_distil(fresh.bert, Projections(t.hidden_size, pretrainer.config.hidden_size), train)
         ablations["no_gd"] = _score(no_gd, task, cfg, pad_id)
     model = task_distil(student.bert, projections, train)
@@ -305,7 +310,8 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
                    student_direct={"score": ablations["no_td"], "note": "the same student (after general "
                                    "distillation when general_steps > 0) fine-tuned without task distillation"},
                    ablations=ablations,
-                   student_shape={"layers": t.num_layers, "hidden": t.hidden_size, "heads": student.config.num_heads},
+                   student_shape={"layers": t.num_layers, "hidden": t.hidden_size, "heads": student.config.num_heads,
+                                  "architecture": type(student).__name__},
                    layer_map=layer_map, attention_maps="pre-softmax scores" if t.attention else "not distilled",
                    augmented_examples=augmented, general_steps=t.general_steps)
 
