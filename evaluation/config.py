@@ -70,6 +70,11 @@ class ObjectiveEvalConfig(StrictModel):
     batch_size: int = Field(32, ge=1, description="instances per batch")
     max_batches: int | None = Field(16, ge=1, description="stop after this many batches (null = the whole split)")
     seed: int = Field(0, ge=0, description="order of the split's rows and the objective's own random draws")
+    max_seq_len: int | None = Field(None, ge=3, description="score at rows of up to this many tokens: the split's "
+                                    "rows joined into longer ones (evaluation/long_rows.py; running-text shards: "
+                                    "full-sentences, doc-sentences, single-segment), for a long-context score "
+                                    "such as ModernBERT's at 1,024 tokens; at most model.max_position_embeddings. "
+                                    "null = the shards' rows as they are (preprocess.instances.max_seq_len)")
 
 
 class FinetuneConfig(StrictModel):

@@ -17,7 +17,9 @@ binary entropy of that rate); NSP/SOP with always answering the majority label.
 
 The batches are the trainer's (training/data.py PretrainBatches over the split, its own permutation of the
 split's rows, seed `seed`), so an objective's own random draws (ELECTRA's replacements, XLNet's orders, dynamic
-masks) are seeded per sample as in training and the score is deterministic.
+masks) are seeded per sample as in training and the score is deterministic. Their length is the shards' (the
+recipe's preprocess.instances.max_seq_len); with `max_seq_len` set, the split's rows are joined into rows of up
+to that many tokens instead (evaluation/long_rows.py: a long-context score, e.g. ModernBERT at 1,024 tokens).
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bertfactory.errors import ContractError
+from bertfactory.errors import ConfigError, ContractError
 from training.data import PretrainBatches
 from training.objectives import get_objective_spec
 from training.streams import evaluation_batches
 
 from .config import ObjectiveEvalConfig
 from .intrinsic import _unigram_log_probs
+from .long_rows import FIELD as MAX_SEQ_LEN_FIELD
+from .long_rows import LongRowBatches
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +76,13 @@ def evaluate_objective(model: torch.nn.Module, config_doc: dict, shard_dir: Path
     rows = probe.rows
     if rows == 0:
         raise ContractError(f"{shard_dir}: split '{cfg.split}' has no instances to evaluate the objective on")
-    # recurrent members (txl_clm, plm with a memory) on clm shards: the documents as streams, the memory carried
-    # from segment to segment as in training (training/streams.py); else the trainer's PretrainBatches
-    batches = evaluation_batches(model, objective, shard_dir, tokenizer_sha256, min(cfg.batch_size, rows), cfg.seed,
-                                 cfg.split)
+    if cfg.max_seq_len is not None:
+        batches = _long_rows(model, objective, spec, probe.shards, cfg)
+    else:
+        # recurrent members (txl_clm, plm with a memory) on clm shards: the documents as streams, the memory
+        # carried from segment to segment as in training (training/streams.py); else the trainer's PretrainBatches
+        batches = evaluation_batches(model, objective, shard_dir, tokenizer_sha256, min(cfg.batch_size, rows),
+                                     cfg.seed, cfg.split)
     if spec.prepare_batches is not None:  # batches that need the recipe's settings (XLM's languages per row)
         recipe = _fingerprint(config_doc)
         batches = spec.prepare_batches(batches, ModelConfig(**recipe.get("model", {})),
@@ -126,6 +133,7 @@ def evaluate_objective(model: torch.nn.Module, config_doc: dict, shard_dir: Path
     unigram_loss = token_nll / max(token_count, 1)
     scores: dict = {"objective": trained_with, "scored_as": objective, "split": cfg.split, "batches": steps,
                     "instances": steps * batches.batch_size,
+                    "max_seq_len": cfg.max_seq_len or batches.shards.manifest.instance_format.get("max_seq_len"),
                     "unigram_token_loss": unigram_loss, "unigram_token_perplexity": math.exp(min(unigram_loss, 700.0))}
     for name, total in loss_sums.items():
         if weights[name] <= 0:
@@ -146,6 +154,18 @@ def evaluate_objective(model: torch.nn.Module, config_doc: dict, shard_dir: Path
     scores["headline"] = headline(scores)
     logger.info("held-out %s: %s", objective, scores["headline"])
     return scores
+
+
+def _long_rows(model: torch.nn.Module, objective: str, spec, shards, cfg: ObjectiveEvalConfig) -> LongRowBatches:
+    """The split's rows joined to cfg.max_seq_len tokens, refused where the model or objective cannot take them."""
+    if spec.prepare_batches is not None:
+        raise ConfigError(f"{MAX_SEQ_LEN_FIELD}: objective {objective} reads its batches with the recipe's settings "
+                          "(XLM's languages), which joined rows do not carry; leave it null")
+    longest = getattr(model.config, "max_position_embeddings", None)
+    if longest is not None and cfg.max_seq_len > longest:
+        raise ConfigError(f"{MAX_SEQ_LEN_FIELD}={cfg.max_seq_len} is longer than the model's inputs can be "
+                          f"(model.max_position_embeddings {longest})")
+    return LongRowBatches(shards, cfg.max_seq_len, cfg.batch_size, cfg.seed)
 
 
 def headline(scores: dict) -> dict:
