@@ -23,8 +23,9 @@ echo "== setting up $VENV (first time: ~4 GB, a few minutes)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" "torch==2.9.0" "torch-xla==2.9.0"
-# what training/, preprocessing/shards.py, bertfactory/ and the tests import (not Beam, Prefect or evaluation)
-"${PIP[@]}" -c constraints.txt numpy pyarrow pydantic pyyaml tokenizers safetensors tqdm matplotlib pytest
+# what training/, preprocessing/shards.py, bertfactory/ and the tests import (not Beam, Prefect or evaluation;
+# tensorboard: training/tracking.py writes event files by default)
+"${PIP[@]}" -c constraints.txt numpy pyarrow pydantic pyyaml tokenizers safetensors tqdm matplotlib tensorboard pytest
 "$VENV/bin/python" -c "import torch, torch_xla; assert torch.__version__.startswith('2.9.0'), torch.__version__"
 rm -f "$VENV"/.bertfactory-xla-installed-*
 touch "$stamp"
