@@ -2,7 +2,7 @@
 same real shards, trained for the same wall-clock CPU budget, then compared on held-out MLM, fine-tuning and
 inference speed on mixed-length real inputs.
 
-    .venv/bin/python benchmarks/modern_vs_bert.py                 # defaults: 5 min per model, ~20 min on 2 cores
+    .venv/bin/python benchmarks/modern_vs_bert.py                 # defaults: 5 min per model, 12 min on 2 cores
     .venv/bin/python benchmarks/modern_vs_bert.py --minutes 2 --seeds 2 --runs runs/modern-vs-bert-quick
 
 Why tiny RoBERTa (configs/tiny-roberta.yaml) and not the BERT twin (configs/local.yaml): it shares everything with
