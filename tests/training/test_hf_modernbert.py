@@ -19,9 +19,9 @@ from training.models.modernbert import ModernBertConfig, ModernBertForMaskedLM
 from .conftest import write_tokenizer
 from .test_hf_import_family import VOCAB, assert_same_state, batch, max_diff, our_mlm_logits, randomised, save_hf
 
+# transformers is pinned (constraints.txt) to a version with ModernBERT: a missing class is a failure, not a skip
 transformers = pytest.importorskip("transformers")
-if not hasattr(transformers, "ModernBertForMaskedLM"):
-    pytest.skip(f"transformers {transformers.__version__} has no ModernBERT", allow_module_level=True)
+assert hasattr(transformers, "ModernBertForMaskedLM"), f"transformers {transformers.__version__} has no ModernBERT"
 
 SIZES = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_hidden_layers=4,
              max_position_embeddings=64, local_attention=6)
