@@ -11,7 +11,8 @@ Defaults are paper scale:
   30 tokens.
 - Off unless asked for: layer-wise learning-rate decay (`layerwise_lr_decay` < 1: ELECTRA uses 0.8, ULMFiT's
   discriminative fine-tuning 1/2.6), ULMFiT's gradual unfreezing and slanted triangular schedule (cut fraction =
-  `warmup_ratio`, ratio 32), early stopping (`early_stopping_patience`).
+  `warmup_ratio`, ratio 32), ModernBERT's warmup-stable-decay schedule (`schedule: wsd`, `wsd_decay_fraction`),
+  early stopping (`early_stopping_patience`).
 configs/local.yaml overrides these for a tiny model on a 2-core CPU (few examples, 1 seed, one learning rate).
 
 `tasks` maps a task name to its settings; a list of names is accepted too:
@@ -88,8 +89,9 @@ class FinetuneConfig(StrictModel):
     batch_size: int = Field(32, ge=1, description="examples per optimiser step")
     max_seq_len: int = Field(128, ge=3, description="tokens per model input including [CLS]/[SEP]; longer inputs are truncated (SQuAD: windowed)")
     warmup_ratio: float = Field(0.1, ge=0.0, le=1.0, description="fraction of all steps spent warming the lr up linearly (slanted triangular: the cut fraction)")
-    schedule: Literal["linear", "slanted_triangular"] = Field("linear", description="linear warmup + linear decay (BERT) or ULMFiT's slanted triangular lr")
+    schedule: Literal["linear", "slanted_triangular", "wsd"] = Field("linear", description="linear warmup + linear decay (BERT), ULMFiT's slanted triangular lr, or warmup-stable-decay (ModernBERT: warmup, the peak, then a 1-sqrt decay to 0 over the last wsd_decay_fraction of the steps; training/optim.py's)")
     stlr_ratio: float = Field(32.0, ge=1.0, description="slanted triangular: how much smaller the lowest lr is than the peak")
+    wsd_decay_fraction: float = Field(0.1, gt=0.0, le=1.0, description="wsd: the share of all steps (rounded to whole steps) over which the lr decays to 0; a decay longer than the steps after warmup starts right after it")
     layerwise_lr_decay: float = Field(1.0, gt=0.0, le=1.0, description="lr of layer l = lr * decay^(depth above l); 1 = the same lr everywhere")
     gradual_unfreezing: bool = Field(False, description="ULMFiT: epoch 1 trains the head only, each later epoch unfreezes the next layer down")
     early_stopping_patience: int | None = Field(None, ge=1, description="stop after this many epochs without a better dev score (null = run every epoch)")

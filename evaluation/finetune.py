@@ -43,7 +43,7 @@ from .config import FinetuneConfig
 from .encode import TextEncoder
 from .heads import TaskModel, decode_squad, decode_tagging, raw_outputs
 from .inputs import CLASSIFICATION_TYPES, Features, build_features, collate
-from .finetune_schedule import layerwise_groups, linear_warmup_decay, slanted_triangular, unfreeze
+from .finetune_schedule import layerwise_groups, schedule_rule, unfreeze
 from .scoring import TaskSpec, confusion_matrix, gold, score
 from .tasks.base import TaskData
 
@@ -218,9 +218,7 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
     total_steps = steps_per_epoch * cfg.epochs
     optimizer = torch.optim.AdamW(layerwise_groups(model, learning_rate, cfg.layerwise_lr_decay, cfg.weight_decay),
                                   lr=learning_rate, betas=ADAM_BETAS, eps=ADAM_EPS)
-    rule = (slanted_triangular(total_steps, cfg.warmup_ratio, cfg.stlr_ratio) if cfg.schedule == "slanted_triangular"
-            else linear_warmup_decay(total_steps, cfg.warmup_ratio))
-    scheduler = LambdaLR(optimizer, rule)
+    scheduler = LambdaLR(optimizer, schedule_rule(cfg, total_steps))
     primary = spec.primary_metric
 
     result = RunResult(seed, learning_rate, best_epoch=0, dev_metrics={}, test_metrics={})

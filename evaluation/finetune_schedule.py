@@ -1,7 +1,8 @@
 """How fast each part of a model fine-tunes, and when (the tricks of the seed papers): layer-wise learning-rate
 decay (discriminative fine-tuning, Howard & Ruder 2018; ELECTRA's 0.8), ULMFiT's gradual unfreezing, and the
-learning-rate schedule over the steps (BERT's linear warmup/decay or ULMFiT's slanted triangular rate). The
-schedules are pretraining's (training/optim.py), given here in fine-tuning's terms: fractions of the total steps.
+learning-rate schedule over the steps (BERT's linear warmup/decay, ULMFiT's slanted triangular rate or
+ModernBERT's warmup-stable-decay). The schedules are pretraining's (training/optim.py), given here in fine-tuning's
+terms: fractions of the total steps; `schedule_rule` picks the one an `evaluate.finetune` section names.
 
 Depth of a parameter: 0 = the embeddings, l = transformer layer l (1..L; a layer module shared by several layers,
 ALBERT-style, takes the depth of the highest layer using it), L + 1 = the pooler and the task head. With decay d
@@ -10,6 +11,7 @@ the learning rate at depth k is lr * d^(L + 1 - k). Gradual unfreezing trains de
 
     groups = layerwise_groups(model, lr=2e-5, decay=0.8, weight_decay=0.01)
     scheduler = LambdaLR(optimizer, slanted_triangular(total_steps, cut_frac=0.1, ratio=32))
+    scheduler = LambdaLR(optimizer, schedule_rule(finetune_cfg, total_steps))  # the configured one
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Callable
 
 from torch import nn
 
-from training.optim import SlantedTriangular, WarmupLinearDecay
+from training.optim import SlantedTriangular, WarmupLinearDecay, WarmupStableDecay
+
+from .config import FinetuneConfig
 
 _LAYER = re.compile(r"\.layers?\.(\d+)\.")
 
@@ -87,3 +91,22 @@ def slanted_triangular(total_steps: int, cut_frac: float, ratio: float) -> Calla
     """ULMFiT's STLR: a short linear increase over cut_frac of the steps from lr/ratio to lr, then a long linear
     decrease back to lr/ratio. The cut is at least one step (ULMFiT's floor(T * cut_frac) of a tiny run can be 0)."""
     return SlantedTriangular(max(1, math.floor(total_steps * cut_frac)), total_steps, ratio)
+
+
+def warmup_stable_decay(total_steps: int, warmup_ratio: float, decay_fraction: float) -> Callable[[int], float]:
+    """ModernBERT's warmup-stable-decay (training/optim.py WarmupStableDecay): linear warmup over
+    round(warmup_ratio * total_steps) steps, the peak until the last round(decay_fraction * total_steps) steps,
+    then the 1-sqrt decay to 0 at the last step."""
+    return WarmupStableDecay(round(warmup_ratio * total_steps), total_steps, decay_fraction)
+
+
+def schedule_rule(cfg: FinetuneConfig, total_steps: int) -> Callable[[int], float]:
+    """The lr multiplier per step that `cfg.schedule` names (linear, slanted_triangular or wsd) over a run of
+    `total_steps` optimiser steps."""
+    if cfg.schedule == "slanted_triangular":
+        return slanted_triangular(total_steps, cfg.warmup_ratio, cfg.stlr_ratio)
+    if cfg.schedule == "wsd":
+        return warmup_stable_decay(total_steps, cfg.warmup_ratio, cfg.wsd_decay_fraction)
+    if cfg.schedule == "linear":
+        return linear_warmup_decay(total_steps, cfg.warmup_ratio)
+    raise ValueError(f"evaluate.finetune.schedule: unknown schedule {cfg.schedule!r}")
