@@ -179,7 +179,9 @@ class RunnerConfig(StrictModel):
 class TokenizerConfig(StrictModel):
     """The tokenizer, trained on the training documents (never the held-out ones); docs/tokenizers.md."""
 
-    path: str | None = Field(None, description="use this existing tokenizer.json instead of training one")
+    path: str | None = Field(None, description="use this existing tokenizer instead of training one: a tokenizers "
+                              "JSON file (e.g. a HF model's tokenizer.json) or a BERT WordPiece vocab.txt "
+                              "(preprocessing/tokenizer.py: adopting)")
     kind: Literal["wordpiece", "bpe", "unigram"] = Field(
         "wordpiece", description="wordpiece = BERT (BertNormalizer, ## continuations, [CLS] A [SEP] B [SEP]); bpe = "
         "byte-level BPE (RoBERTa: <s> A </s></s> B </s>); unigram = SentencePiece Unigram (ALBERT/XLM-R: NFKC, ▁)")

@@ -167,7 +167,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             timings["instances"] = time.perf_counter() - t0
         else:  # nothing to learn between the pipelines: one job
             t0 = time.perf_counter()
-            tokenizer = adopt_tokenizer(given, staging.tokenizer)
+            tokenizer = adopt_tokenizer(given, staging.tokenizer, cfg.tokenizer)
             specials = special_ids(tokenizer, str(cfg.tokenizer.path or staging.tokenizer))
             check_unk_rate(tokenizer, corpus, files, cfg.tokenizer, str(given))  # a foreign one: refused before the job
             vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)

@@ -39,6 +39,14 @@ counts are integer sums, so the HashMap order never decides anything. Tested acr
 Unigram: the Rust UnigramTrainer is order-dependent (float sums and tie cuts in HashMap order); we train with
 SentencePiece on sorted word counts instead (preprocessing.tokenizer_unigram says why that is deterministic).
 
+Adopting (preprocess.tokenizer.path, `adopt_tokenizer`): a tokenizers JSON file (e.g. a Hugging Face model's
+tokenizer.json) is validated and copied byte for byte, unless it carries padding or truncation settings (MiniLM's
+pads and truncates every encoding to 128 tokens): those are for feeding a model, they would put pad ids into every
+sentence the pipeline encodes, so they are dropped and the file rewritten. A bare BERT `vocab.txt` (one WordPiece
+token per line, the line number its id) becomes the WordPiece tokenizer HF's BertTokenizerFast builds from it:
+BertNormalizer lowercasing as preprocess.tokenizer.lowercase says (a tokenizer_config.json beside it that says
+otherwise is refused), `##` continuations, words of up to 100 characters, [CLS] A [SEP] (B [SEP]).
+
     python -m preprocessing.tokenizer OUT.json FILE.txt [vocab_size] [kind]    # train on a text file
 """
 
@@ -198,22 +206,102 @@ def save_tokenizer(tokenizer: Tokenizer, path: Path) -> None:
     atomic_write_text(path, tokenizer.to_str(pretty=True))
 
 
-def adopt_tokenizer(source: Path, path: Path) -> Tokenizer:
-    """Use an existing tokenizer.json: validate it, then copy it byte for byte to `path`."""
+def adopt_tokenizer(source: Path, path: Path, cfg: TokenizerConfig | None = None) -> Tokenizer:
+    """Use an existing tokenizer: a tokenizers JSON file (validated, copied byte for byte unless it pads or
+    truncates: module docstring) or a BERT `vocab.txt` (built as WordPiece; `cfg.lowercase` / `strip_accents`
+    decide the normaliser, cfg None = TokenizerConfig's defaults). Writes it to `path` as tokenizer.json."""
     if not source.is_file():
         raise InputError(f"{source}: tokenizer file not found (preprocess.tokenizer.path)")
     data = source.read_bytes()  # read once: the bytes validated are the bytes copied
+    if source.suffix == ".txt":
+        tokenizer = wordpiece_from_vocab(source, data, cfg or TokenizerConfig())
+        special_ids(tokenizer, str(source))
+        atomic_write_text(path, tokenizer.to_str(pretty=True))
+        return tokenizer
     try:
         tokenizer = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as err:  # tokenizers raises plain Exception subclasses for bad JSON
         raise InputError(f"{source}: not a valid tokenizers JSON file ({err})") from None
     special_ids(tokenizer, str(source))
-    if _byte_level_without_prefix_space(json.loads(data).get("pre_tokenizer")):
+    spec = json.loads(data)
+    if _byte_level_without_prefix_space(spec.get("pre_tokenizer")):
         logger.warning("%s: byte-level pre-tokenizer without add_prefix_space: each sentence's first word is spelled "
                        "without the word-start marker, so whole-word / n-gram / span / entity masking joins it to the "
                        "previous sentence's last word (set \"add_prefix_space\": true to avoid it)", source)
+    if spec.get("padding") or spec.get("truncation"):
+        # the pipeline encodes one sentence at a time and packs the ids itself: a file's fixed padding would add
+        # pad ids to every sentence, its truncation cut long ones; the vocabulary and ids are unchanged
+        logger.info("%s: its padding / truncation settings (%s / %s) are dropped from the adopted copy: preprocessing "
+                    "packs sentences itself", source, spec.get("padding"), spec.get("truncation"))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        atomic_write_text(path, tokenizer.to_str(pretty=True))
+        return tokenizer
     atomic_write_bytes(path, data)
     return tokenizer
+
+
+HF_WORDPIECE_MAX_WORD_CHARS = 100  # BertTokenizerFast's max_input_chars_per_word: the same ids as the model's own
+
+
+def wordpiece_from_vocab(source: Path, data: bytes, cfg: TokenizerConfig) -> Tokenizer:
+    """A BERT vocab.txt (its bytes `data`) -> the WordPiece tokenizer BertTokenizerFast builds from it; InputError
+    naming the file and line for a file that is not one."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise InputError(f"{source}:{line}: not valid UTF-8 ({err.reason}); a vocab.txt is UTF-8, one token a line") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the file's final newline
+    vocab: dict[str, int] = {}
+    for number, raw in enumerate(lines, 1):
+        token = raw.rstrip("\r")
+        if not token or token != token.strip():
+            raise InputError(f"{source}:{number}: {'empty line' if not token else repr(token) + ' has surrounding whitespace'}"
+                             "; a vocab.txt holds one WordPiece token per line, its id the line number - 1")
+        if token in vocab:
+            raise InputError(f"{source}:{number}: token {token!r} repeats line {vocab[token] + 1}; each token must be "
+                             "listed once (its line gives its id)")
+        vocab[token] = number - 1
+    if not vocab:
+        raise InputError(f"{source}: empty vocab.txt; expected one WordPiece token per line")
+    _check_vocab_casing(source, cfg)
+    specials = SPECIAL_TOKENS_BY_KIND["wordpiece"]
+    missing = [t for t in specials.values() if t not in vocab]
+    if missing:
+        raise InputError(f"{source}: vocab.txt lacks BERT's special token(s) {', '.join(missing)}; a BERT WordPiece "
+                         "vocabulary lists [PAD], [UNK], [CLS], [SEP] and [MASK]")
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token=specials["unk"], continuing_subword_prefix=CONTINUATION,
+                                           max_input_chars_per_word=HF_WORDPIECE_MAX_WORD_CHARS))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=_strip_accents(cfg), lowercase=cfg.lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION)
+    tokenizer.add_special_tokens(list(specials.values()))  # never split, never normalised: as HF's file marks them
+    cls, sep = specials["cls"], specials["sep"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+    return tokenizer
+
+
+def _check_vocab_casing(source: Path, cfg: TokenizerConfig) -> None:
+    """A HF tokenizer_config.json beside the vocab.txt says whether the vocabulary is cased; a recipe lowercasing
+    otherwise would map text onto the wrong tokens, so the two must agree."""
+    config_path = source.parent / "tokenizer_config.json"
+    if not config_path.is_file():
+        return
+    try:
+        doc = json.loads(config_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{config_path}: not a readable JSON file ({err}); it describes {source}") from None
+    says = doc.get("do_lower_case") if isinstance(doc, dict) else None
+    if isinstance(says, bool) and says != cfg.lowercase:
+        raise InputError(f"{config_path}: do_lower_case is {str(says).lower()} but preprocess.tokenizer.lowercase is "
+                         f"{str(cfg.lowercase).lower()}; set preprocess.tokenizer.lowercase: {str(says).lower()} to "
+                         f"adopt {source}")
 
 
 def _byte_level_without_prefix_space(pre_tokenizer: dict | None) -> bool:
