@@ -7,6 +7,9 @@
   tokenizer.json, tokenizer_config.json), loadable with `AutoModelForPreTraining` / `AutoModelForMaskedLM` /
   `AutoModel`; RoBERTa- and ALBERT-style checkpoints as `RobertaForMaskedLM` / `AlbertForPreTraining` instead
   (layouts and how one is chosen: training/hf_layouts.py).
+- `warm_start_from_hf(model, hf_dir, tokenizer_path)`: pretrain.init_from naming a HF BERT directory (continued
+  pretraining of a published model, e.g. TAPT of MiniLM): its encoder into our freshly built model, the heads it
+  lacks left fresh (training/pretrain_model.py logs "MLM head initialised fresh: not in <path>").
 - `import_from_hf(hf_dir, out)`: a HF `BertModel`, `BertForPreTraining` or `BertForMaskedLM` directory -> one of our
   model directories (`training.checkpoint.load_pretrained` loads it); heads the HF checkpoint lacks are initialised
   as `BertForPreTraining` initialises them (seeded) and listed in the returned `HfImport`. Other model types go to
@@ -34,7 +37,7 @@ from typing import Any, Callable
 
 import torch
 
-from bertfactory.errors import ContractError, InputError
+from bertfactory.errors import ConfigError, ContractError, InputError
 from bertfactory.io import read_json_file
 
 from .checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, load_weights, read_checkpoint_config
@@ -319,6 +322,86 @@ def _import_modernbert(hf_dir: Path, out: Path, hf_config: dict[str, Any], seed:
     from .hf_modernbert import import_modernbert_from_hf
 
     return import_modernbert_from_hf(hf_dir, out, hf_config, seed)
+
+
+# ---------------------------------------------------------------------------------------- warm start
+
+
+# the BertConfig fields a HF checkpoint's weights must agree with, as recipe keys (model.<field>)
+_SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                 "max_position_embeddings", "type_vocab_size")
+
+
+def is_hf_model_dir(directory: str | Path) -> bool:
+    """Whether `directory` holds a Hugging Face model (config.json with a model_type) rather than one of ours."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        return False
+    doc = read_json_file(path, f"no {CONFIG_FILE} in {directory}")
+    return isinstance(doc, dict) and "model_type" in doc and "format" not in doc
+
+
+def warm_start_from_hf(model: torch.nn.Module, hf_dir: Path, tokenizer_path: Path | None) -> tuple[list[str], list[str]]:
+    """pretrain.init_from naming a Hugging Face BERT directory (e.g. the MiniLM sample, a BertModel without MLM
+    head): load its encoder (and the heads it has) into `model`, our BertForPreTraining just built from the
+    pretraining seed; the parts the checkpoint lacks keep that fresh initialisation (the MLM decoder is the word
+    embedding matrix, so it starts as the checkpoint's embeddings), parts `model` lacks (an NSP head under objective
+    mlm) are left out. Returns (fresh parts, left-out parts) for the caller to log. ConfigError in one line when
+    the directory is not a BERT, its shape differs from the recipe's model section, or its tokenizer gives other
+    ids than the shards' (`tokenizer_path`)."""
+    hf_dir = Path(hf_dir)
+    where = f"pretrain.init_from {hf_dir}"
+    config_path = hf_dir / CONFIG_FILE
+    hf_config = read_json_file(config_path, f"no {CONFIG_FILE} in {hf_dir}")
+    if type(model) is not BertForPreTraining:
+        raise ConfigError(f"{where} is a Hugging Face directory: starting from one is supported for BERT objectives "
+                          f"(mlm, mlm_nsp); this objective trains a {type(model).__name__} - import it with "
+                          "`bertfactory import-hf` and start from that model directory")
+    if hf_config.get("model_type") != "bert":
+        raise ConfigError(f"{where}: model_type {hf_config.get('model_type')!r}; a Hugging Face directory as "
+                          "init_from must be a BERT (model_type bert) - import others with `bertfactory import-hf` "
+                          "and start from that model directory")
+    theirs = bert_config_from_hf(hf_config, source=str(config_path))
+    if tokenizer_path is not None:
+        _check_same_vocabulary(hf_dir, Path(tokenizer_path), where)
+    ours = model.config
+    wrong = [f"{name} {getattr(theirs, name)} (model.{name}: {getattr(ours, name)})" for name in _SHAPE_FIELDS
+             if getattr(theirs, name) != getattr(ours, name)]
+    if wrong:
+        raise ConfigError(f"{where}: its {CONFIG_FILE} does not fit the recipe's model: {', '.join(wrong)}; set the "
+                          "model section to the checkpoint's shape")
+    state, _ = _ours_from_hf(read_hf_weights(hf_dir), hf_dir)
+    return load_mapped(model, state, hf_dir, config_path, _OPTIONAL_PARTS)
+
+
+def _hf_vocabulary(hf_dir: Path) -> tuple[dict[str, int], Path]:
+    """token -> id of a HF directory's tokenizer: tokenizer.json, else the bare vocab.txt (line number - 1)."""
+    from tokenizers import Tokenizer
+
+    if (hf_dir / "tokenizer.json").is_file():
+        path = hf_dir / "tokenizer.json"
+        return Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True), path
+    path = hf_dir / "vocab.txt"
+    if not path.is_file():
+        raise ConfigError(f"pretrain.init_from {hf_dir}: no tokenizer.json or vocab.txt; without its vocabulary the "
+                          "shards' token ids cannot be checked against the checkpoint's embeddings")
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return {token.rstrip("\r"): i for i, token in enumerate(lines) if token.rstrip("\r")}, path
+
+
+def _check_same_vocabulary(hf_dir: Path, tokenizer_path: Path, where: str) -> None:
+    """The shards' token ids must index the checkpoint's embedding rows: the same token -> id map."""
+    from tokenizers import Tokenizer
+
+    theirs, source = _hf_vocabulary(hf_dir)
+    ours = Tokenizer.from_file(str(tokenizer_path)).get_vocab(with_added_tokens=True)
+    if theirs == ours:
+        return
+    differ = sorted(t for t in set(ours) | set(theirs) if ours.get(t) != theirs.get(t))
+    sample = ", ".join(f"{t!r} {theirs.get(t)} vs {ours.get(t)}" for t in differ[:3])
+    raise ConfigError(f"{where}: its tokenizer ({source}, {len(theirs)} tokens) gives other ids than the shards' "
+                      f"({tokenizer_path}, {len(ours)} tokens; {len(differ)} tokens differ, e.g. {sample}); "
+                      f"preprocess with preprocess.tokenizer.path: {source}")
 
 
 # model_type -> importer (hf_dir, out, config.json, seed); model_type bert is import_from_hf's own

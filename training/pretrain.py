@@ -70,7 +70,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
 
     if dist.is_main:
         remove_staging_leftovers(paths.out)
-    model = build_model(data, cfg, device, dist, tokenizer_sha256)
+    model = build_model(data, cfg, device, dist, tokenizer_sha256, paths.tokenizer)
     trainer = build_trainer(model, model_cfg, cfg, data, device, dist, paths, spmd_devices)
     stacking = StackingSchedule(cfg.stacking, data.arch_config, lambda opt: scheduler_from_config(opt, cfg),
                                 cfg.compile)

@@ -136,7 +136,9 @@ class PretrainConfig(StrictModel):
     init_from: str | None = Field(None, description="a model directory (e.g. an earlier run's pretrain/final) whose "
                                   "weights start training instead of a random init: continued pretraining on new "
                                   "data (flows/refresh.py). Same architecture and tokenizer required; the optimiser "
-                                  "and schedule start fresh. null = random init")
+                                  "and schedule start fresh. Also a Hugging Face BERT directory or `sample:NAME` "
+                                  "(e.g. sample:minilm): its encoder, the heads it lacks initialised fresh and logged; "
+                                  "its vocabulary must be the shards' tokenizer's (training/hf.py). null = random init")
     stacking: StackingConfig | None = Field(None, description="progressive stacking (training/stacking.py): double "
                                             "the layers after the listed steps; model.num_layers is the first depth. "
                                             "For the architectures that declare it: BERT (RoBERTa, ALBERT), SpanBERT "

@@ -2,7 +2,7 @@
 options the recipe asks for and its architecture declares (unpad, static_shapes), compiled, and under
 parallelism fsdp sharded over the processes.
 
-    model = build_model(data, cfg, device, dist, tokenizer_sha256)   # data: training/pretrain_data.py
+    model = build_model(data, cfg, device, dist, tokenizer_sha256, tokenizer_path)   # data: training/pretrain_data.py
 
 The options were checked against the architecture's declared capabilities when the recipe was loaded
 (training/recipe_checks.py); a checkpoint loaded later (training/resume.py) replaces these weights.
@@ -22,6 +22,7 @@ from bertfactory.errors import ConfigError
 from .checkpoint import load_weights, MODEL_FILE, read_checkpoint_config
 from .distributed import DistContext
 from .fsdp import shard_model
+from .models.embeddings import BertEmbeddings
 from .pretrain_config import PretrainConfig
 from .pretrain_data import TrainingData
 from .trainer import freeze_untrained
@@ -35,8 +36,23 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def warm_start(model: torch.nn.Module, directory: Path, architecture: str, tokenizer_sha256: str) -> None:
-    """pretrain.init_from: the weights of another model directory of the same architecture and tokenizer."""
+def warm_start(model: torch.nn.Module, directory: Path, architecture: str, tokenizer_sha256: str,
+               tokenizer_path: Path | None = None) -> None:
+    """pretrain.init_from: the weights of another model directory of the same architecture and tokenizer, or of a
+    Hugging Face BERT directory (`sample:NAME` names a fetched one) with the same vocabulary as the shards'
+    tokenizer (`tokenizer_path`): its encoder, the heads it lacks initialised fresh from pretrain.seed and logged."""
+    from bertfactory.samples import resolve_input
+    from .hf import is_hf_model_dir, warm_start_from_hf
+
+    directory = resolve_input(str(directory))
+    if is_hf_model_dir(directory):
+        fresh, left_out = warm_start_from_hf(model, directory, tokenizer_path)
+        for part in fresh:
+            logger.warning("%s initialised fresh: not in %s", part, directory)
+        for part in left_out:
+            logger.info("%s of %s left out: this objective trains none", part, directory)
+        logger.info("pretrain: starting from the Hugging Face weights of %s", directory)
+        return
     doc = read_checkpoint_config(directory)
     if doc["architecture"] != architecture:
         raise ConfigError(f"pretrain.init_from {directory} holds a {doc['architecture']}, but objective trains a "
@@ -44,16 +60,30 @@ def warm_start(model: torch.nn.Module, directory: Path, architecture: str, token
     if doc["tokenizer"]["sha256"] != tokenizer_sha256:
         raise ConfigError(f"pretrain.init_from {directory} was trained with another tokenizer (sha256 "
                           f"{doc['tokenizer']['sha256']}) than the shards' ({tokenizer_sha256}); token ids would differ")
+    _check_position_tables(model, directory, doc["model"].get("max_position_embeddings"))
     load_weights(model, directory / MODEL_FILE)
     logger.info("pretrain: starting from the weights of %s", directory)
 
 
+def _check_position_tables(model: torch.nn.Module, directory: Path, stored: int | None) -> None:
+    """A sequence-length extension phase (a longer model.max_position_embeddings than init_from's) warm-starts
+    a rotary member (ModernBERT: no weight per position) as it is; a learned position table cannot change size
+    by warm start, so that is refused here in one line instead of as a tensor-shape mismatch."""
+    for module in model.modules():
+        table = module.position_embeddings if isinstance(module, BertEmbeddings) else None
+        if table is not None and stored is not None and table.num_embeddings != stored:
+            raise ConfigError(
+                f"pretrain.init_from {directory} has a learned position table of {stored} positions but "
+                f"model.max_position_embeddings is {table.num_embeddings}: a learned-position model cannot change "
+                f"its length by warm start; keep {stored}, or extend a rotary member (ModernBERT)")
+
+
 def build_model(data: TrainingData, cfg: PretrainConfig, device: torch.device, dist: DistContext,
-                tokenizer_sha256: str) -> torch.nn.Module:
+                tokenizer_sha256: str, tokenizer_path: Path | None = None) -> torch.nn.Module:
     seed_everything(cfg.seed)
     model = data.architecture.build(data.arch_config).to(device)
     if cfg.init_from:  # a resumed checkpoint replaces these weights, as it replaces a random init
-        warm_start(model, Path(cfg.init_from), data.objective.architecture, tokenizer_sha256)
+        warm_start(model, Path(cfg.init_from), data.objective.architecture, tokenizer_sha256, tokenizer_path)
     # both declared by the architecture (Architecture.supports, refused otherwise by training/recipe_checks.py)
     if cfg.unpad:
         model.unpad_by_default = True
