@@ -177,6 +177,21 @@ class Comparison(_Strict):
     mcnemar_p_value: Fraction | None = Field(None, description="two-sided; below 0.05 the difference is unlikely to be chance")
 
 
+class DetectableDifferences(_Strict):
+    """The accuracy differences a classification task's test set can detect (evaluation.mdd), exact binomial
+    tests at `alpha` (two-sided) with probability `power`."""
+
+    test_examples: int = Field(ge=1, description="test examples scored (after max_eval_examples)")
+    alpha: Fraction
+    power: Fraction
+    vs_majority: float | None = Field(None, description="smallest accuracy gain over the majority class's test "
+                                      "accuracy that one model's score shows; null = none at this size")
+    discordant_fraction: Fraction | None = Field(None, description="share of test examples exactly one of the "
+                                                 "compared pretrained and random-init runs got right")
+    paired: float | None = Field(None, description="smallest pretrained - random-init accuracy difference McNemar's "
+                                 "test finds at that discordance; null = none (or no random-init run)")
+
+
 class TaskResults(_Strict):
     task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
     primary_metric: str
@@ -187,6 +202,8 @@ class TaskResults(_Strict):
     tfidf_logreg: BaselineScores | None = None
     majority: BaselineScores | None = None
     comparison: Comparison | None = Field(None, description="present when random_init is")
+    mdd: DetectableDifferences | None = Field(None, description="classification: the minimal detectable "
+                                              "differences at the test size (optional in v4, issue 18)")
     compared: dict[str, ComparedScores] | None = Field(
         None, description="label of each `evaluate.compare_checkpoints` entry -> its scores")
     settings: dict[str, Any] | None = Field(

@@ -52,6 +52,7 @@ from .inputs import CLASSIFICATION_TYPES, build_features
 from .heldout import checkpoint_objective, evaluate_objective
 from .intrinsic import evaluate_intrinsic
 from .lr_grid import encoder_width
+from .mdd import task_mdd
 from .metrics import mcnemar, wilson_interval
 from .parts import TASKS, EvalParts
 from .report import write_report
@@ -289,6 +290,21 @@ def comparison(task: PreparedTask, pretrained: ModelResult, random_init: ModelRe
     return out
 
 
+def detectable_differences(task: PreparedTask, out: dict) -> dict:
+    """tasks.<task>.mdd: what this test set can tell apart (evaluation.mdd) - one model against the majority
+    class's test accuracy (the majority baseline's, else the commonest test label's share) and, with a random-init
+    run, the two models at the discordance their compared runs showed."""
+    y = gold(task.spec, task.test.examples)
+    reference = (out.get("majority") or {}).get("accuracy")
+    if reference is None:
+        reference = max(Counter(int(t) for t in y).values()) / len(y)
+    cmp = out.get("comparison") or {}
+    discordant = None
+    if cmp.get("pretrained_only_correct") is not None:
+        discordant = (cmp["pretrained_only_correct"] + cmp["random_init_only_correct"]) / len(y)
+    return task_mdd(len(y), min(reference, 1.0 - 1e-9), discordant)
+
+
 def save_finetuned(result: ModelResult, task: PreparedTask, directory: Path, tokenizer_sha256: str,
                    encoder_config: dict) -> None:
     """The task's best run (best dev score over grid and seeds): model.safetensors of the TaskModel (encoder.* +
@@ -417,6 +433,8 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     if "majority" in cfg.baselines:
         out["majority"] = baseline_scores(majority(data, spec))
     timings[f"{name}.baselines"] = time.perf_counter() - started
+    if spec.task_type in CLASSIFICATION_TYPES or spec.task_type == "multiple-choice":
+        out["mdd"] = detectable_differences(task, out)
     transfer = None
     if targets:
         transfer = {"task_type": spec.task_type, "primary_metric": spec.primary_metric,

@@ -79,7 +79,18 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
         if cmp and cmp.get("difference") is not None:
             p_value = f" (McNemar p = {cmp['mcnemar_p_value']:.2g})" if cmp.get("mcnemar_p_value") is not None else ""
             rows.append(("evaluate", f"{task} pretrained − random_init", f"{cmp['difference']:+.4f} {primary}{p_value}"))
+        mdd = per.get("mdd")
+        if mdd:  # below these, a difference on this test set is not evidence either way (evaluation/mdd.py)
+            parts = [f"vs majority {_points(mdd.get('vs_majority'))}"]
+            if mdd.get("discordant_fraction") is not None:  # a null difference is left out of the file
+                parts.append(f"paired {_points(mdd.get('paired'))} (discordant {mdd['discordant_fraction']:.0%})")
+            rows.append(("evaluate", f"{task} detectable accuracy diff. (n {mdd['test_examples']}, α .05, power .8)",
+                         ", ".join(parts)))
     return rows
+
+
+def _points(difference: float | None) -> str:
+    return "none at this size" if difference is None else f"{difference * 100:.1f} points"
 
 
 def summary_table(run_dir: Path) -> str:
