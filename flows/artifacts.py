@@ -45,7 +45,7 @@ def stage_markdown(stage: str, run_dir: Path, result: dict) -> str:
         rows += [("tokens", c.get("tokens")), ("masked tokens", c.get("masked_tokens")),
                  ("vocab size", manifest["tokenizer"]["vocab_size"]), ("mask variants", manifest["masking"].get("variants"))]
         return head + _md_table(rows)
-    if stage == "pretrain":
+    if stage in ("pretrain", "tapt"):
         s = result.get("summary", {})
         return head + _md_table([(k, v) for k, v in s.items() if not isinstance(v, (dict, list))]) + \
             tensorboard_note(stage, run_dir)

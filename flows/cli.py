@@ -317,7 +317,12 @@ def _cmd_stages(args) -> int:
 
     run_dir = Path(args.run_dir or _default_run_dir(args.config))
     recipe = load_recipe(args.config, args.overrides)  # validate before starting anything
-    stages = STAGES if args.command == "run" else (args.command,)
+    if args.command == "run":
+        from .stages import recipe_stages
+
+        stages = recipe_stages(recipe)  # a tapt section adds its stage first (flows/tapt.py)
+    else:
+        stages = (args.command,)
     run_dir.mkdir(parents=True, exist_ok=True)
     if args.no_prefect:
         from .lock import run_dir_lock

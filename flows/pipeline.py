@@ -1,4 +1,4 @@
-"""The end-to-end flow: preprocess -> pretrain -> evaluate, each stage a cached task (see flows.stages), with
+"""The end-to-end flow: (tapt ->) preprocess -> pretrain -> evaluate, each stage a cached task (see flows.stages), with
 validated parameters and the run directory locked for the whole run (flows/params.py, flows/lock.py).
 
     bertfactory run configs/local.yaml --run-dir runs/local
@@ -13,7 +13,7 @@ from prefect import flow
 
 from .params import StageParams, flow_guard
 from .recipe import load_recipe
-from .stages import STAGE_ORDER, _flow_run_name, submit_stage
+from .stages import _flow_run_name, recipe_stages, submit_stage
 
 
 @flow(name="pipeline", flow_run_name=_flow_run_name, log_prints=True, validate_parameters=True)
@@ -22,6 +22,6 @@ def pipeline(config: str, run_dir: str, overrides: list[str] | None = None) -> d
     with flow_guard("pipeline", StageParams, config=config, run_dir=run_dir, overrides=overrides) as params:
         recipe = load_recipe(params.config, params.overrides)
         results = {}
-        for stage in STAGE_ORDER:
+        for stage in recipe_stages(recipe):  # a tapt section adds its stage first (flows/tapt.py)
             results[stage] = submit_stage(stage, recipe, Path(params.run_dir))
         return results

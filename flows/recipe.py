@@ -2,7 +2,8 @@
 the stage's code. `load_recipe("configs/local.yaml", ["pretrain.max_steps=200"])` returns a typed Recipe.
 
 Sections: corpus, preprocess (preprocessing.config), model (training.config), pretrain (training.pretrain_config), evaluate
-(evaluation.config), refresh (below: corpus_refresh's watching). A missing section takes its class defaults (the paper-scale values); configs/local.yaml
+(evaluation.config), refresh (below: corpus_refresh's watching), tapt (flows/tapt_config.py: task-adaptive pretraining
+of a published model, a stage before preprocess; null = none). A missing section takes its class defaults (the paper-scale values); configs/local.yaml
 overrides them down to the tiny embedded default.
 
 A recipe is named by a path (`runs/my.yaml`) or by the name of a bundled one (`local`, `bert-base.yaml`, or the
@@ -25,6 +26,8 @@ from preprocessing.config import CorpusConfig, PreprocessConfig
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.recipe_checks import model_pretrain_problems
+
+from .tapt_config import TaptConfig, tapt_problems
 
 
 class RefreshConfig(StrictModel):
@@ -52,11 +55,14 @@ class Recipe(StrictModel):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="intrinsic and fine-tuning evaluation")
     refresh: RefreshConfig = Field(default_factory=RefreshConfig, description="corpus refresh: source watching and "
                                    "continued pretraining (docs/orchestration.md)")
+    tapt: TaptConfig | None = Field(None, description="task-adaptive pretraining of a published model: import it, "
+                                    "pretrain on the tasks' unlabeled training texts from its weights, evaluate it "
+                                    "beside the unadapted one (flows/tapt.py); null = none")
 
     @model_validator(mode="after")
     def _model_and_pretrain_fit(self) -> "Recipe":
         # combinations each section accepts alone but pretraining cannot run (training/recipe_checks.py)
-        problems = model_pretrain_problems(self.model, self.pretrain)
+        problems = model_pretrain_problems(self.model, self.pretrain) + tapt_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -30,11 +30,21 @@ logger = logging.getLogger("flows")
 STAGE_ORDER = ("preprocess", "pretrain", "evaluate")
 
 
+def recipe_stages(recipe: Recipe) -> tuple[str, ...]:
+    """The stages `bertfactory run` runs for `recipe`, in order: tapt first when it has a tapt section."""
+    return (("tapt",) if recipe.tapt is not None else ()) + STAGE_ORDER
+
+
 # ----------------------------------------------------------------------------------------- plain stage logic
 
 
 def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[Path]]:
     """The config sections and input files whose content decides whether `stage` must run again."""
+    from .tapt import tapt_inputs, with_tapt
+
+    if stage == "tapt":
+        return tapt_inputs(recipe)
+    recipe = with_tapt(recipe, run_dir)  # a tapt recipe's paths (flows/tapt.py); others unchanged
     if stage == "preprocess":
         from preprocessing.pipeline import input_files
 
@@ -61,7 +71,8 @@ def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[
 
         files += task_input_files(recipe.evaluate, run_dir)
         return recipe.model_dump(mode="json", include={"evaluate"}), files
-    raise BertfactoryError(f"unknown stage '{stage}'; stages: {', '.join(STAGE_ORDER)}")
+    raise BertfactoryError(f"unknown stage '{stage}'; stages: tapt (recipes with a tapt section), "
+                           f"{', '.join(STAGE_ORDER)}")
 
 
 def _require(path: Path, stage: str, upstream: str) -> None:
@@ -73,6 +84,15 @@ def _require(path: Path, stage: str, upstream: str) -> None:
 
 
 def _entry_point(stage: str) -> Callable[[Recipe, Path], dict]:
+    from .tapt import run_tapt, with_tapt
+
+    if stage == "tapt":
+        return run_tapt
+    entry = _stage_entry_point(stage)
+    return lambda r, d: entry(with_tapt(r, d), d)
+
+
+def _stage_entry_point(stage: str) -> Callable[[Recipe, Path], dict]:
     if stage == "preprocess":
         from preprocessing.pipeline import run_preprocess
 

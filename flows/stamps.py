@@ -46,6 +46,9 @@ STAGES = {
     # key never clears eval/
     "evaluate": StageSpec("evaluate", ("eval/results.json", "eval/report.md"), ()),
     "distill": StageSpec("distill", ("distill/results.json", "distill/report.md"), ("distill",)),
+    # a recipe's tapt section (flows/tapt.py): the imported model and the task corpus
+    "tapt": StageSpec("tapt", ("tapt/corpus.jsonl", "tapt/unadapted/model.safetensors", "tapt/unadapted/config.json",
+                               "tapt/unadapted/tokenizer.json"), ("tapt",)),
 }
 
 

@@ -1,0 +1,99 @@
+"""Task-adaptive pretraining (TAPT, Gururangan et al. 2020) of a published model as one recipe
+(configs/tapt-minilm.yaml): the stage `tapt` runs before the usual three, and the recipe the others see is
+`with_tapt(recipe, run_dir)`, its paths filled in. No other flow code: preprocess, pretrain and evaluate are the
+ordinary stages (flows/stages.py), with their stamps, resume and artifacts.
+
+    tapt        RUN/tapt/unadapted   <- tapt.hf_model imported (training.hf.import_from_hf): the unadapted model
+                RUN/tapt/corpus.jsonl <- the tasks' training texts, labels dropped (evaluation/task_corpus.py)
+    preprocess  corpus.inputs: "tapt:tasks" -> RUN/tapt/corpus.jsonl; preprocess.tokenizer.path (when null) ->
+                the model's tokenizer.json, adopted (its padding / truncation dropped)
+    pretrain    pretrain.init_from -> tapt.hf_model: its encoder, the MLM head fresh (logged), continued MLM
+    evaluate    the adapted RUN/pretrain/final, and RUN/tapt/unadapted as evaluate.compare_checkpoints
+
+    bertfactory run configs/tapt-minilm.yaml --run-dir runs/tapt-minilm
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from bertfactory.samples import resolve_input
+
+from .recipe import Recipe
+from .tapt_config import TASK_CORPUS_INPUT
+
+logger = logging.getLogger("flows")
+
+TAPT_DIR = "tapt"
+UNADAPTED = f"{TAPT_DIR}/unadapted"  # relative to the run directory (evaluate.compare_checkpoints takes it so)
+TASK_CORPUS = f"{TAPT_DIR}/corpus.jsonl"
+HF_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+def hf_model_dir(recipe: Recipe) -> Path:
+    """tapt.hf_model as a directory (`sample:NAME` resolved to the cached sample)."""
+    assert recipe.tapt is not None
+    return resolve_input(recipe.tapt.hf_model).resolve()
+
+
+def tapt_tasks(recipe: Recipe) -> dict:
+    """The evaluate tasks (name -> TaskConfig) whose training texts make the task corpus."""
+    assert recipe.tapt is not None
+    enabled = recipe.evaluate.enabled_tasks()
+    names = recipe.tapt.tasks or list(enabled)
+    return {name: enabled[name] for name in names}
+
+
+def with_tapt(recipe: Recipe, run_dir: Path) -> Recipe:
+    """The recipe the ordinary stages run: the tapt section's paths filled in (module docstring). Unchanged
+    without a tapt section; applying it twice changes nothing more."""
+    if recipe.tapt is None:
+        return recipe
+    run_dir = Path(run_dir).resolve()  # one spelling of the corpus path, so every caller gets the same stage keys
+    hf = hf_model_dir(recipe)
+    inputs = [str(run_dir / TASK_CORPUS) if i == TASK_CORPUS_INPUT else i for i in recipe.corpus.inputs]
+    tokenizer = recipe.preprocess.tokenizer
+    if tokenizer.path is None:
+        tokenizer = tokenizer.model_copy(update={"path": str(hf / "tokenizer.json")})
+    compared = list(recipe.evaluate.compare_checkpoints)
+    if recipe.tapt.compare_unadapted and UNADAPTED not in compared:
+        compared.append(UNADAPTED)
+    return recipe.model_copy(update={
+        "corpus": recipe.corpus.model_copy(update={"inputs": inputs}),
+        "preprocess": recipe.preprocess.model_copy(update={"tokenizer": tokenizer}),
+        "pretrain": recipe.pretrain.model_copy(update={"init_from": str(hf)}),
+        "evaluate": recipe.evaluate.model_copy(update={"compare_checkpoints": compared}),
+    })
+
+
+def tapt_inputs(recipe: Recipe) -> tuple[dict, list[Path]]:
+    """The config and files that decide whether the tapt stage must run again: the section, the tasks' settings,
+    the model's files and the tasks' data files."""
+    from evaluation.run import task_input_files
+
+    tasks = tapt_tasks(recipe)
+    config = {"tapt": recipe.tapt.model_dump(mode="json"),
+              "tasks": {name: task.model_dump(mode="json") for name, task in tasks.items()}}
+    hf = hf_model_dir(recipe)
+    files = [hf / name for name in HF_FILES]
+    scoped = recipe.evaluate.model_copy(update={"tasks": tasks, "crosslingual": [], "compare_checkpoints": []})
+    return config, files + task_input_files(scoped)
+
+
+def run_tapt(recipe: Recipe, run_dir: Path) -> dict:
+    """The tapt stage: import the model, write the task corpus. Its summary: what was imported, and per task the
+    documents and characters written."""
+    from evaluation.task_corpus import write_task_corpus
+    from training.hf import import_from_hf
+
+    assert recipe.tapt is not None
+    run_dir = Path(run_dir)
+    hf = hf_model_dir(recipe)
+    imported = import_from_hf(hf, run_dir / UNADAPTED, seed=recipe.tapt.import_seed, overwrite=True)
+    tasks = write_task_corpus(tapt_tasks(recipe), run_dir / TASK_CORPUS)
+    logger.info("tapt: imported %s (%s) into %s; task corpus %s: %s", hf, imported.architecture, imported.path,
+                run_dir / TASK_CORPUS, ", ".join(f"{n} {t['documents']} documents" for n, t in tasks.items()))
+    return {"hf_model": str(hf), "architecture": imported.architecture, "unadapted": UNADAPTED,
+            "initialised_in_import": list(imported.initialised), "task_corpus": TASK_CORPUS, "tasks": tasks,
+            "documents": sum(t["documents"] for t in tasks.values())}
