@@ -10,8 +10,13 @@ rewritten from the runs' results.json and summary.json, with the commit and date
     python scripts/family_table.py --max-steps 400 --jobs 2   # a shorter budget for every twin
     python scripts/family_table.py --members roberta xlnet --jobs 2
     python scripts/family_table.py --write-only          # rebuild the table from existing runs
+    python scripts/family_table.py --check               # every member has a row with every cell filled
 
 Twins already complete in RUNS are not retrained (the flow's stage cache): delete RUNS/<member> to measure anew.
+`--check` (tests/test_family_table.py runs it on the committed docs/family.md) fails, one line per problem, when a
+member has no row, a row's cells differ from STATIC below (the table was edited by hand), or a cell says nothing:
+blank, a lone dash, n/a, "not measured", a failed measurement. A dash with its reason ("— (transformers 5 has no
+Transformer-XL)") or beside a filled half ("— / BertForMaskedLM") is filled: it says what there is.
 """
 
 from __future__ import annotations
@@ -83,13 +88,21 @@ STATIC = {
               "cased WordPiece 119,547 over many languages, α 0.7 for data and vocabulary; nsp-pairs; no language "
               "embedding; BERT-base's schedule", "✓ (BERT's objective)", "✓ (BERT's objective)", "✓ other[mbert]",
               "as BERT"),
-    "ModernBERT": ("`modernbert_mlm`", "modernbert-base / tiny-modernbert",
+    "ModernBERT": ("`modernbert_mlm`", "modernbert-base → modernbert-base-long / tiny-modernbert → "
+                   "tiny-modernbert-long (phase 2: length extension)",
                    "byte-level BPE 50,368 cased; FULL-SENTENCES 1,024, unpadded; dynamic token masks 30 %; no NSP; "
                    "rotary θ 160k global / 10k local, global attention every 3rd layer, 128-token window elsewhere; "
-                   "AdamW β2 0.98, lr 8e-4, wd 1e-5, batch 4,608 after a batch ramp; warmup-stable-decay (1-sqrt "
-                   "decay over the last 10 %), no 8k context phase", "✓ `[modernbert_mlm]`", "✓ `[modernbert_mlm]`",
-                   "✓ other[modernbert]", "ModernBertForMaskedLM / ModernBertModel ↔ ModernBertForMaskedLM"),
+                   "AdamW β2 0.98, lr 8e-4, wd 1e-5, batch 4,608 after a batch ramp (768 → 4,608 over 10k steps); "
+                   "warmup-stable-decay (1-sqrt decay over the last 10 %); then the context extension to 8,192 from "
+                   "phase 1's weights (lr 3e-4, 1-sqrt decay over the last 17 %)", "✓ `[modernbert_mlm]`",
+                   "✓ `[modernbert_mlm]`", "✓ other[modernbert]",
+                   "ModernBertForMaskedLM / ModernBertModel ↔ ModernBertForMaskedLM"),
 }
+COLUMNS = ("member", "objective", "recipe (full / tiny)", "paper's data setup (full recipe)", "DDP 2 procs", "FSDP",
+           "flow + torchrun test", "HF import / export",
+           "held-out objective vs no-context baseline (tiny twin, real corpus)")
+# what an empty cell says (compared lower-cased, per " / " half): nothing
+PLACEHOLDERS = frozenset({"", "-", "—", "–", "n/a", "na", "?", "tbd", "todo", "not measured"})
 NO_TASKS = ["evaluate.tasks={}", "evaluate.feature_based.enabled=false", "evaluate.random_init_baseline=false"]
 
 
@@ -129,7 +142,8 @@ def measured(member: str, runs: Path, error: str | None) -> str:
         f"; {summary['steps']} steps, {summary['seconds'] / 60:.1f} min"
 
 
-def write_table(runs: Path, errors: dict[str, str | None]) -> None:
+def render_table(runs: Path, errors: dict[str, str | None]) -> list[str]:
+    """The lines between (and including) the markers: the provenance paragraph and the table."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
     # `errors` holds the twins run by this invocation; the other rows are read from earlier runs, so the commit
@@ -150,15 +164,15 @@ def write_table(runs: Path, errors: dict[str, str | None]) -> None:
              "(evaluation/heldout.py: the train split's unigram distribution). DDP / FSDP cells name the "
              f"case of `{DDP}`; flow cells the case of `tests/flows/test_members_absolute.py` / `_other.py`; HF cells "
              "are tested in tests/training/test_hf*.py (logits within 1e-5 of transformers' classes built offline).",
-             "",
-             "| member | objective | recipe (full / tiny) | paper's data setup (full recipe) | DDP 2 procs | FSDP | "
-             "flow + torchrun test | HF import / export | held-out objective vs no-context baseline (tiny twin, "
-             "real corpus) |", "|---|---|---|---|---|---|---|---|---|"]
+             "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for member in TWINS:
-        objective, recipes, setup, ddp, fsdp, flow, hf = STATIC[member]
-        lines.append(f"| {member} | {objective} | {recipes} | {setup} | {ddp} | {fsdp} | {flow} | {hf} | "
-                     f"{measured(member, runs, errors.get(member))} |")
-    lines += ["", END]
+        cells = (member, *STATIC[member], measured(member, runs, errors.get(member)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + ["", END]
+
+
+def write_table(runs: Path, errors: dict[str, str | None]) -> None:
+    lines = render_table(runs, errors)
     text = DOC.read_text(encoding="utf-8")
     if START in text:
         before, rest = text.split(START, 1)
@@ -170,15 +184,58 @@ def write_table(runs: Path, errors: dict[str, str | None]) -> None:
     print("\n".join(lines))
 
 
+def table_rows(text: str) -> dict[str, list[str]]:
+    """member -> its cells, from the table between the markers of a family.md text."""
+    if START not in text or END not in text:
+        raise ValueError(f"{DOC.name}: no table between {START} and {END}")
+    block = text.split(START, 1)[1].split(END, 1)[0]
+    rows = {}
+    for line in block.splitlines():
+        if not line.startswith("|") or line.startswith("|---") or line.startswith("| member |"):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        rows[cells[0]] = cells
+    return rows
+
+
+def empty_cell(cell: str) -> bool:
+    """A cell that says nothing (the module docstring): every " / " half a placeholder, or a failed run."""
+    return cell.lower().startswith("failed:") or all(half.strip().lower() in PLACEHOLDERS for half in cell.split(" / "))
+
+
+def table_problems(text: str) -> list[str]:
+    """One line per problem of the family table in `text` (see the module docstring); [] = every cell filled."""
+    rows = table_rows(text)
+    problems = [f"{DOC.name}: no row for {member}" for member in TWINS if member not in rows]
+    for member, cells in rows.items():
+        if len(cells) != len(COLUMNS):
+            problems.append(f"{DOC.name}: {member}'s row has {len(cells)} cells, the table {len(COLUMNS)}")
+            continue
+        problems += [f"{DOC.name}: {member}'s '{column}' cell is empty ({cell!r})"
+                     for column, cell in zip(COLUMNS, cells) if empty_cell(cell)]
+        if member not in STATIC:
+            problems.append(f"{DOC.name}: {member} is not a member of scripts/family_table.py (TWINS / STATIC)")
+        elif tuple(cells[1:-1]) != STATIC[member]:
+            problems.append(f"{DOC.name}: {member}'s row differs from STATIC in scripts/family_table.py; rewrite "
+                            "the table with --write-only")
+    return problems
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--members", nargs="*", choices=list(TWINS), default=list(TWINS))
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "family", help="where the twins' runs go")
     parser.add_argument("--jobs", type=int, default=1, help="twins trained at once (each one torch thread)")
     parser.add_argument("--write-only", action="store_true", help="only rebuild the table from existing runs")
+    parser.add_argument("--check", action="store_true", help="only check docs/family.md's table: a row per member, "
+                        "every cell filled, the rows as STATIC says (exit 1 with a line per problem)")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="train each twin this many steps instead of its recipe's (the table says how many)")
     args = parser.parse_args()
+    if args.check:
+        problems = table_problems(DOC.read_text(encoding="utf-8"))
+        print("\n".join(problems) or f"{DOC.relative_to(REPO)}: {len(TWINS)} members, every cell filled")
+        sys.exit(1 if problems else 0)
     args.runs.mkdir(parents=True, exist_ok=True)
     errors: dict[str, str | None] = {}
     if not args.write_only:
