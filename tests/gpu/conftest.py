@@ -80,7 +80,7 @@ def launch(world: int, args: list[str], timeout: int = 300, env: dict | None = N
     for rank in range(world):
         rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "LOCAL_RANK": str(rank),
                     "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                    "PYTHONPATH": str(REPO)}
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         procs.append(subprocess.Popen([sys.executable, *args], cwd=REPO, env=rank_env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outputs = []

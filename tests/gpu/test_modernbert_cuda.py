@@ -1,0 +1,143 @@
+"""ModernBERT's unpadded path on CUDA (training/models/modernbert.py): the global layers and the sliding-window local
+layers both reach the FlashAttention varlen kernel (`varlen_attn`, with window_size (-1, -1) and (w, w)), and the
+result equals the padded path, whose local layers attend under sliding_window_band's boolean mask.
+
+The windows are made to matter: local_attention 16 (8 columns on either side) on sequences of up to 100 tokens, so
+a kernel that ignored the window, or counted it differently from the padded mask, would differ far beyond bf16's
+rounding. Tolerances are tests/gpu/test_varlen_cuda.py's (bf16 on both paths): the unpadded outputs and gradients
+within 2 % / 5 % (relative L2) of the padded ones, and no further from the fp32 padded result than the padded bf16
+path itself is (1.5x its error plus a small floor). The CPU tests (tests/training/test_modernbert.py) cover the
+exact reference attention with the window."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from training.backends import autocast_context
+from training.models.modernbert import ModernBertConfig, ModernBertForMaskedLM
+from training.models.varlen import PackedSequences, _use_varlen_kernel, reference_attention, varlen_attention
+
+pytestmark = pytest.mark.cuda
+
+LENGTHS = [1, 100, 17, 64, 3, 77]
+VOCAB = 1000
+WINDOW = 8  # local_attention 16: 8 columns on either side
+
+
+@pytest.fixture(autouse=True)
+def _kernel_capable():
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip(f"varlen_attn needs compute capability >= 8.0; {torch.cuda.get_device_name()} has "
+                    f"{torch.cuda.get_device_capability()}")
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The window_size of every varlen_attn call (varlen_attention imports it from its module at each call)."""
+    import torch.nn.attention.varlen as varlen_module
+
+    calls, real = [], varlen_module.varlen_attn
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("window_size"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(varlen_module, "varlen_attn", counting)
+    return calls
+
+
+def _model() -> ModernBertForMaskedLM:
+    torch.manual_seed(0)
+    config = ModernBertConfig(vocab_size=VOCAB, hidden_size=128, num_layers=3, num_heads=2, intermediate_size=256,
+                              max_position_embeddings=128, global_attn_every_n_layers=3,
+                              local_attention=2 * WINDOW)  # head_dim 64; layer 0 global, layers 1-2 local
+    return ModernBertForMaskedLM(config).cuda().train()  # train mode, dropout 0: the path training takes
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    b, t = len(LENGTHS), max(LENGTHS)
+    mask = (torch.arange(t)[None] < torch.tensor(LENGTHS)[:, None]).long()
+    ids = torch.randint(5, VOCAB, (b, t), generator=g) * mask
+    return ids.cuda(), mask.cuda()
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().float(), b.detach().float()
+    return float((a - b).norm() / b.norm())
+
+
+def _run(model, ids, mask, readout, unpad: bool, bf16: bool):
+    """Hidden states of every layer at the real tokens, and the gradients of a loss reading all of them."""
+    model.zero_grad(set_to_none=True)
+    with autocast_context(ids.device, bf16):
+        last, states = model.bert(ids, None, mask, output_hidden_states=True, unpad=unpad)
+        real = mask.bool()
+        loss = (last.float() * readout).sum(-1)[real].mean()
+    loss.backward()
+    grads = torch.cat([p.grad.flatten() for p in model.bert.parameters() if p.grad is not None])
+    return [s[real].float() for s in states], grads
+
+
+def test_sliding_window_layers_run_on_the_kernel_and_match_the_padded_band_mask(kernel_calls):
+    model = _model()
+    ids, mask = _batch()
+    readout = torch.randn(128, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
+
+    fp32_states, fp32_grads = _run(model, ids, mask, readout, unpad=False, bf16=False)
+    padded_states, padded_grads = _run(model, ids, mask, readout, unpad=False, bf16=True)
+    assert not kernel_calls
+    unpadded_states, unpadded_grads = _run(model, ids, mask, readout, unpad=True, bf16=True)
+    assert kernel_calls == [(-1, -1), (WINDOW, WINDOW), (WINDOW, WINDOW)]  # global, local, local
+
+    assert len(unpadded_states) == len(padded_states) == 4
+    for layer, (u, p, f) in enumerate(zip(unpadded_states, padded_states, fp32_states)):
+        assert _relative(u, p) < 2e-2, (layer, _relative(u, p))
+        assert _relative(u, f) <= 1.5 * _relative(p, f) + 2e-3, (layer, _relative(u, f), _relative(p, f))
+    assert torch.isfinite(unpadded_grads).all()
+    assert _relative(unpadded_grads, padded_grads) < 5e-2, _relative(unpadded_grads, padded_grads)
+    assert _relative(unpadded_grads, fp32_grads) <= 1.5 * _relative(padded_grads, fp32_grads) + 5e-3, (
+        _relative(unpadded_grads, fp32_grads), _relative(padded_grads, fp32_grads))
+
+
+def test_kernel_window_equals_the_band_masked_reference():
+    """The kernel's window_size against the reference attention under the same window (sliding_window_band), on
+    random bf16 q/k/v where the window matters: attending globally instead moves the result by ~87 % (so a kernel
+    ignoring the window, or counting it in other units, fails here by far more than bf16's rounding)."""
+    t = max(LENGTHS)
+    mask = (torch.arange(t)[None] < torch.tensor(LENGTHS)[:, None]).long().cuda()
+    layout = PackedSequences.from_attention_mask(mask)
+    windowed = dataclasses.replace(layout, window=WINDOW)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(layout.num_tokens, 2, 64, generator=g).cuda() for _ in range(3))
+    bf16 = [x.bfloat16() for x in (q, k, v)]
+    assert _use_varlen_kernel(bf16[0], 0.0)
+    kernel = varlen_attention(*bf16, windowed, 0.0).float()
+    reference = reference_attention(q, k, v, windowed, 0.0)
+    unbounded = reference_attention(q, k, v, layout, 0.0)
+    assert _relative(kernel, reference) < 2e-2, _relative(kernel, reference)
+    assert _relative(unbounded, reference) > 0.5
+
+
+def test_masked_lm_loss_unpadded_on_the_kernel_equals_padded_within_bf16(kernel_calls):
+    model = _model()
+    ids, mask = _batch()
+    g = torch.Generator().manual_seed(3)
+    positions = torch.zeros(len(LENGTHS), 8, dtype=torch.long)
+    labels = torch.full((len(LENGTHS), 8), -100)
+    for row, length in enumerate(LENGTHS):
+        n = min(8, length - 1)
+        if n > 0:
+            positions[row, :n] = 1 + torch.randperm(length - 1, generator=g)[:n]
+            labels[row, :n] = torch.randint(5, VOCAB, (n,), generator=g)
+    args = (ids, torch.zeros_like(ids), mask, positions.cuda(), labels.cuda())
+    with autocast_context(ids.device, bf16=True):
+        padded = model(*args)
+        unpadded = model(*args, unpad=True)
+    assert len(kernel_calls) == 3
+    assert padded["mlm_count"] == unpadded["mlm_count"] == int((labels != -100).sum())
+    assert torch.isfinite(unpadded["loss"])
+    assert unpadded["loss"].item() == pytest.approx(padded["loss"].item(), rel=1e-2)
