@@ -135,7 +135,7 @@ def run_cached(stage: str, run_dir: Path, key: str, action: Callable[[], dict], 
     summary = action()
     seconds = time.perf_counter() - t0
     summary = json.loads(json.dumps(summary, default=str))
-    stamps.finish(run_dir, stage, key, summary)
+    stamps.finish(run_dir, stage, key, summary, seconds)
     logger.info("%s: done in %.1f s", stage, seconds)
     return {"stage": stage, "status": "ran", "key": key, "seconds": round(seconds, 2), "summary": summary}
 

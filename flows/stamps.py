@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from bertfactory import __version__
 from bertfactory.io import atomic_write_json, content_hash, sha256_file
+from bertfactory.provenance import code_revision
 
 STAMP_DIR = ".bertfactory"
 # Files at most this big are fingerprinted by sha256, bigger ones by size (hashing every shard of a large
@@ -140,9 +142,24 @@ def begin(run_dir: Path, stage: str, key: str, log=None) -> None:
     atomic_write_json(started, {"key": key, "stage": stage})
 
 
-def finish(run_dir: Path, stage: str, key: str, summary: dict) -> None:
+def finish(run_dir: Path, stage: str, key: str, summary: dict, seconds: float | None = None) -> None:
+    """Record the stage as done: its key, its outputs' fingerprints, its summary, and for the record (freshness
+    reads only key and outputs) the wall seconds it took, when it finished and the code that ran it."""
     outputs = {str(f.relative_to(run_dir)): file_fingerprint(f) for f in _outputs(run_dir, stage) if f.is_file()}
-    atomic_write_json(_stamp_path(run_dir, stage), {"key": key, "stage": stage, "outputs": outputs, "summary": summary})
+    record = {"key": key, "stage": stage, "outputs": outputs, "summary": summary,
+              "seconds": None if seconds is None else round(seconds, 2),
+              "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "code": code_revision()}
+    atomic_write_json(_stamp_path(run_dir, stage), record)
+
+
+def recorded_run(run_dir: Path, stage: str) -> dict:
+    """The stamp of a finished stage (key, outputs, summary, seconds, finished_at, code), {} when it has none.
+    Stamps written before seconds/code were recorded lack those keys."""
+    path = _stamp_path(run_dir, stage)
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
 
 
 def recorded_summary(run_dir: Path, stage: str) -> dict:

@@ -1,0 +1,36 @@
+"""Which code produced an output: the bertfactory version and, when it runs from a git checkout, the commit (with
+`-dirty` when tracked files differ from it). Stage stamps record it, so that a figure quoted from a run directory
+(scripts/readme_demo.py) names the commit that made it.
+
+    from bertfactory.provenance import code_revision
+    code_revision()   # {"version": "0.1.0", "commit": "e1d1857...", "dirty": False}; commit None outside git
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+
+from bertfactory import __version__
+
+_SOURCE = Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=1)
+def code_revision() -> dict:
+    """{"version", "commit", "dirty"} of the installed code; commit and dirty are None when it is not a git checkout
+    (an installed wheel) or git is missing. Cached: the code does not change under a running process."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(_SOURCE), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD") if (_SOURCE / ".git").exists() else None
+    dirty = None
+    if commit:
+        status = git("status", "--porcelain", "--untracked-files=no")
+        dirty = bool(status) if status is not None else None
+    return {"version": __version__, "commit": commit, "dirty": dirty}

@@ -1,0 +1,107 @@
+"""The README's demo excerpt, regenerated from a run directory of `make demo` (never typed by hand).
+
+    .venv/bin/python scripts/readme_demo.py runs/local            # rewrite README.md's excerpt from that run
+    .venv/bin/python scripts/readme_demo.py runs/local --check    # exit 1 when README.md's excerpt is not that run's
+
+The excerpt is the block between the two `demo-excerpt` markers in README.md: one line saying which commit made the
+run, when, and how long each stage took (from the stage stamps, RUN/.bertfactory/<stage>.json), then the table that
+`bertfactory run` printed at its end (flows/summary.py, read from the same run directory). A run made from a tree
+with uncommitted changes, or by code without a git checkout, is refused: its figures could not be traced to a
+commit. `--check` is what a reviewer runs after `make demo` to see that the README quotes the current run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from flows.stamps import recorded_run  # noqa: E402
+from flows.summary import summary_table  # noqa: E402
+
+BEGIN = "<!-- demo-excerpt:begin (scripts/readme_demo.py writes this block from a `make demo` run; do not edit) -->"
+END = "<!-- demo-excerpt:end -->"
+STAGES = ("preprocess", "pretrain", "evaluate")
+
+
+class ExcerptError(Exception):
+    """The run directory cannot give an excerpt (a stage not finished, no commit recorded), or README has no block."""
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def provenance_line(run_dir: Path) -> str:
+    """'Measured by `make demo` at commit C on DATE: preprocess ..., pretrain ..., evaluate ...; ... in all.'"""
+    stamps = {stage: recorded_run(run_dir, stage) for stage in STAGES}
+    missing = [stage for stage, stamp in stamps.items() if not stamp]
+    if missing:
+        raise ExcerptError(f"{run_dir}: stage(s) {', '.join(missing)} have not finished there (no stamp in "
+                           f"{run_dir / '.bertfactory'}); run `make demo` first")
+    untimed = [stage for stage, stamp in stamps.items() if stamp.get("seconds") is None or not stamp.get("code")]
+    if untimed:
+        raise ExcerptError(f"{run_dir}: the stamps of {', '.join(untimed)} record no duration or code revision "
+                           "(written by an older bertfactory); rerun `make demo` with --force")
+    commits = {stage: stamp["code"].get("commit") for stage, stamp in stamps.items()}
+    if len(set(commits.values())) != 1 or None in commits.values():
+        raise ExcerptError(f"{run_dir}: the stages ran at different or unknown commits ({commits}); rerun the demo "
+                           "with --force from one commit")
+    dirty = [stage for stage, stamp in stamps.items() if stamp["code"].get("dirty")]
+    if dirty:
+        raise ExcerptError(f"{run_dir}: {', '.join(dirty)} ran from a tree with uncommitted changes; commit, then "
+                           "rerun the demo with --force")
+    commit = next(iter(commits.values()))
+    finished = max(datetime.fromisoformat(stamp["finished_at"]) for stamp in stamps.values())
+    times = ", ".join(f"{stage} {_duration(stamps[stage]['seconds'])}" for stage in STAGES)
+    total = sum(stamps[stage]["seconds"] for stage in STAGES)
+    return (f"Measured by `make demo` at commit {commit[:7]} on {finished:%Y-%m-%d} (2 cores): {times}; "
+            f"{_duration(total)} in all.")
+
+
+def excerpt(run_dir: Path) -> str:
+    """The whole block, markers included."""
+    return "\n".join([BEGIN, provenance_line(run_dir), "", "```", summary_table(run_dir), "```", END])
+
+
+def replace_block(readme: str, block: str) -> str:
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        raise ExcerptError(f"README.md has no demo excerpt block (the lines {BEGIN!r} ... {END!r})")
+    return readme[:start] + block + readme[end + len(END):]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, nargs="?", default=REPO / "runs" / "local",
+                        help="the demo's run directory (default runs/local, where `make demo` writes)")
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when the README differs")
+    args = parser.parse_args(argv)
+    try:
+        readme = args.readme.read_text(encoding="utf-8")
+        updated = replace_block(readme, excerpt(args.run_dir))
+    except ExcerptError as err:
+        print(f"readme_demo: {err}", file=sys.stderr)
+        return 2
+    if args.check:
+        if updated != readme:
+            print(f"readme_demo: {args.readme}'s demo excerpt is not {args.run_dir}'s run; regenerate it with "
+                  f"`python scripts/readme_demo.py {args.run_dir}`", file=sys.stderr)
+            return 1
+        print(f"readme_demo: {args.readme} quotes {args.run_dir}")
+        return 0
+    if updated != readme:
+        tmp = args.readme.with_suffix(".md.tmp")
+        tmp.write_text(updated, encoding="utf-8")
+        tmp.replace(args.readme)
+    print(f"readme_demo: {args.readme}'s demo excerpt is {args.run_dir}'s run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
