@@ -40,10 +40,12 @@ def recipe_stages(recipe: Recipe) -> tuple[str, ...]:
 
 def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[Path]]:
     """The config sections and input files whose content decides whether `stage` must run again."""
-    from .tapt import tapt_inputs, with_tapt
+    from .tapt import require_tapt_outputs, tapt_inputs, with_tapt
 
     if stage == "tapt":
         return tapt_inputs(recipe)
+    if recipe.tapt is not None and stage in ("preprocess", "evaluate"):
+        require_tapt_outputs(run_dir, stage)
     recipe = with_tapt(recipe, run_dir)  # a tapt recipe's paths (flows/tapt.py); others unchanged
     if stage == "preprocess":
         from preprocessing.pipeline import input_files

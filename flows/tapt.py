@@ -67,6 +67,19 @@ def with_tapt(recipe: Recipe, run_dir: Path) -> Recipe:
     })
 
 
+def require_tapt_outputs(run_dir: Path, stage: str) -> None:
+    """A stage of a tapt recipe run on its own (`bertfactory preprocess` / `evaluate`) needs what the tapt stage
+    wrote; say which command writes it rather than that an input file is missing."""
+    from bertfactory.errors import BertfactoryError
+
+    from .stamps import STAGES
+
+    missing = [o for o in STAGES["tapt"].outputs if not (Path(run_dir) / o).is_file()]
+    if missing:
+        raise BertfactoryError(f"{stage} of a tapt recipe needs {Path(run_dir) / missing[0]}, which the tapt stage "
+                               "writes; run `bertfactory run` with the same --run-dir first")
+
+
 def tapt_inputs(recipe: Recipe) -> tuple[dict, list[Path]]:
     """The config and files that decide whether the tapt stage must run again: the section, the tasks' settings,
     the model's files and the tasks' data files."""

@@ -83,3 +83,13 @@ def test_the_task_corpus_holds_the_training_texts_only(tmp_path):
     assert again.read_bytes() == out.read_bytes()  # deterministic
     with pytest.raises(ConfigError, match="no task"):
         write_task_corpus({}, tmp_path / "none.jsonl")
+
+
+def test_a_stage_of_a_tapt_recipe_run_alone_says_what_writes_its_input(tmp_path, capsys):
+    from flows.cli import main
+
+    for stage in ("preprocess", "evaluate"):
+        assert main([stage, str(RECIPE), "--run-dir", str(tmp_path / "run"), "--no-prefect"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and f"{stage} of a tapt recipe needs" in err
+        assert "which the tapt stage writes; run `bertfactory run`" in err and err.count("\n") == 1
