@@ -1,0 +1,114 @@
+"""Distillation over several tasks and seeds: mean +- std of teacher score, student score and retention per method.
+
+Each (task, seed) is one ordinary distillation stage (flows/distill_flow.py's `run_distill_stage`, so a finished
+pair is not trained again when config and inputs are unchanged) in RUN/<task>/seed-<seed>/, with the config's
+teacher and shard paths resolved against RUN. The seed is the stage's `seed`: it seeds the teacher's fine-tuning,
+the students' general and task distillation, TinyBERT's initialisation and augmentation. Writes RUN/summary.json
+and prints a markdown table; retention = student / teacher score of the same seed (mean +- sample std over seeds).
+
+    python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir runs/distill-minilm \\
+        --tasks movie_sentiment trec_coarse --seeds 1 2 3 [--set tinybert.general_steps=0]
+    python benchmarks/distill_seeds.py ... --only-summary     # the table of the pairs already run, training nothing
+
+Run pairs in chunks (e.g. one task per invocation) on a shared machine: finished pairs are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def mean_std(values: list[float]) -> dict:
+    """Mean and sample standard deviation (0 for a single value) of `values`."""
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "n": len(values), "values": values}
+
+
+def summarise(results: dict[str, dict[int, dict]]) -> dict:
+    """{task: {seed: results.json}} -> {task: {method: {teacher, student, retention, direct, speedup: mean_std}}}."""
+    summary: dict = {}
+    for task, by_seed in results.items():
+        methods: dict = {}
+        for name in sorted({m for r in by_seed.values() for m in r["methods"]}):
+            rows = [r["methods"][name] for r in by_seed.values() if name in r["methods"]]
+            methods[name] = {
+                "teacher": mean_std([row["teacher"]["score"] for row in rows]),
+                "student": mean_std([row["student"]["score"] for row in rows]),
+                "retention": mean_std([row["retention"] for row in rows if row["retention"] is not None]),
+                "direct": mean_std([row["student_direct"]["score"] for row in rows]),
+                "speedup": mean_std([row["speedup"] for row in rows if row["speedup"] is not None]),
+                "seeds": sorted(seed for seed, r in by_seed.items() if name in r["methods"]),
+            }
+        majority = {r["majority_accuracy"] for r in by_seed.values()}
+        summary[task] = {"methods": methods, "majority_accuracy": sorted(majority)}
+    return summary
+
+
+def render(summary: dict) -> str:
+    def cell(stat: dict, percent: bool = False) -> str:
+        if percent:
+            return f"{stat['mean']:.1%} ± {stat['std']:.1%}"
+        return f"{stat['mean']:.4f} ± {stat['std']:.4f}"
+
+    lines = ["| task | method | seeds | teacher | student | retention | student without task/general distillation "
+             "| speed-up (in run) |", "|---|---|---|---|---|---|---|---|"]
+    for task, entry in summary.items():
+        for name, m in entry["methods"].items():
+            lines.append(f"| {task} | {name} | {len(m['seeds'])} | {cell(m['teacher'])} | {cell(m['student'])} | "
+                         f"{cell(m['retention'], True)} | {cell(m['direct'])} | {m['speedup']['mean']:.2f}× |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bertfactory.io import atomic_write_json
+    from distillation.stage import load_distill_config
+    from flows.distill_flow import run_distill_stage
+    import json
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="distill YAML (e.g. configs/distill-minilm.yaml)")
+    parser.add_argument("--run-dir", required=True, help="base run directory: teacher/shards paths resolve here")
+    parser.add_argument("--tasks", nargs="+", required=True)
+    parser.add_argument("--seeds", nargs="+", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--only-summary", action="store_true", help="summarise the pairs already run, train nothing")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    torch.set_num_threads(args.threads)
+    base = Path(args.run_dir).resolve()
+    results: dict[str, dict[int, dict]] = {}
+    for task in args.tasks:
+        for seed in args.seeds:
+            cfg = load_distill_config(args.config, [*args.overrides, f"task={task}", f"seed={seed}"])
+            # the per-pair directory sits two levels below RUN: resolve RUN-relative paths once, here
+            teacher = cfg.teacher.model_copy(update={"checkpoint": str(base / cfg.teacher.checkpoint)}
+                                             if cfg.teacher.checkpoint is not None else {})
+            cfg = cfg.model_copy(update={"teacher": teacher, "shards": str(base / cfg.shards)})
+            pair_dir = base / task / f"seed-{seed}"
+            if args.only_summary:
+                path = pair_dir / "distill" / "results.json"
+                if path.is_file():
+                    results.setdefault(task, {})[seed] = json.loads(path.read_text(encoding="utf-8"))
+                continue
+            started = time.perf_counter()
+            outcome = run_distill_stage(cfg, pair_dir)
+            print(f"{task} seed {seed}: {outcome['status']} in {time.perf_counter() - started:.0f} s", flush=True)
+            results.setdefault(task, {})[seed] = outcome["summary"]
+    summary = summarise(results)
+    atomic_write_json(base / "summary.json", {"config": args.config, "overrides": args.overrides, "tasks": summary})
+    print(render(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
