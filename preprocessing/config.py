@@ -157,6 +157,11 @@ class RunnerConfig(StrictModel):
     num_workers: int = Field(
         2, ge=1, description="worker processes of the local preset (direct_num_workers); for portable, the SDK "
         "workers Beam's Python local job service asks for (other job services ignore it)")
+    in_process_below_mib: float = Field(
+        2.0, ge=0, description="the local preset runs a preprocessing job whose input files total less than this "
+        "many MiB (as stored) in the calling process, as the in_process preset does: starting its worker "
+        "subprocesses costs ~2-3 CPU-s each per job, more than such a job's own work (benchmarks/fixed_cost.py); "
+        "the outputs are byte-identical either way. 0 = always start the workers")
     portable: PortableRunnerConfig = Field(default_factory=PortableRunnerConfig, description="portable preset")
     dataflow: DataflowRunnerConfig = Field(default_factory=DataflowRunnerConfig, description="dataflow preset")
     flink: FlinkRunnerConfig = Field(default_factory=FlinkRunnerConfig, description="flink preset")

@@ -37,6 +37,7 @@ import math
 import sys
 import unicodedata
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -75,10 +76,42 @@ class LangIdConfig(StrictModel):
 
 
 def _model():
-    from py3langid.langid import MODEL_FILE
+    """py3langid's model (its LanguageIdentifier, normalised probabilities). The wheel ships it LZMA-compressed
+    (4.4 MB -> 65 MiB): decompressing costs ~0.35 CPU-s in every process that detects languages (each Beam worker
+    of each job, or the driver of a small job), more than a small job's detection itself. So the decompressed npz is
+    kept in $BERTFACTORY_CACHE/langid/, named by the compressed file's sha256, and read from there (~0.03 s); the
+    arrays, and so every answer, are the same. Where that cache cannot be written, the model is decompressed as
+    py3langid does."""
+    from py3langid.langid import MODEL_DIR, MODEL_FILE
     from py3langid.langid import LanguageIdentifier as _Py3LangId
 
-    return _Py3LangId.from_model_file(MODEL_FILE, norm_probs=True)
+    try:
+        cached = _decompressed_model(MODEL_DIR / MODEL_FILE)
+    except OSError:
+        return _Py3LangId.from_model_file(MODEL_FILE, norm_probs=True)
+    from py3langid.modelio import _to_array
+
+    # what py3langid's from_model_file / load_model build from the same arrays
+    with np.load(cached, allow_pickle=False) as data:
+        return _Py3LangId(np.asarray(data["ptc"]), np.asarray(data["pc"]), data["classes"].tolist(),
+                          _to_array(data["nextmove"]), data["out_feat"].tolist(), norm_probs=True,
+                          tk_row=_to_array(data["nextmove_row"]))
+
+
+def _decompressed_model(compressed: Path) -> Path:
+    """The cached decompressed copy of py3langid's model file, written (atomically) on first use."""
+    import lzma
+    import shutil
+
+    from bertfactory.io import AtomicFile, sha256_file
+    from bertfactory.samples import cache_dir
+
+    path = cache_dir() / "langid" / f"py3langid-{sha256_file(compressed)[:16]}.npz"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with AtomicFile(path) as tmp, lzma.open(compressed) as src, open(tmp, "wb") as out:
+            shutil.copyfileobj(src, out, length=1 << 20)
+    return path
 
 
 def _encode(text: str) -> bytes:

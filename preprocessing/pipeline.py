@@ -17,6 +17,9 @@ every training document). With a tokenizer given (preprocess.tokenizer.path, or 
 is nothing to train, and they run as one Beam job (_one_job): the instances part plans its buckets and pre-shards
 from a tally of the kept documents made inside the job, so the outputs are byte for byte those of two jobs.
 
+A small input (below preprocess.runner.in_process_below_mib, as stored) runs its jobs in this process rather than
+on the local preset's worker subprocesses, whose start-up would cost more than its work (runners.runner_for_input).
+
 Everything is written into RUN/.preprocess-staging first (preprocessing.staging) and published (renamed) into
 RUN/tokenizer and RUN/shards at the end, so a crash never leaves half a stage behind and a rerun replaces the
 outputs cleanly. Same inputs + config + seed -> byte-identical tokenizer, shards and manifest, whatever the bundle
@@ -41,7 +44,7 @@ from bertfactory.errors import ConfigError
 from bertfactory.io import atomic_write_json, publish_dir, sha256_file
 
 from .bad_inputs import check_bad_inputs
-from .config import CorpusConfig, PreprocessConfig
+from .config import CorpusConfig, PreprocessConfig, RunnerConfig
 from .document_results import TallyDocs, document_counts, empty_corpus_error, merge_dedup_entries
 from .documents import build_documents_pipeline
 from .inputs import expand_inputs
@@ -50,7 +53,7 @@ from .instance_results import collect_instance_results
 from .lineage import plan_increment
 from .manifest import build_manifest
 from .planning import instance_plan
-from .runners import describe, run_pipeline
+from .runners import describe, run_pipeline, runner_for_input
 from .shards import SourceInfo, SplitInfo, write_manifest
 from .sources import validate_file
 from .staging import STAGING, Staging
@@ -70,15 +73,15 @@ def input_files(corpus: CorpusConfig) -> list[Path]:
 
 
 def _documents_stage(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: Staging,
-                     prior_index: str | None = None) -> dict:
+                     runner: RunnerConfig, prior_index: str | None = None) -> dict:
     """Run the documents pipeline; write quarantine.jsonl and duplicates.jsonl; return the document counts."""
     run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index),
-                 cfg.runner, "documents")
+                 runner, "documents")
     return document_counts(files, staging)
 
 
 def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: Staging, vocab_size: int,
-                     specials: dict[str, int]) -> tuple[dict[str, SplitInfo], dict]:
+                     specials: dict[str, int], runner: RunnerConfig) -> tuple[dict[str, SplitInfo], dict]:
     """Run the instances pipeline on the documents pipeline's docs files (a second Beam job); see
     collect_instance_results for what it returns."""
     plan = instance_plan(cfg, counts)
@@ -86,13 +89,13 @@ def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: Staging, voca
         lambda p: build_instances_pipeline(p | "ReadDocs" >> ReadFromText(str(staging.work / "docs" / "part*.jsonl")),
                                            p | "Plan" >> beam.Create([plan]), cfg, staging.work, staging.tokenizer,
                                            staging.shards, vocab_size, specials),
-        cfg.runner, "instances",
+        runner, "instances",
     )
     return collect_instance_results(cfg, counts, staging, vocab_size)
 
 
 def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: Staging,
-             prior_index: str | None, vocab_size: int, specials: dict[str, int]) -> None:
+             prior_index: str | None, vocab_size: int, specials: dict[str, int], runner: RunnerConfig) -> None:
     """Both pipelines as one Beam job (the tokenizer is given, so nothing has to happen between them): the kept
     documents go on to the instances pipeline, whose plan is computed inside the job from their tally (TallyDocs,
     the same figures the driver would compute), saving a second job's start-up (~5 s of worker processes on the
@@ -104,7 +107,7 @@ def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], stag
                 | "InstancePlan" >> beam.Map(lambda counts: instance_plan(cfg, counts)))
         build_instances_pipeline(docs, plan, cfg, staging.work, staging.tokenizer, staging.shards, vocab_size, specials)
 
-    run_pipeline(build, cfg.runner, "documents+instances")
+    run_pipeline(build, runner, "documents+instances")
 
 
 def check_recipe(corpus: CorpusConfig, cfg: PreprocessConfig) -> None:
@@ -143,6 +146,8 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
         validate_file(corpus, f.location)
     shas = increment.input_sha256 if increment is not None else {f: f.sha256() for f in inputs}
     sources = [SourceInfo(path=f.name, sha256=shas[f], bytes=f.size()) for f in inputs]
+    input_bytes = sum(s.bytes for s in sources)
+    runner = runner_for_input(cfg.runner, input_bytes)  # a small input: no worker subprocesses to start
     staging = Staging(run_dir / STAGING)
     staging.create()
     timings = {"validate": time.perf_counter() - t_start}
@@ -152,7 +157,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
         given = given_tokenizer(cfg, increment)
         if given is None:  # the tokenizer learns from the clean documents: two jobs, the training between them
             t0 = time.perf_counter()
-            counts = _documents_stage(corpus, cfg, files, staging, prior)
+            counts = _documents_stage(corpus, cfg, files, staging, runner, prior)
             timings["documents"] = time.perf_counter() - t0
             _documents_done(counts, timings["documents"], files, corpus)
             t0 = time.perf_counter()
@@ -163,7 +168,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             logger.info("tokenizer: %d tokens (%.1f s)", tokenizer.get_vocab_size(), timings["tokenizer"])
             t0 = time.perf_counter()
             vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-            splits, instance_counts = _instances_stage(cfg, counts, staging, vocab_size, specials)
+            splits, instance_counts = _instances_stage(cfg, counts, staging, vocab_size, specials, runner)
             timings["instances"] = time.perf_counter() - t0
         else:  # nothing to learn between the pipelines: one job
             t0 = time.perf_counter()
@@ -173,7 +178,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
             timings["tokenizer"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            _one_job(corpus, cfg, files, staging, prior, vocab_size, specials)
+            _one_job(corpus, cfg, files, staging, prior, vocab_size, specials, runner)
             counts = document_counts(files, staging)
             timings["documents+instances"] = time.perf_counter() - t0
             _documents_done(counts, timings["documents+instances"], files, corpus)
@@ -204,7 +209,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             "pages_per_s": round(counts["docs_read"] / max(timings.get("documents", one_job), 1e-9), 1),
             "instances_per_s": round(sum(counts["instances"].values()) / max(timings.get("instances", one_job), 1e-9), 1),
             "counts": counts,
-            "runner": describe(cfg.runner),
+            "runner": describe(cfg.runner, input_bytes),
         })
         # publish: the tokenizer first, then the shards whose manifest points at it
         shutil.rmtree(staging.work)

@@ -6,6 +6,8 @@ download and start a Prism binary. The pipeline code is the same on every preset
 - `local`: Beam's FnApiRunner with `direct_num_workers` worker subprocesses (`direct_running_mode=
   multi_processing`): real parallelism on one machine, no Java, no network.
 - `in_process`: the same runner in the calling process (one worker; handy under a debugger).
+  A `local` job whose input is smaller than `in_process_below_mib` runs this way too (`runner_for_input`): two
+  worker subprocesses cost ~2-3 CPU-s each to start, per job, more than a small job's own work.
 - `portable`: PortableRunner submitting to a running job service (`portable.job_endpoint`), SDK workers where
   `portable.environment` says (EXTERNAL worker pools, PROCESS, DOCKER). `python -m preprocessing.portable_local`
   starts Beam's Python local job service and worker pools on this machine (docs/runners.md).
@@ -91,13 +93,27 @@ def make_runner(cfg: RunnerConfig) -> PipelineRunner:
     return create_runner(RUNNER_NAMES[cfg.preset])
 
 
-def describe(cfg: RunnerConfig) -> dict:
-    """The runner settings recorded in the manifest."""
+def runner_for_input(cfg: RunnerConfig, input_bytes: int) -> RunnerConfig:
+    """The runner a preprocessing job over `input_bytes` of input files runs on: the local preset's worker
+    subprocesses cost more to start than a small input's work, so below `in_process_below_mib` the job runs in the
+    calling process (the in_process preset; same outputs, byte for byte). Every other case: `cfg` itself."""
+    if cfg.preset == "local" and input_bytes < cfg.in_process_below_mib * 2**20:
+        return cfg.model_copy(update={"preset": "in_process"})
+    return cfg
+
+
+def describe(cfg: RunnerConfig, input_bytes: int | None = None) -> dict:
+    """The runner settings recorded in the manifest; with the job's `input_bytes`, whether the local preset ran it
+    in the calling process (runner_for_input)."""
     out = {"preset": cfg.preset, "runner": RUNNER_NAMES[cfg.preset]}
     if cfg.preset in ("local", "in_process"):
         local = cfg.preset == "local"
         out.update(direct_num_workers=cfg.num_workers if local else 1,
                    direct_running_mode="multi_processing" if local else "in_memory")
+        if local:
+            out["in_process_below_mib"] = cfg.in_process_below_mib
+            if input_bytes is not None:
+                out["ran_in_process"] = runner_for_input(cfg, input_bytes).preset == "in_process"
     else:
         out["options"] = preset_flags(cfg)
     out.update(extra_options=list(cfg.extra_options), beam=beam.__version__)

@@ -113,7 +113,9 @@ def tiny_config(**runner) -> PreprocessConfig:
     return PreprocessConfig.model_validate({
         "seed": 3,
         "heldout_fraction": 0.2,
-        "runner": {"preset": "local", "num_workers": 2, **runner},
+        # in_process_below_mib 0: the tiny dump would otherwise run in this process, and the tests that compare
+        # worker counts or kill workers need the local preset's worker subprocesses
+        "runner": {"preset": "local", "num_workers": 2, "in_process_below_mib": 0, **runner},
         "tokenizer": {"vocab_size": 200, "min_frequency": 2, "limit_alphabet": 40},
         "instances": {"max_seq_len": 32, "dupe_factor": 2, "docs_per_bucket": 8},
         "masking": {"variants": 3},
