@@ -1,0 +1,84 @@
+"""configs/tapt-minilm.yaml end to end at a reduced size, as a user runs it: `bertfactory run` through Prefect
+(tapt -> preprocess -> pretrain -> evaluate) on the real MiniLM and the real trec_coarse sample, a few pretraining
+steps and a small fine-tuning; then the same command without Prefect finds every stage up to date. The full size is
+measured in benchmarks/RESULTS.md ("TAPT of MiniLM (issue 18)")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+
+from bertfactory.samples import is_fetched, sample_path
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "configs" / "tapt-minilm.yaml"
+
+pytestmark = pytest.mark.skipif(not (is_fetched("minilm") and is_fetched("trec")),
+                                reason="needs `bertfactory samples fetch minilm trec`")
+
+# the recipe's own model (MiniLM's shape: init_from requires it) on one task's text, 3 steps, one small fine-tuning
+REDUCED = ["tapt.tasks=[trec_coarse]", "evaluate.tasks={trec_coarse: {}}", "preprocess.runner.preset=in_process",
+           "preprocess.instances.max_seq_len=64", "pretrain.max_steps=3", "pretrain.batch_size=8",
+           "pretrain.warmup_steps=1", "pretrain.log_every=1", "pretrain.save_every=3",
+           "evaluate.intrinsic.enabled=false", "evaluate.objective.enabled=false", "evaluate.baselines=[majority]",
+           "evaluate.finetune.num_seeds=1", "evaluate.finetune.max_train_examples=32",
+           "evaluate.finetune.max_eval_examples=16", "evaluate.finetune.epochs=1", "evaluate.finetune.batch_size=16",
+           "evaluate.finetune.max_seq_len=24"]
+
+
+def _bertfactory(*args: str) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).parent / "bertfactory"
+    sets = [a for o in REDUCED for a in ("--set", o)]
+    proc = subprocess.run([str(script), *args, *sets], capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def test_tapt_minilm_recipe_runs_as_one_flow(tmp_path):
+    run = tmp_path / "run"
+    minilm = sample_path("minilm")
+    proc = _bertfactory("run", str(RECIPE), "--run-dir", str(run))
+    logs = proc.stdout + proc.stderr
+    for stage in ("tapt", "preprocess", "pretrain", "evaluate"):
+        assert any(line.split()[:2] == [stage, "ran"] for line in proc.stdout.splitlines()), stage
+
+    # tapt: the unadapted import and the task's training texts, labels dropped
+    corpus = [json.loads(x) for x in (run / "tapt" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(corpus) == 4325 and all(d["id"].startswith("trec_coarse/") and set(d) == {"id", "text", "lang"}
+                                       for d in corpus)
+    assert (run / "tapt" / "unadapted" / "model.safetensors").is_file()
+
+    # preprocess: MiniLM's own vocabulary, without the file's padding to 128 tokens
+    adopted = json.loads((run / "tokenizer" / "tokenizer.json").read_text())
+    assert adopted["padding"] is None and adopted["truncation"] is None
+    ours = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json")).get_vocab(with_added_tokens=True)
+    assert ours == Tokenizer.from_file(str(minilm / "tokenizer.json")).get_vocab(with_added_tokens=True)
+
+    # pretrain: from MiniLM's encoder, the MLM head fresh and said so
+    assert f"MLM head initialised fresh: not in {minilm}" in logs
+    final = load_file(str(run / "pretrain" / "final" / "model.safetensors"))
+    start = load_file(str(minilm / "model.safetensors"))
+    word = "embeddings.word_embeddings.weight"
+    trained, loaded = final[f"bert.{word}"].double().flatten(), start[word].double().flatten()
+    assert torch.nn.functional.cosine_similarity(trained, loaded, dim=0) > 0.99  # from MiniLM: a random init is ~0
+    assert not torch.equal(trained, loaded)  # and trained
+    assert json.loads((run / "pretrain" / "final" / "config.json").read_text())["model"]["hidden_size"] == 384
+
+    # evaluate: the adapted model and the unadapted MiniLM fine-tuned alike
+    task = json.loads((run / "eval" / "results.json").read_text())["tasks"]["trec_coarse"]
+    assert task["pretrained"]["seeds"] == [12345] and 0.0 <= task["pretrained"]["accuracy"] <= 1.0
+    assert set(task["compared"]) == {"unadapted"} and 0.0 <= task["compared"]["unadapted"]["accuracy"] <= 1.0
+
+    # the same command without Prefect: every stage's key is the same, nothing runs again
+    again = _bertfactory("run", str(RECIPE), "--run-dir", str(run), "--no-prefect")
+    for stage in ("tapt", "preprocess", "pretrain", "evaluate"):
+        assert any(line.split()[:2] == [stage, "up-to-date"] for line in again.stdout.splitlines()), again.stdout
