@@ -4,6 +4,7 @@ every row pretrained for the same CPU-seconds on one torch thread, scored on ONE
     .venv/bin/python benchmarks/pretrain_ablation.py                        # every row, 5 CPU-min each
     .venv/bin/python benchmarks/pretrain_ablation.py --rows baseline mask30 --cpu-minutes 1 --runs runs/abl-quick
     .venv/bin/python benchmarks/pretrain_ablation.py --list                 # the rows and their settings
+    .venv/bin/python benchmarks/pretrain_ablation.py --table                # the table of the rows run so far
 
 Why CPU-seconds and one thread: the machine is shared, so wall-clock budgets would move with other people's load;
 the CPU time of a single-threaded process barely does. The trainer has no CPU-time stop, so each row is calibrated:
@@ -322,7 +323,12 @@ def main() -> None:
     parser.add_argument("--no-transfer", action="store_true", help="pretraining and held-out MLM only")
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "pretrain-ablation")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")
+    parser.add_argument("--table", action="store_true", help="print the table of RUNS/results.json and exit (the "
+                        "rows a stopped run finished)")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads((args.runs / "results.json").read_text()), args))
+        return
     if args.list:
         for name, row in ROWS.items():
             print(f"{name:13s} {row.recipe:17s} {row.lever}; {' '.join(row.sets) or '(recipe as is)'}")
