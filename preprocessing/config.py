@@ -78,6 +78,19 @@ class CorpusConfig(StrictModel):
                                    description="normalisation, boilerplate and quality filters (docs/cleaning.md)")
     dedup: DedupConfig = Field(default_factory=DedupConfig,
                                description="exact and MinHash-LSH near-duplicate removal (docs/cleaning.md)")
+    documents: Literal["clean", "raw"] = Field(
+        "clean", description="clean = the documents stage's normalisation, boilerplate and quality filters, "
+        "language detection, minimum sizes and exact + near dedup; raw = the text as read, none of those (a "
+        "source's language or a code in corpus.lang is kept, `auto` detects nothing): documents are only split into "
+        "sentences, empty ones dropped and a repeated identity quarantined (duplicate_key). For comparisons on equal "
+        "work with tools that tokenise text as it is (benchmarks/corpus_throughput.py)")
+
+    @model_validator(mode="after")
+    def _raw_keeps_no_dedup_index(self) -> "CorpusConfig":
+        if self.documents == "raw" and self.parent is not None:
+            raise ValueError("documents raw deduplicates nothing and keeps no dedup index, so it cannot continue a "
+                             "corpus version (parent); use documents clean")
+        return self
 
 
 class SdkEnvironmentConfig(StrictModel):

@@ -12,6 +12,11 @@ quarantine. The first of the stage's two pipelines (preprocessing.pipeline runs 
           -> Deduplicate (preprocessing.dedup: exact + MinHash LSH near-duplicates, deterministic keeper)
           -> docs JSONL
 
+corpus.documents raw (comparisons on equal work with tools that tokenise text as it is): CleanDocument applies
+none of the filters (no normalisation, boilerplate or quality rule, language detection or minimum size) and the
+Deduplicate step is left out of the graph (no dedup index, no duplicates); reading, sentence splitting, the
+held-out split, dropping empty documents and the one-record-per-identity rule stay.
+
 Every record read is counted exactly once as kept, dropped (by reason) or quarantined (by reason), per source
 file; the counts land in the manifest. Nothing depends on bundle order or worker count: the kept document of a
 duplicate group is the one with the smallest (source, ordinal).
@@ -141,7 +146,9 @@ class CleanDocument(beam.DoFn):
 
         self.clean_document = clean_document
         self.normalise_text = normalise_text
-        self.identifier = LanguageIdentifier(self.corpus.langid) if self.corpus.lang == "auto" else None
+        self.raw = self.corpus.documents == "raw"
+        detect = self.corpus.lang == "auto" and not self.raw
+        self.identifier = LanguageIdentifier(self.corpus.langid) if detect else None
 
     def _language(self, text: str, given: str | None) -> tuple[str | None, float | None]:
         from .langcodes import normalise_lang_code
@@ -165,7 +172,10 @@ class CleanDocument(beam.DoFn):
             return
         sample = "\n".join(doc.paragraphs)[: c.langid.max_chars]
         lang, lang_prob = self._language(sample, doc.lang)
-        paragraphs, reason = self.clean_document(doc.paragraphs, lang, c.filters, lang_prob)
+        if self.raw:
+            paragraphs, reason = doc.paragraphs, None
+        else:
+            paragraphs, reason = self.clean_document(doc.paragraphs, lang, c.filters, lang_prob)
         if reason is not None:
             yield _outcome(doc.source, f"dropped:{reason}")
             return
@@ -175,7 +185,7 @@ class CleanDocument(beam.DoFn):
             return
         n_chars = sum(len(p) for p in paragraphs)
         n_sentences = sum(len(p) for p in sentences)
-        if n_chars < c.min_doc_chars or n_sentences < c.min_doc_sentences:
+        if not self.raw and (n_chars < c.min_doc_chars or n_sentences < c.min_doc_sentences):
             yield _outcome(doc.source, "dropped:too_short")
             return
         doc_id = document_id(c, doc, self.files)
@@ -188,8 +198,10 @@ class CleanDocument(beam.DoFn):
                        "meta": doc.meta, "paragraphs": sentences}
 
     def _pair(self, pair: SentencePair) -> Iterator:
-        src = self.normalise_text(pair.src_text, self.corpus.filters)
-        tgt = self.normalise_text(pair.tgt_text, self.corpus.filters)
+        src, tgt = pair.src_text, pair.tgt_text
+        if not self.raw:
+            src = self.normalise_text(src, self.corpus.filters)
+            tgt = self.normalise_text(tgt, self.corpus.filters)
         if not src.strip() or not tgt.strip():
             yield _outcome(pair.source, "dropped:empty")
             return
@@ -262,23 +274,30 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: f
         | "ByDocId" >> beam.GroupByKey()
         | "OnePerKey" >> beam.ParDo(KeepFirstOfKey(files)).with_outputs("outcome", "quarantine", main="docs")
     )
-    prior = read_prior_index(pipeline, prior_index) if prior_index else None
-    deduped = unique.docs | "Deduplicate" >> Deduplicate(corpus.dedup, prior=prior)
-    docs = deduped.kept | "ToJson" >> beam.Map(lambda kv: json.dumps(kv[1], sort_keys=True, ensure_ascii=False))
+    outcomes = [records.outcome, documents.outcome, cleaned.outcome, unique.outcome]
+    if corpus.documents == "raw":  # nothing deduplicated: the driver finds no index parts and no duplicates
+        kept = unique.docs
+    else:
+        prior = read_prior_index(pipeline, prior_index) if prior_index else None
+        deduped = unique.docs | "Deduplicate" >> Deduplicate(corpus.dedup, prior=prior)
+        kept = deduped.kept
+        outcomes.append(deduped.outcome)
+        (
+            deduped.index
+            | "IndexByPart" >> beam.Map(lambda entry: (int(entry[0]) % INDEX_PARTS, entry))
+            | "GroupIndexParts" >> beam.GroupByKey()
+            | "WriteIndexParts" >> beam.Map(
+                lambda kv: _write_index_part(kv[0], kv[1], str(work / "dedup_index"), corpus.dedup))
+        )
+        (
+            deduped.duplicates
+            | "DuplicatesJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
+            | "WriteDuplicates" >> WriteToText(str(work / "duplicates" / "part"), file_name_suffix=".jsonl")
+        )
+    docs = kept | "ToJson" >> beam.Map(lambda kv: json.dumps(kv[1], sort_keys=True, ensure_ascii=False))
     docs | "WriteDocs" >> WriteToText(str(work / "docs" / "part"), file_name_suffix=".jsonl")
     (
-        deduped.index
-        | "IndexByPart" >> beam.Map(lambda entry: (int(entry[0]) % INDEX_PARTS, entry))
-        | "GroupIndexParts" >> beam.GroupByKey()
-        | "WriteIndexParts" >> beam.Map(lambda kv: _write_index_part(kv[0], kv[1], str(work / "dedup_index"), corpus.dedup))
-    )
-    (
-        deduped.duplicates
-        | "DuplicatesJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
-        | "WriteDuplicates" >> WriteToText(str(work / "duplicates" / "part"), file_name_suffix=".jsonl")
-    )
-    (
-        (records.outcome, documents.outcome, cleaned.outcome, unique.outcome, deduped.outcome)
+        tuple(outcomes)
         | "Outcomes" >> beam.Flatten()
         | "CountOutcomes" >> beam.combiners.Count.PerElement()
         | "FormatCounts" >> beam.MapTuple(lambda what, n: json.dumps([json.loads(what), n]))
