@@ -182,17 +182,19 @@ def heldout_batches(rows: list[list[int]], facts: dict, seed: int, batch_size: i
 
 
 def score(logits_of, batches) -> dict:
-    """Mean cross-entropy and accuracy over every scored position; `logits_of(input_ids, attention_mask)` -> [B, T, V]."""
+    """Mean cross-entropy and accuracy over every scored position; `logits_of(input_ids, attention_mask, scored)` ->
+    logits [N, V] at the N positions where `scored` [B, T] is true (the vocabulary projection at those alone: the
+    same numbers as at every position, a fraction of the cost)."""
     import torch
     import torch.nn.functional as F
 
     total, correct, count = 0.0, 0, 0
     with torch.inference_mode():
         for ids, attention, labels in batches:
-            logits = logits_of(ids, attention).float()
             scored = labels != -100
-            total += F.cross_entropy(logits[scored], labels[scored], reduction="sum").item()
-            correct += int((logits[scored].argmax(-1) == labels[scored]).sum())
+            logits = logits_of(ids, attention, scored).float()
+            total += F.cross_entropy(logits, labels[scored], reduction="sum").item()
+            correct += int((logits.argmax(-1) == labels[scored]).sum())
             count += int(scored.sum())
     return {"mlm_loss": total / count, "mlm_acc": correct / count, "positions": count}
 
@@ -213,8 +215,8 @@ def ours_logits(directory: Path):
     model, _, _ = load_pretrained(directory)
     if not (hasattr(model, "bert") and hasattr(model, "mlm_head")):
         sys.exit(f"error: {directory}: {type(model).__name__} has no bert encoder + mlm_head to score")
-    return lambda ids, attention: model.mlm_head(model.bert(ids, None, attention),
-                                                 model.bert.embeddings.word_embeddings.weight)
+    return lambda ids, attention, scored: model.mlm_head(model.bert(ids, None, attention)[scored],
+                                                         model.bert.embeddings.word_embeddings.weight)
 
 
 def peer_logits(directory: Path, config_doc: dict):
@@ -224,7 +226,9 @@ def peer_logits(directory: Path, config_doc: dict):
     model = BertForMaskedLM(BertConfig(**config_doc))
     load_model(model, str(directory / "model.safetensors"))  # strict: every weight, the tied decoder once
     model.eval()
-    return lambda ids, attention: model(input_ids=ids, attention_mask=attention).logits
+    # BertForMaskedLM's own head (transform + tied decoder), as its forward applies it, at the scored positions
+    return lambda ids, attention, scored: model.cls(model.bert(input_ids=ids, attention_mask=attention)
+                                                    .last_hidden_state[scored])
 
 
 # --------------------------------------------------------------------------------------------------- timed processes
@@ -479,8 +483,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=9.0, help="training wall-clock budget per side")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides (pinned)")
     parser.add_argument("--snapshots", type=int, default=30, help="snapshots per side over its budget")
-    parser.add_argument("--calibration-steps", type=int, default=20, help="steps of our timing run")
-    parser.add_argument("--peer-calibration-steps", type=int, default=40,
+    parser.add_argument("--calibration-steps", type=int, default=30, help="steps of our timing run")
+    parser.add_argument("--peer-calibration-steps", type=int, default=60,
                         help="steps of the peer's timing run (its steps cost more than their rows suggest: "
                              "BertForMaskedLM scores all positions)")
     parser.add_argument("--target", type=float, default=None,
@@ -537,6 +541,9 @@ def main(argv: list[str] | None = None) -> None:
     config_doc = peer_config(ours["model"], facts)
     peer = train_peer(peer_dir, args, config_doc)
     print(f"peer: {peer['max_steps']} steps, {peer['wall_s']:.0f} s", flush=True)
+    timings = args.runs / "timings.json.tmp"  # the clock's record survives a failure while scoring
+    timings.write_text(json.dumps({"ours": ours, "peer": peer, "peer_config": config_doc}, indent=2, sort_keys=True))
+    timings.replace(args.runs / "timings.json")
 
     torch.set_num_threads(args.threads)
     batches = heldout_batches(read_rows(run_dir / "shards" / "heldout"), facts, args.seed)
