@@ -416,34 +416,39 @@ def first_at(points: list[dict], target: float) -> dict | None:
 
 
 def reach(curves: dict, target: float) -> dict:
-    """Time to `target` on both sides and the ratio peer / ours (a bound when a side never gets there)."""
+    """Time to `target` on both sides and the ratio peer / ours: a bound when a side never gets there, or when our
+    first snapshot is already there (it may have got there sooner)."""
     out = {"target": target}
     for side, points in curves.items():
         hit = first_at(points, target)
-        out[side] = {"wall_s": hit["wall_s"], "cpu_s": hit["cpu_s"], "snapshot": hit["snapshot"]} if hit else None
+        out[side] = {"wall_s": hit["wall_s"], "cpu_s": hit["cpu_s"], "snapshot": hit["snapshot"],
+                     "first": hit is points[0]} if hit else None
     ours, peer = out["ours"], out["peer"]
-    budget = {s: curves[s][-1]["wall_s"] for s in curves}
+    budget = {s: curves[s][-1] for s in curves}
     if ours and peer:
-        out["ratio"], out["ratio_kind"] = peer["wall_s"] / ours["wall_s"], "="
+        out["ratio"], out["ratio_kind"] = peer["wall_s"] / ours["wall_s"], ">=" if ours["first"] else "="
         out["cpu_ratio"] = peer["cpu_s"] / ours["cpu_s"]
     elif ours:
-        out["ratio"], out["ratio_kind"] = budget["peer"] / ours["wall_s"], ">"
+        out["ratio"], out["ratio_kind"] = budget["peer"]["wall_s"] / ours["wall_s"], ">"
+        out["cpu_ratio"] = budget["peer"]["cpu_s"] / ours["cpu_s"]
     elif peer:
-        out["ratio"], out["ratio_kind"] = peer["wall_s"] / budget["ours"], "<"
+        out["ratio"], out["ratio_kind"] = peer["wall_s"] / budget["ours"]["wall_s"], "<"
     else:
         out["ratio"], out["ratio_kind"] = None, "neither"
     return out
 
 
 def cell(hit: dict | None) -> str:
-    return f"{hit['wall_s']:.0f} s ({hit['cpu_s']:.0f} CPU s)" if hit else "> budget"
+    if not hit:
+        return "> budget"
+    return f"{'<= ' if hit.get('first') else ''}{hit['wall_s']:.0f} s ({hit['cpu_s']:.0f} CPU s)"
 
 
 def ratio_cell(r: dict) -> str:
     if r["ratio"] is None:
         return "-"
-    text = f"{r['ratio_kind'] if r['ratio_kind'] != '=' else ''}{r['ratio']:.1f}x"
-    return text + (f" (CPU {r['cpu_ratio']:.1f}x)" if "cpu_ratio" in r else "")
+    kind = r["ratio_kind"] if r["ratio_kind"] != "=" else ""
+    return f"{kind}{r['ratio']:.1f}x" + (f" (CPU {kind}{r['cpu_ratio']:.1f}x)" if "cpu_ratio" in r else "")
 
 
 def tables(result: dict) -> str:
@@ -494,6 +499,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="our recipe (its preprocess builds the shards both sides use)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="a recipe override for preprocess and pretrain (repeatable), e.g. for a tiny test corpus")
+    parser.add_argument("--from-results", type=Path, default=None,
+                        help="print the tables of an earlier run's results.json again (its time-to-target "
+                             "recomputed from the stored curves and --target) instead of running")
     parser.add_argument("--keep-snapshots", action="store_true", help="keep both sides' snapshots after scoring")
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "time-to-quality")
     # the peer's training process (this script, started by the comparison)
@@ -512,6 +520,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.peer_worker:
         peer_worker(args)
+        return
+    if args.from_results:
+        result = json.loads(args.from_results.read_text())
+        curves = result["curves"]
+        if args.target is not None:
+            result["target_source"] = "--target"
+        target = args.target if args.target is not None else min(p["mlm_loss"] for p in curves["peer"])
+        result["target"], result["ladder"] = reach(curves, target), [reach(curves, t) for t in LADDER]
+        tmp = args.from_results.with_name(args.from_results.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2, sort_keys=True))
+        tmp.replace(args.from_results)
+        print(tables(result))
         return
     import torch
 

@@ -101,13 +101,17 @@ def test_reach_ratios_and_bounds(ttq):
     curves = {"ours": [{"snapshot": "a", "wall_s": 10, "cpu_s": 20, "mlm_loss": 7.0},
                        {"snapshot": "b", "wall_s": 20, "cpu_s": 40, "mlm_loss": 5.0}],
               "peer": [{"snapshot": "a", "wall_s": 30, "cpu_s": 60, "mlm_loss": 8.0},
-                       {"snapshot": "b", "wall_s": 60, "cpu_s": 90, "mlm_loss": 6.9}]}
+                       {"snapshot": "b", "wall_s": 60, "cpu_s": 88, "mlm_loss": 6.9}]}
     both = ttq.reach(curves, 6.9)
     assert both["ours"]["wall_s"] == 20 and both["peer"]["wall_s"] == 60
-    assert both["ratio"] == 3.0 and both["ratio_kind"] == "=" and both["cpu_ratio"] == 90 / 40
+    assert both["ratio"] == 3.0 and both["ratio_kind"] == "=" and both["cpu_ratio"] == 88 / 40
     only_ours = ttq.reach(curves, 6.0)
     assert only_ours["peer"] is None and only_ours["ratio_kind"] == ">" and only_ours["ratio"] == 60 / 20
-    assert ttq.ratio_cell(only_ours) == ">3.0x" and ttq.cell(only_ours["peer"]) == "> budget"
+    assert ttq.ratio_cell(only_ours) == ">3.0x (CPU >2.2x)" and ttq.cell(only_ours["peer"]) == "> budget"
+    at_first = ttq.reach(curves, 7.0)  # our first snapshot is there already: we may have been sooner
+    assert at_first["ratio_kind"] == ">=" and at_first["ratio"] == 6.0 and at_first["cpu_ratio"] == 4.4
+    assert ttq.cell(at_first["ours"]) == "<= 10 s (20 CPU s)"
+    assert ttq.ratio_cell(at_first) == ">=6.0x (CPU >=4.4x)"
     assert ttq.reach(curves, 4.0)["ratio_kind"] == "neither"
 
 
