@@ -19,8 +19,9 @@ What runs (one after the other in this invocation, each side a fresh process pin
    through `datasets` as run_mlm does without --line_by_line: tokenize every text, concatenate, cut into blocks of the
    shards' max_seq_len. A callback saves the weights every max_steps / `--snapshots` steps.
 4. The budget: neither trainer has a time stop, so each side first trains a few steps, its seconds per step set
-   max_steps to fill `--minutes` (its schedule is laid out over those steps), and the timing run is deleted. run_mlm's
-   default of 3 epochs would end the peer after ~1 minute of this corpus; it gets the whole budget instead.
+   max_steps to fill `--minutes` (its schedule is laid out over those steps), and the timing run is deleted: the
+   peer's steps replace run_mlm's 3 epochs (2.4 epochs fit in 9 minutes at 1 thread in the recorded run).
+   On shared cores pass `--threads 1`: OpenMP threads spinning under oversubscription slowed a step 20x at 2.
 5. The clock: a watcher polls each training process every 0.2 s; a snapshot's time is when it appeared, counted from
    the process's launch (imports, data loading and model building included on both sides), and its CPU-seconds are
    the process's user + system time at that moment (/proc/PID/stat). Our checkpoints also hold the optimiser state,
