@@ -172,7 +172,7 @@ class RunnerConfig(StrictModel):
         "workers Beam's Python local job service asks for (other job services ignore it)")
     in_process_below_mib: float = Field(
         2.0, ge=0, description="the local preset runs a preprocessing job whose input files total less than this "
-        "many MiB (as stored) in the calling process, as the in_process preset does: starting its worker "
+        "many MiB (as stored; bz2/gz/xz files count 5x) in the calling process, as the in_process preset does: starting its worker "
         "subprocesses costs ~2-3 CPU-s each per job, more than such a job's own work (benchmarks/fixed_cost.py); "
         "the outputs are byte-identical either way. 0 = always start the workers")
     portable: PortableRunnerConfig = Field(default_factory=PortableRunnerConfig, description="portable preset")

@@ -84,5 +84,5 @@ def build_manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Token
         counts=counts,
         splits=splits,
         sources=sources,
-        runner=describe(cfg.runner, sum(s.bytes for s in sources)),
+        runner=describe(cfg.runner),
     )

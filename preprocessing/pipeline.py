@@ -17,8 +17,9 @@ every training document). With a tokenizer given (preprocess.tokenizer.path, or 
 is nothing to train, and they run as one Beam job (_one_job): the instances part plans its buckets and pre-shards
 from a tally of the kept documents made inside the job, so the outputs are byte for byte those of two jobs.
 
-A small input (below preprocess.runner.in_process_below_mib, as stored) runs its jobs in this process rather than
-on the local preset's worker subprocesses, whose start-up would cost more than its work (runners.runner_for_input).
+A small input (below preprocess.runner.in_process_below_mib; compressed files count 5x) runs its jobs in this
+process rather than on the local preset's worker subprocesses, whose start-up would cost more than its work
+(runners.runner_for_input).
 
 Everything is written into RUN/.preprocess-staging first (preprocessing.staging) and published (renamed) into
 RUN/tokenizer and RUN/shards at the end, so a crash never leaves half a stage behind and a rerun replaces the
@@ -53,7 +54,7 @@ from .instance_results import collect_instance_results
 from .lineage import plan_increment
 from .manifest import build_manifest
 from .planning import instance_plan
-from .runners import describe, run_pipeline, runner_for_input
+from .runners import describe, input_size, run_pipeline, runner_for_input
 from .shards import SourceInfo, SplitInfo, write_manifest
 from .sources import validate_file
 from .staging import STAGING, Staging
@@ -146,7 +147,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
         validate_file(corpus, f.location)
     shas = increment.input_sha256 if increment is not None else {f: f.sha256() for f in inputs}
     sources = [SourceInfo(path=f.name, sha256=shas[f], bytes=f.size()) for f in inputs]
-    input_bytes = sum(s.bytes for s in sources)
+    input_bytes = input_size([(f.location, s.bytes) for f, s in zip(inputs, sources)])
     runner = runner_for_input(cfg.runner, input_bytes)  # a small input: no worker subprocesses to start
     staging = Staging(run_dir / STAGING)
     staging.create()
@@ -201,6 +202,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             manifest.inputs_seen = increment.inputs_seen()
         else:
             manifest.inputs_seen = sorted({s.sha256 for s in sources})
+        manifest.runner = describe(cfg.runner, input_bytes)  # the configured runner, and whether it ran in process
         write_manifest(staging.shards, manifest)
         timings["total"] = time.perf_counter() - t_start
         one_job = timings.get("documents+instances", 0.0)

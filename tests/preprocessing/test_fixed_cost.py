@@ -14,7 +14,7 @@ from bertfactory.io import sha256_file
 from preprocessing import memory
 from preprocessing.config import RunnerConfig
 from preprocessing.pipeline import run_preprocess
-from preprocessing.runners import describe, runner_for_input
+from preprocessing.runners import COMPRESSED_INPUT_FACTOR, describe, input_size, runner_for_input
 
 MIB = 2**20
 
@@ -29,6 +29,14 @@ def test_runner_for_input_runs_small_local_jobs_in_process():
     assert runner_for_input(portable, 0) == portable
     assert describe(local, 10)["ran_in_process"] is True and describe(local, 3 * MIB)["ran_in_process"] is False
     assert "ran_in_process" not in describe(local) and "in_process_below_mib" not in describe(portable, 0)
+
+
+def test_compressed_inputs_count_several_times_their_size():
+    sources = [("a/pages.xml.bz2", MIB), ("gs://b/news.WARC.GZ", 10), ("c/text.txt", MIB)]
+    assert input_size(sources) == COMPRESSED_INPUT_FACTOR * (MIB + 10) + MIB
+    local = RunnerConfig(preset="local", in_process_below_mib=2.0)
+    assert runner_for_input(local, input_size(sources[:1])) == local  # a 1 MiB dump is not a small job
+    assert runner_for_input(local, input_size(sources[2:])).preset == "in_process"
 
 
 def _tree(run_dir: Path) -> dict[str, str]:
@@ -46,7 +54,7 @@ def test_small_input_starts_no_worker_and_matches_the_workers_bytes(tmp_path, wi
 
     monkeypatch.setattr(local_job_service.SubprocessSdkWorker, "run", recording_run)
     dump = wiki.write_dump(tmp_path / "tiny-pages-articles.xml.bz2", wiki.standard_pages())
-    assert dump.stat().st_size < 2 * MIB
+    assert dump.stat().st_size * COMPRESSED_INPUT_FACTOR < 2 * MIB
 
     small = run_preprocess(wiki.corpus(dump), wiki.config(in_process_below_mib=2.0), tmp_path / "small")
     assert started == [] and small["runner"]["ran_in_process"] is True
