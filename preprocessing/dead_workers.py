@@ -157,6 +157,8 @@ class WatchedSubprocessWorkerHandler(_DeathWatch, SubprocessSdkWorkerHandler):
         except RuntimeError as err:  # SubprocessSdkWorker.run: "Worker subprocess exited with return code N"
             code = re.search(r"return code (-?\d+)", str(err))
             self._worker_died(describe_exit(int(code.group(1))) if code else str(err))
+        except Exception as err:  # anything else ends the watch too: unreported, the job would wait forever
+            self._worker_died(f"its worker thread failed ({type(err).__name__}: {err})")
 
 
 # a pool's worker connects in 2-5 s on a busy 2-core machine; one that has not after this long is not coming
