@@ -59,6 +59,9 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
         objective = results["objective"]["objective"]
         rows.append(("evaluate", f"held-out {objective} {head['metric']}", head["value"]))
         rows.append(("evaluate", f"  {head['baseline_name']}", head["baseline"]))
+        accuracy = results["objective"].get(head["metric"].removesuffix("_loss") + "_acc")
+        if head["metric"].endswith("_loss") and accuracy is not None:  # e.g. mlm_acc: the share of masked tokens right
+            rows.append(("evaluate", f"held-out {objective} {head['metric'].removesuffix('_loss')} accuracy", accuracy))
         if "perplexity" in head:
             rows.append(("evaluate", f"held-out {objective} perplexity", head["perplexity"]))
             rows.append(("evaluate", f"  {head['baseline_name']}", head["baseline_perplexity"]))
