@@ -1,7 +1,7 @@
 # The two commands of the README. Both set everything up on a fresh machine (venv, pinned deps, real samples).
 VENV ?= .venv
 BF := $(VENV)/bin/bertfactory
-RUN_DIR ?= runs/local
+RUN_DIR ?= runs/demo
 
 .PHONY: demo test test-gpu test-xla setup setup-xla samples clean-runs
 
@@ -11,9 +11,9 @@ setup:
 samples: setup
 	$(BF) samples fetch
 
-## demo: the whole pipeline on the embedded default (configs/local.yaml) with local Prefect and Beam
+## demo: the whole pipeline on the demo recipe (configs/demo.yaml: local.yaml's corpus and evaluation, the ablation's winning pretraining recipe) with local Prefect and Beam
 demo: samples
-	$(BF) run configs/local.yaml --run-dir $(RUN_DIR)
+	$(BF) run configs/demo.yaml --run-dir $(RUN_DIR)
 
 ## test: the test suite (uses the real samples) on 2 xdist workers, a test file (or a group of files sharing a
 ## server, tests/conftest.py) whole to one worker
