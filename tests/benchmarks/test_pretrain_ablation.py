@@ -5,29 +5,18 @@ numbers are measured in benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "pretrain_ablation.py"
 
 
 @pytest.fixture(scope="module")
-def ablation():
-    spec = importlib.util.spec_from_file_location("pretrain_ablation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through sys.modules
-    path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)  # it puts the repository on sys.path
-    finally:
-        sys.path[:] = path
-    return module
+def ablation(load_benchmark):
+    return load_benchmark("pretrain_ablation")
 
 
 def test_every_row_is_a_valid_recipe(ablation, tmp_path):

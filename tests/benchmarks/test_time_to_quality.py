@@ -5,7 +5,6 @@ the speed is measured in benchmarks/RESULTS.md, not here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -22,15 +21,8 @@ ENGLISH_ARTICLES = ("cnn_001", "cnn_002", "cnn_article", "fox13now_001", "time_0
 
 
 @pytest.fixture(scope="module")
-def ttq():
-    spec = importlib.util.spec_from_file_location("time_to_quality", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)  # it puts the repository on sys.path
-    finally:
-        sys.path[:] = path
-    return module
+def ttq(load_benchmark):
+    return load_benchmark("time_to_quality")
 
 
 FACTS = {"special_ids": {"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4}, "vocab_size": 50, "max_seq_len": 8}
