@@ -134,3 +134,30 @@ def ranks() -> SimpleNamespace:
     `worker` (the path of tests/gpu/rank_worker.py) and `stop` (a process group: SIGTERM, then SIGKILL)."""
     return SimpleNamespace(launch=launch, needs_gpus=needs_gpus, result_line=result_line, metrics=metrics,
                            assert_same_curve=assert_same_curve, worker=str(WORKER), stop=stop_process_group)
+
+
+@pytest.fixture
+def varlen_kernel_capable():
+    """Skips on a GPU without the FlashAttention varlen kernel (compute capability < 8.0); the test modules of the
+    unpadded path opt in with pytest.mark.usefixtures."""
+    import torch
+
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip(f"varlen_attn needs compute capability >= 8.0; {torch.cuda.get_device_name()} has "
+                    f"{torch.cuda.get_device_capability()}")
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The window_size of every varlen_attn call (training/models/varlen.py imports it from its module at each
+    call, so patching the module attribute sees them all)."""
+    import torch.nn.attention.varlen as varlen_module
+
+    calls, real = [], varlen_module.varlen_attn
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("window_size"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(varlen_module, "varlen_attn", counting)
+    return calls

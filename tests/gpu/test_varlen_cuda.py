@@ -16,32 +16,10 @@ from training.backends import autocast_context
 from training.models.bert import BertConfig, BertForPreTraining, BertModel
 from training.models.varlen import PackedSequences, _use_varlen_kernel
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("varlen_kernel_capable")]
 
 LENGTHS = [1, 100, 17, 64, 3, 77]
 VOCAB = 1000
-
-
-@pytest.fixture(autouse=True)
-def _kernel_capable():
-    if torch.cuda.get_device_capability() < (8, 0):
-        pytest.skip(f"varlen_attn needs compute capability >= 8.0; {torch.cuda.get_device_name()} has "
-                    f"{torch.cuda.get_device_capability()}")
-
-
-@pytest.fixture
-def kernel_calls(monkeypatch):
-    """How often varlen_attention reached the kernel (it imports varlen_attn from its module at each call)."""
-    import torch.nn.attention.varlen as varlen_module
-
-    calls, real = [], varlen_module.varlen_attn
-
-    def counting(*args, **kwargs):
-        calls.append(kwargs.get("window_size"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(varlen_module, "varlen_attn", counting)
-    return calls
 
 
 def _config(**overrides) -> BertConfig:
