@@ -14,7 +14,19 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from .errors import InputError
+
 _CHUNK = 1 << 20
+
+
+def decode_utf8(data: bytes, source: str | os.PathLike, hint: str = "") -> str:
+    """`data` (the bytes of `source`) as UTF-8, or InputError naming the file, the line and the byte that is not:
+    '<source>:<line>: not valid UTF-8 (<reason> at byte N)<hint>'."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise InputError(f"{source}:{line}: not valid UTF-8 ({err.reason} at byte {err.start}){hint}") from None
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -63,7 +63,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from bertfactory.errors import InputError
 from bertfactory.tokens import ROLES, SPECIAL_TOKENS_BY_KIND, tokenizer_kind  # noqa: F401 (re-exported)
-from bertfactory.io import atomic_write_bytes, atomic_write_text
+from bertfactory.io import atomic_write_bytes, atomic_write_text, decode_utf8
 
 from .config import TokenizerConfig
 from .tokenizer_unigram import blank_unigram, train_unigram_pieces, unigram_from_pieces
@@ -247,11 +247,7 @@ HF_WORDPIECE_MAX_WORD_CHARS = 100  # BertTokenizerFast's max_input_chars_per_wor
 def wordpiece_from_vocab(source: Path, data: bytes, cfg: TokenizerConfig) -> Tokenizer:
     """A BERT vocab.txt (its bytes `data`) -> the WordPiece tokenizer BertTokenizerFast builds from it; InputError
     naming the file and line for a file that is not one."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise InputError(f"{source}:{line}: not valid UTF-8 ({err.reason}); a vocab.txt is UTF-8, one token a line") from None
+    text = decode_utf8(data, source, hint="; a vocab.txt is UTF-8, one token a line")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the file's final newline

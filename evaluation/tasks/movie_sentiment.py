@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from bertfactory.errors import InputError
-from bertfactory.io import sha256_file
+from bertfactory.io import decode_utf8, sha256_file
 
 from .base import Example, TaskData, split_of
 
@@ -52,12 +52,7 @@ def load_movie_sentiment(path: str | Path) -> TaskData:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"movie-review file {path} does not exist")
-    raw = path.read_bytes()
-    try:
-        content = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        lineno = raw[: err.start].count(b"\n") + 1
-        raise InputError(f"{path}:{lineno}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    content = decode_utf8(path.read_bytes(), path)
     lines = content.split("\n")
     if lines and lines[-1] == "":  # a final line end is not an empty record
         lines.pop()

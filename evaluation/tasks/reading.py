@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bertfactory.errors import InputError
-from bertfactory.io import sha256_file
+from bertfactory.io import decode_utf8, sha256_file
 
 from .base import hash_bucket
 
@@ -42,12 +42,7 @@ def read_text(path: Path, what: str = "task file") -> str:
     """The file decoded as UTF-8 with a leading byte-order mark removed (spreadsheet exports and MRPC have one)."""
     if not path.is_file():
         raise InputError(f"{what} {path} does not exist")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        lineno = raw[: err.start].count(b"\n") + 1
-        raise InputError(f"{path}:{lineno}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    text = decode_utf8(path.read_bytes(), path)
     if not text.strip():
         raise InputError(f"{path}: the file is empty")
     return text.removeprefix("\ufeff")

@@ -66,3 +66,14 @@ def test_atomic_file_without_durability_renames_but_never_syncs(tmp_path, monkey
     with AtomicFile(tmp_path / "shard.arrow") as tmp:
         tmp.write_bytes(b"rows")
     assert len(synced) == 2  # the file, then its directory
+
+
+def test_decode_utf8_names_the_file_line_and_byte():
+    import pytest
+
+    from bertfactory.errors import InputError
+    from bertfactory.io import decode_utf8
+
+    assert decode_utf8("a\nbé\n".encode(), "x.txt") == "a\nbé\n"
+    with pytest.raises(InputError, match=r"^x\.txt:3: not valid UTF-8 \(invalid start byte at byte 4\); a hint$"):
+        decode_utf8(b"a\nb\n\xffc\n", "x.txt", hint="; a hint")
