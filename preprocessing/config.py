@@ -249,6 +249,19 @@ class InstancesConfig(StrictModel):
         16_000_000, ge=1000, description="characters of text per bucket at most (more buckets when the documents "
         "are long): one worker holds a bucket's token ids while it builds its instances, so this bounds its memory "
         "(~10 bytes per character) whatever the corpus size")
+    packing: Literal["sentences", "tokens"] = Field(
+        "sentences", description="format full-sentences only: sentences = a row ends at a sentence end (RoBERTa "
+        "FULL-SENTENCES; a sentence is cut only when longer than a row); tokens = every row filled to exactly "
+        "max_seq_len (the bucket's last row shorter), cut wherever it is full, as HF run_mlm's group_texts does, with "
+        "[CLS]/[SEP] around each row and a [SEP] between documents: no sentence boundary is needed, so documents are "
+        "tokenised a paragraph at a time and packed as arrays (preprocessing.segments.token_rows)")
+
+    @model_validator(mode="after")
+    def _token_packing_needs_full_sentences(self) -> "InstancesConfig":
+        if self.packing == "tokens" and self.format != "full-sentences":
+            raise ValueError(f"instances.packing tokens packs full-sentences rows; format {self.format!r} has its "
+                             "own cutting (use packing sentences, or format full-sentences)")
+        return self
 
 
 class MaskingConfig(StrictModel):

@@ -34,7 +34,7 @@ from .instances import iter_bucket_instances
 from .masking import Masker
 from .masking_policies import SPAN_BOUND_POLICIES
 from .memory import release_freed_memory
-from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, unpack_sentences
+from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, token_rows, unpack_sentences
 from .shards import merge_runs, shard_batch, shard_schema, spill_part
 from .sinks import WriteSmallLines
 
@@ -47,9 +47,10 @@ class TokenizeDoc(beam.DoFn):
     masks differ; the `copies` output counts them per language. Buckets, copy rates and language ids come from
     the instance plan (a side input: instance_plan)."""
 
-    def __init__(self, tokenizer_path: str, seed: int = 0):
+    def __init__(self, tokenizer_path: str, seed: int = 0, by_paragraph: bool = False):
         self.tokenizer_path = tokenizer_path
         self.seed = seed
+        self.by_paragraph = by_paragraph  # instances.packing tokens: a paragraph's sentences tokenised as one text
 
     def _copies(self, doc: dict, copy_rates: dict[str, float]) -> list[int]:
         lang = doc.get("lang") or "und"
@@ -80,7 +81,10 @@ class TokenizeDoc(beam.DoFn):
             else:
                 yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
             return
-        sentences = [s for paragraph in doc["paragraphs"] for s in paragraph]
+        if self.by_paragraph:  # rows cut by tokens need no sentence ends: one text per paragraph, fewer calls
+            sentences = [" ".join(paragraph) for paragraph in doc["paragraphs"]]
+        else:
+            sentences = [s for paragraph in doc["paragraphs"] for s in paragraph]
         # the fast variant leaves out character offsets: making them (and their Python objects, one per
         # sentence, under the GIL) cost more than the tokenising itself
         encoded = self.tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
@@ -134,9 +138,12 @@ class BuildInstances(beam.DoFn):
     def process(self, item, plan: dict) -> Iterator:
         (split, bucket), docs = item
         preshards = plan["preshards"][split]
-        docs = [(doc_id, unpack_sentences(packed), lang) for doc_id, packed, lang in docs]
         waiting: dict[int, list[RowBlock]] = {}  # pre-shard -> its blocks not yet spilled
         spilled: dict[int, int] = {}  # pre-shard -> spill files written for it from this bucket
+        if self.cfg.instances.packing == "tokens":  # rows cut from the token arrays as they came, no Row objects
+            yield from self._spill_token_rows(split, bucket, docs, preshards, waiting, spilled)
+            return
+        docs = [(doc_id, unpack_sentences(packed), lang) for doc_id, packed, lang in docs]
         rows: list[Row] = []
         for row in self._rows(split, bucket, docs):
             rows.append(row)
@@ -148,6 +155,21 @@ class BuildInstances(beam.DoFn):
                     yield self._spill(split, bucket, pre, waiting.pop(pre), spilled)
         if rows:
             self._route(rows_to_block(rows), preshards, waiting)
+        for pre in sorted(waiting):
+            yield self._spill(split, bucket, pre, waiting[pre], spilled)
+
+    def _spill_token_rows(self, split: str, bucket: int, docs: list, preshards: int, waiting: dict,
+                          spilled: dict) -> Iterator:
+        """instances.packing tokens: the bucket's rows in one go (segments.token_rows), dealt and spilled
+        ROWS_PER_ELEMENT rows at a time like the other formats' rows."""
+        block = token_rows([(doc_id, packed[0], lang) for doc_id, packed, lang in docs], self.cfg.instances.max_seq_len,
+                           self.cls_id, self.sep_id)
+        for start in range(0, len(block.lengths), ROWS_PER_ELEMENT):
+            self._route(block.take(np.arange(start, min(start + ROWS_PER_ELEMENT, len(block.lengths))))[0],
+                        preshards, waiting)
+            full = [pre for pre, parts in waiting.items() if sum(len(b.lengths) for b in parts) >= ROWS_PER_ELEMENT]
+            for pre in sorted(full):
+                yield self._spill(split, bucket, pre, waiting.pop(pre), spilled)
         for pre in sorted(waiting):
             yield self._spill(split, bucket, pre, waiting[pre], spilled)
 
@@ -317,7 +339,7 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
     plan = beam.pvalue.AsSingleton(plan)
     tokenized = (
         docs
-        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), cfg.seed), plan)
+        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), cfg.seed, cfg.instances.packing == "tokens"), plan)
         .with_outputs("no_tokens", "copies", main="docs")
     )
     tokenized.no_tokens | "WriteNoTokens" >> WriteSmallLines(work / "no_tokens")

@@ -16,6 +16,10 @@ pairs (`Row`), so masking, sharding and the shard schema are shared by every for
                      (lang_a, lang_b: ids into the manifest's instance_format.languages); the longer side loses
                      tokens from its end until the pair fits
 
+    full-sentences with instances.packing tokens: rows filled to exactly max_seq_len (HF run_mlm's group_texts
+                     with BERT's specials; `token_rows`): the documents' token streams end to end with a [SEP]
+                     between two documents, cut every max_seq_len - 2 tokens, wherever that falls
+
 A sentence longer than a row is cut into row-sized pieces (RoBERTa's packing does the same). `dupe_factor` does not
 apply: these formats are fixed cuttings of the text (the K mask variants vary the rows between epochs).
 
@@ -204,6 +208,48 @@ def tlm_pairs(docs: Sequence[tuple[int, Sequence[Sequence[int]], tuple[int, int]
         if row is not None:
             rows.append(row)
     return rows
+
+
+def token_rows(docs: Sequence[tuple[int, np.ndarray, int]], max_seq_len: int, cls_id: int, sep_id: int) -> RowBlock:
+    """Full-sentences rows packed by tokens (instances.packing tokens), as arrays: `docs` = [(doc_id, its token ids
+    end to end, language id)] in any order, walked in doc_id order. Their streams joined with one [SEP] between two
+    documents are cut every max_seq_len - 2 tokens (the last row shorter) and each piece framed as [CLS] ... [SEP].
+    A row belongs to the document of its first token (a separating [SEP] counts as the document before it) and is
+    numbered among that document's rows, so the rows and their keys depend only on the bucket's documents."""
+    ordered = sorted((d for d in docs if len(d[1])), key=lambda d: d[0])
+    width = max_seq_len - 2
+    if not ordered:
+        return RowBlock.concat([])
+    doc_ids = np.array([d for d, _, _ in ordered], dtype=np.uint64)
+    langs = np.array([lang for _, _, lang in ordered], dtype=np.int64)
+    sizes = np.array([len(ids) for _, ids, _ in ordered], dtype=np.int64)
+    pieces: list[np.ndarray] = []
+    separator = np.array([sep_id], dtype=np.int32)
+    for n, (_, ids, _) in enumerate(ordered):
+        if n:
+            pieces.append(separator)
+        pieces.append(np.asarray(ids, dtype=np.int32))
+    stream = np.concatenate(pieces)
+    starts = np.arange(0, len(stream), width, dtype=np.int64)
+    # the document of every stream position: a document owns its tokens and the [SEP] after them
+    doc_ends = np.cumsum(sizes + 1)  # one past each document's [SEP] (the last one's is virtual)
+    owner = np.searchsorted(doc_ends, starts, side="right")
+    first_row = np.searchsorted(owner, owner, side="left")  # owners ascend: a document's rows are consecutive
+    index = np.arange(len(starts), dtype=np.int64) - first_row
+    taken = np.minimum(width, len(stream) - starts)
+    lengths = (taken + 2).astype(np.int32)
+    framed = np.full((len(starts), width + 2), -1, dtype=np.int64)
+    framed[:, 0] = cls_id
+    body = np.full(len(starts) * width, -1, dtype=np.int64)
+    body[:len(stream)] = stream
+    framed[:, 1:width + 1] = body.reshape(-1, width)
+    framed[np.arange(len(starts)), taken + 1] = sep_id
+    ids = framed[framed >= 0].astype(np.int32)  # the last row's padding dropped (token ids are never negative)
+    row_docs, row_index = doc_ids[owner], index.astype(np.uint64)
+    fields = np.zeros((len(starts), len(ROW_FIELDS)), dtype=np.int64)
+    fields[:, ROW_FIELDS.index("len_a")] = lengths
+    fields[:, ROW_FIELDS.index("lang_a")] = fields[:, ROW_FIELDS.index("lang_b")] = langs[owner]
+    return RowBlock(np.stack([row_keys(row_docs, row_index), row_docs, row_index], axis=1), lengths, ids, fields)
 
 
 PACKED_FORMATS = ("full-sentences", "doc-sentences", "single-segment", "clm")
