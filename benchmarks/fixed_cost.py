@@ -100,7 +100,9 @@ def job(input_dir: str, run_dir: str, overrides: list[str]) -> None:
                    validate(PreprocessConfig, recipe["preprocess"], "preprocess"), Path(run_dir))
 
 
-def measure(work: Path, repo: Path, setups: list[str], repeats: int) -> None:
+def measure(work: Path, repo: Path, setups: list[str], repeats: int) -> dict[str, dict[str, float]]:
+    """Every setup (and `bare`) `repeats` times, interleaved; prints the table and returns per setup its median
+    wall and CPU seconds and its fixed cost (median minus bare's)."""
     input_dir = write_input(work / "input")
     tokenizer = work / "tokenizer.json"
     timed(command("default", repo, input_dir, work / "first", tokenizer), repo)  # trains the tokenizer `given` uses
@@ -119,11 +121,14 @@ def measure(work: Path, repo: Path, setups: list[str], repeats: int) -> None:
     bare_cpu = statistics.median(c for _, c in runs["bare"])
     print(f"\n| setup | wall s, median of {repeats} (all) | CPU s, median (all) | fixed cost wall s | fixed cost CPU s |")
     print("|---|---:|---:|---:|---:|")
+    result = {}
     for setup, samples in runs.items():
         wall, cpu = statistics.median(w for w, _ in samples), statistics.median(c for _, c in samples)
+        result[setup] = {"wall_s": wall, "cpu_s": cpu, "fixed_wall_s": wall - bare_wall, "fixed_cpu_s": cpu - bare_cpu}
         fixed = ("-", "-") if setup == "bare" else (f"{wall - bare_wall:.2f}", f"{cpu - bare_cpu:.2f}")
         print(f"| {setup} | {wall:.2f} ({', '.join(f'{w:.1f}' for w, _ in samples)}) | {cpu:.2f} "
               f"({', '.join(f'{c:.1f}' for _, c in samples)}) | {fixed[0]} | {fixed[1]} |")
+    return result
 
 
 # ----------------------------------------------------------------------------------------------- breakdown
