@@ -15,8 +15,9 @@ One table per step; each row is one implementation on exactly the inputs of the 
 Steps and inputs:
 - WARC framing (records -> WARC headers + block bytes; no HTML extraction, which benchmarks/extraction.py measures):
   ours (preprocessing.sources.warc's strict reader), warcio 1.8 and FastWARC 2.0 (Rust) over the cc_warc sample
-  written `--warc-copies` times into one file, plain and gzip (one member per copy). Agreement: identical
-  (WARC-Record-ID, sha256 of the block) sequence.
+  written `--warc-copies` times into one file, plain and gzip (one member per record). Agreement: identical
+  (WARC-Record-ID, sha256 of the block) sequence. For scale, our whole reader (extractor resiliparse) on the same
+  file; then what each framer does with a truncated gzip and with wrong Content-Lengths.
 - Language ID (the first 2,000 characters, as LangIdConfig.max_chars): ours (py3langid's model, numpy batches),
   Resiliparse's detect_fast (C++; already a dependency), CLD2 (pycld2; and our `backend: cld2` around it,
   preprocessing/langid_cld2.py), CLD3 (cld3-py), whatlang (Rust) and fastText
@@ -177,6 +178,48 @@ def warc_fastwarc(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+def warc_whole_path(path: Path) -> list[tuple[str, int]]:
+    """For scale: our whole WARC reader (framing, HTTP, charset, Resiliparse main text, page metadata)."""
+    from preprocessing.records import Document
+    from preprocessing.sources.warc import iter_records
+
+    return [(rec.key, len("\n".join(rec.paragraphs))) for rec in iter_records(path, 0, extractor="resiliparse")
+            if isinstance(rec, Document)]
+
+
+def warc_damage(workdir: Path) -> None:
+    """What each framer does with a damaged file (the reason ours is strict): a gzip WARC cut at two thirds, and a
+    plain one whose first three Content-Length headers get a leading 1 (1,000 bytes too long each, on this sample)."""
+    inputs = warc_inputs(2, workdir)
+    packed, plain = inputs["gzip"].read_bytes(), inputs["plain"].read_bytes()
+    damaged = {"gzip cut at 2/3": workdir / "truncated.warc.gz", "Content-Length +1000": workdir / "bad_length.warc"}
+    damaged["gzip cut at 2/3"].write_bytes(packed[: len(packed) * 2 // 3])
+    damaged["Content-Length +1000"].write_bytes(plain.replace(b"Content-Length: ", b"Content-Length: 1", 3))
+    print("\ndamaged inputs (2 x cc_warc, 26 records):")
+    for what, path in damaged.items():
+        for name, fn in (("ours", warc_ours_report), ("warcio", warc_warcio), ("FastWARC", warc_fastwarc)):
+            try:
+                out = fn(path)
+                result = out if isinstance(out, str) else f"{len(out)} records, no error"
+            except ImportError:
+                result = "not installed"
+            except Exception as e:  # noqa: BLE001 — what each library raises is the point of the line
+                result = f"{type(e).__name__}: {str(e).strip().splitlines()[0].replace(str(path), path.name)[:150]}"
+            print(f"- {what}: {name}: {result}")
+
+
+def warc_ours_report(path: Path) -> str:
+    """What the pipeline's reader makes of a file: records read, and each record it would quarantine."""
+    from preprocessing.sources.warc import _open, _records, _Stream
+
+    good, problems = 0, []
+    with _open(path) as raw:
+        for _, block, problem in _records(_Stream(raw, path.name), path.name, 64 << 20):
+            good += problem is None
+            problems += [problem] if problem is not None else []
+    return f"{good} records, quarantined: {problems or 'none'}, no error"
+
+
 def bench_warc(copies: int, repeats: int) -> None:
     with tempfile.TemporaryDirectory(prefix="compiled_libs_warc_") as tmp:
         inputs = warc_inputs(copies, Path(tmp))
@@ -195,7 +238,11 @@ def bench_warc(copies: int, repeats: int) -> None:
                 agreement = "reference" if fn is warc_ours else (
                     f"{'identical' if out == reference else 'DIFFERENT'} records ({len(out)} vs {len(reference)})")
                 rows.append(Row(name, seconds, megabytes, agreement, same, output_digest(out)))
+            seconds, docs, same = cpu_best(lambda: warc_whole_path(path), 1)
+            rows.append(Row("for scale: ours, whole reader with extractor resiliparse", seconds, megabytes,
+                            f"{len(docs)} documents", same, output_digest(docs)))
             print_table(f"WARC framing, {kind} ({copies} x cc_warc, {megabytes:.1f} MB uncompressed)", rows)
+        warc_damage(Path(tmp))
 
 
 # -------------------------------------------------------------------------------------------------- language ID
@@ -308,6 +355,18 @@ LID_CANDIDATES = (
 )
 
 
+def model_load_cpu_seconds(backend: str) -> float:
+    """CPU seconds to import preprocessing.langid and build a LanguageIdentifier in a fresh process (what every Beam
+    worker, or the driver of a small job, pays once; py3langid's decompressed model already cached)."""
+    import subprocess
+
+    code = ("import time; t = time.process_time(); from preprocessing.langid import LangIdConfig, LanguageIdentifier; "
+            f"LanguageIdentifier(LangIdConfig(backend={backend!r})); print(time.process_time() - t)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
 def bench_langid(sotu_every: int, repeats: int) -> None:
     labelled = udhr_texts() + news_texts() + sotu_texts(sotu_every)
     texts = [t[:LID_MAX_CHARS] for t, _ in labelled]
@@ -329,6 +388,9 @@ def bench_langid(sotu_every: int, repeats: int) -> None:
                         f"= ours {agree:.3f}", same, output_digest(labels)))
     print_table(f"Language ID ({len(texts)} texts: 372 UDHR segments, newspaper4k, sotu; first {LID_MAX_CHARS} "
                 f"chars)", rows)
+    loads = {backend: min(model_load_cpu_seconds(backend) for _ in range(repeats)) for backend in ("py3langid", "cld2")}
+    print("\nper process, import + LanguageIdentifier(...) (min of "
+          f"{repeats} fresh processes): " + ", ".join(f"backend {b} {t:.3f} CPU-s" for b, t in loads.items()))
 
 
 # --------------------------------------------------------------------------------------------- sentence splitting

@@ -30,7 +30,7 @@ UTF-8 on one core, 1,023 UDHR segments), so the ceiling is ~1,400 documents/s pe
 Accuracy on real text (tests/preprocessing/test_langid.py): the 372 UDHR segments (preamble + 30 articles) of 12
 languages and the 23 newspaper4k gold articles in 8 languages, all languages as candidates.
 
-`backend: cld2` swaps the model for CLD2 (pycld2, compiled C++; preprocessing/langid_cld2.py): ~7x less CPU per MB
+`backend: cld2` swaps the model for CLD2 (pycld2, compiled C++; preprocessing/langid_cld2.py): ~6x less CPU per MB
 at the same accuracy on the same texts (benchmarks/compiled_libs.py, docs/compiled_libraries.md), different
 probabilities (CLD2's share of the text in each language). The default stays py3langid, so that the shards of an
 existing recipe do not change; CLD2 is the choice for web corpora of short documents, where language ID reads most
@@ -62,7 +62,7 @@ class LangIdConfig(StrictModel):
 
     backend: Literal["py3langid", "cld2"] = Field(
         "py3langid", description="py3langid (naive Bayes over byte n-grams, numpy; the default) or cld2 (CLD2 via "
-        "pycld2, compiled: ~7x less CPU per MB at the same accuracy, docs/compiled_libraries.md)")
+        "pycld2, compiled: ~6x less CPU per MB at the same accuracy, docs/compiled_libraries.md)")
     max_chars: int = Field(2000, ge=1, description="how many characters from the start of a document are looked at")
     min_probability: float = Field(0.5, ge=0.0, le=1.0, description="below this probability the language is 'und'")
     languages: list[str] | None = Field(None, description="restrict the candidates to these codes (normalised: "

@@ -6,11 +6,10 @@
     python -m preprocessing.langid_cld2 FILE...     # code and probability of each file's text
 
 Why it is offered: on the same 454 real texts (benchmarks/compiled_libs.py, docs/compiled_libraries.md) it takes
-~7x less CPU than the py3langid backend per MB (0.052 vs 0.36 CPU-s/MB on one core; pycld2 alone 0.031, the rest
+~6x less CPU than the py3langid backend per MB (0.055 vs 0.35 CPU-s/MB on one core; pycld2 alone 0.028, the rest
 is the character clean-up below) at the same accuracy (0.998 vs 0.996 on the 450 texts whose language is known)
 and agrees with it on 99.3 % of the labels; the model is compiled into the wheel (nothing to load or download: no
-per-process model cost either). Deterministic: a pure function of
-the text, no threads, no sampling.
+per-process model cost either). Deterministic: a pure function of the text, no threads, no sampling.
 
 What a probability means here: CLD2 reports, for up to three languages, the percentage of the text's letters in
 that language; that share / 100 is the probability (so a text half French, half English gives about 0.5 each and,

@@ -41,6 +41,10 @@ def test_warc_framers_agree_on_the_sample(bench, tmp_path):
     assert bench.warc_fastwarc(inputs["gzip"]) == ours
     with pytest.raises(ValueError, match="CRLF CRLF"):
         bench.raw_records(records[0][:-2] + b"xx")
+    bad = tmp_path / "bad.warc"
+    bad.write_bytes(data.replace(b"Content-Length: ", b"Content-Length: 1", 1))
+    report = bench.warc_ours_report(bad)
+    assert report.startswith("25 records, quarantined: ['bad_length: Content-Length") and report.count("bad_length") == 1
 
 
 def test_language_codes_and_candidates(bench):
