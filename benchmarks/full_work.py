@@ -1,7 +1,8 @@
 """Full work: our preprocessing pipeline vs datatrove + HF datasets chained (issue 19, goal 2).
 
 The same text (the `sotu` sample, one address per file, `--scale N` copies of it under new file names) goes
-through two ways of doing the whole preparation of a pretraining corpus, each in a fresh subprocess:
+through two ways of doing the whole preparation of a pretraining corpus, each in a fresh subprocess. Dedup stays
+on at every scale on both sides, so at N copies both read, clean and dedup N x the text and keep one copy of it.
 
   ours       preprocessing.pipeline.run_preprocess end to end: the `pipeline` row of corpus_throughput.py, i.e.
              configs/local.yaml's `preprocess` section (runner local, num_workers 2; dupe_factor 5, 4 mask variants,
@@ -20,7 +21,9 @@ through two ways of doing the whole preparation of a pretraining corpus, each in
                C  MinhashDedupCluster                                                  tasks 1
                D  JsonlReader(filtered/) -> MinhashDedupFilter -> JsonlWriter(deduped/)  tasks 2
              MinhashConfig(n_grams=5, num_buckets=16, hashes_per_bucket=8, seed=1), its default 64-bit xxhash (str
-             encoded to UTF-8 first: the pinned xxhash 4.1.0 hashes bytes only) and text normalisation: the same shingles and signature length as ours. Word tokenizer for English:
+             encoded to UTF-8 first: the pinned xxhash 4.1.0 hashes bytes only) and text normalisation: the same
+             shingles and signature length as ours. FineWeb's URL filter, HTML extraction and FineWebQualityFilter
+             are left out (no URLs or HTML here; ours has no counterpart). Word tokenizer for English:
              datatrove's assignment, spaCy's blank("en") tokenizer + sentencizer (rule-based, no model download).
              No exact-dedup stage: MinHash catches exact copies too, and one fewer job is in the peer's favour.
              Language ID offline (the one step not datatrove's own class): its LanguageFilter's FT176 backend
@@ -189,9 +192,21 @@ def run_datatrove_once(files: list[str], out: Path) -> dict:
         executor.run()
         timings[name] = round(time.perf_counter() - t, 3)
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "timings_s": timings, "docs_read": len(files),
+    return {"wall_s": wall, "timings_s": timings, "step_seconds": _step_seconds(out / "logs"), "docs_read": len(files),
             "docs_after_filters": _count_jsonl_docs(out / "filtered"), "docs_kept": _count_jsonl_docs(out / "deduped"),
             "output_dir": str(out / "deduped")}
+
+
+def _step_seconds(logs: Path) -> dict[str, float]:
+    """datatrove's own per-step time (its stats.json: seconds summed over the tasks of a stage), where its time goes."""
+    steps = {}
+    for stats_file in sorted(logs.glob("*/stats.json")):
+        for step in json.loads(stats_file.read_text()):
+            name = step["name"].encode("ascii", "ignore").decode().strip(" -")
+            time_stats = step["time_stats"]  # a bare 0 for a step that never timed itself
+            total = time_stats["total"] if isinstance(time_stats, dict) else time_stats
+            steps[f"{stats_file.parent.name}: {' '.join(name.split())}"] = round(total, 2)
+    return steps
 
 
 def _count_jsonl_docs(folder: Path) -> int:
@@ -299,8 +314,8 @@ def in_subprocess(task: str, payload: dict, work: Path) -> dict:
         raise SystemExit(f"full_work: {task} subprocess failed with exit code {proc.returncode} (log {log}):\n"
                          + "\n".join(tail))
     result = json.loads(out.read_text())
-    result.update(cpu_s=max(usage.ru_utime + usage.ru_stime, sampler.cpu_s), peak_tree_rss_mib=sampler.peak_rss_kib / 1024,
-                  max_processes=sampler.max_procs)
+    result.update(cpu_s=max(usage.ru_utime + usage.ru_stime, sampler.cpu_s),
+                  peak_tree_rss_mib=sampler.peak_rss_kib / 1024, max_processes=sampler.max_procs)
     return result
 
 
@@ -373,7 +388,8 @@ def run_full_work(work_dir: Path, tokenizer_json: str, scale: int = 1, repeats: 
         shutil.rmtree(dt_out, ignore_errors=True)
         rounds.append({"load_average_start": load_start, "load_average_end": os.getloadavg(),
                        "ours": ours, "datatrove": datatrove, "hf": hf,
-                       "peer_wall_s": datatrove["wall_s"] + hf["wall_s"], "peer_cpu_s": datatrove["cpu_s"] + hf["cpu_s"],
+                       "peer_wall_s": datatrove["wall_s"] + hf["wall_s"],
+                       "peer_cpu_s": datatrove["cpu_s"] + hf["cpu_s"],
                        "ratio": (datatrove["wall_s"] + hf["wall_s"]) / ours["wall_s"]})
     shutil.rmtree(inputs, ignore_errors=True)
     ours_wall = statistics.median(r["ours"]["wall_s"] for r in rounds)
@@ -408,6 +424,8 @@ def format_full_work(result: dict) -> str:
               f"{result['median_ours_cpu_s']:.1f}, peer {result['median_peer_cpu_s']:.1f}",
               "datatrove stage walls (s) per round: " + "; ".join(
                   ", ".join(f"{k} {v}" for k, v in r["datatrove"]["timings_s"].items()) for r in result["rounds"]),
+              "datatrove step seconds (its stats.json, summed over a stage's tasks) per round: " + "; ".join(
+                  ", ".join(f"{k} {v}" for k, v in r["datatrove"]["step_seconds"].items()) for r in result["rounds"]),
               "ours stage walls (s) per round: " + "; ".join(str(r["ours"]["timings_s"]) for r in result["rounds"])]
     return "\n".join(lines)
 
