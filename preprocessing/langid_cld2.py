@@ -5,10 +5,10 @@
 
     python -m preprocessing.langid_cld2 FILE...     # code and probability of each file's text
 
-Why it is offered: on the same 454 real texts (benchmarks/compiled_libs.py, docs/compiled_libraries.md) it takes
-~6x less CPU than the py3langid backend per MB (0.055 vs 0.35 CPU-s/MB on one core; pycld2 alone 0.028, the rest
-is the character clean-up below) at the same accuracy (0.998 vs 0.996 on the 450 texts whose language is known)
-and agrees with it on 99.3 % of the labels; the model is compiled into the wheel (nothing to load or download: no
+Why it is offered: on the same 551 real texts (benchmarks/compiled_libs.py, docs/compiled_libraries.md) it takes
+~6x less CPU than the py3langid backend per MB (0.059 vs 0.35 CPU-s/MB on one core; pycld2 alone 0.033, the rest
+is the character clean-up below) at the same accuracy (0.998 vs 0.996 on the 547 texts whose language is known)
+and agrees with it on 99.5 % of the labels; the model is compiled into the wheel (nothing to load or download: no
 per-process model cost either). Deterministic: a pure function of the text, no threads, no sampling.
 
 What a probability means here: CLD2 reports, for up to three languages, the percentage of the text's letters in
