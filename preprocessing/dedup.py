@@ -74,8 +74,22 @@ def prior_member(entry) -> Member:
     return Member((0, 0, 0, int(doc_id)), int(doc_id), None, None, None, int(exact), _signature_bytes(signature))
 
 
+def document_member(doc_id: int, doc: dict, cfg: DedupConfig, hasher: MinHasher) -> Member:
+    """A document record's Member: exact hash and (for documents, when near is on) the MinHash signature."""
+    words = normalised_words(document_text(doc))
+    normalised = " ".join(words)
+    signature = None
+    if cfg.near and "paragraphs" in doc:
+        # tokenize(normalised) is the words themselves unless a script without spaces needs cutting
+        tokens = tokenize(normalised) if has_unsegmented(normalised) else words
+        sig = hasher.signature(shingle_hashes(tokens, cfg.shingle_size))
+        signature = None if sig is None else sig.astype("<u4").tobytes()
+    return Member((1, doc["source"], doc["ordinal"], doc_id), doc_id, doc["source"], doc["ordinal"], doc["key"],
+                  exact_hash(normalised), signature)
+
+
 class _Features(beam.DoFn):
-    """(doc_id, doc) -> (doc_id, Member): exact hash and (for documents, when near is on) the MinHash signature."""
+    """(doc_id, doc) -> (doc_id, Member), from the document's text (document_member)."""
 
     def __init__(self, cfg: DedupConfig):
         self.cfg = cfg
@@ -85,16 +99,16 @@ class _Features(beam.DoFn):
 
     def process(self, item) -> Iterator:
         doc_id, doc = item
-        words = normalised_words(document_text(doc))
-        normalised = " ".join(words)
-        signature = None
-        if self.cfg.near and "paragraphs" in doc:
-            # tokenize(normalised) is the words themselves unless a script without spaces needs cutting
-            tokens = tokenize(normalised) if has_unsegmented(normalised) else words
-            sig = self.hasher.signature(shingle_hashes(tokens, self.cfg.shingle_size))
-            signature = None if sig is None else sig.astype("<u4").tobytes()
-        yield doc_id, Member((1, doc["source"], doc["ordinal"], doc_id), doc_id, doc["source"], doc["ordinal"],
-                             doc["key"], exact_hash(normalised), signature)
+        yield doc_id, document_member(doc_id, doc, self.cfg, self.hasher)
+
+
+class StubMember(beam.DoFn):
+    """(doc_id, stub) -> (doc_id, Member) for documents whose text is not in the element: the stub's "member",
+    computed with document_member where the text was (documents.SpillDocs)."""
+
+    def process(self, item) -> Iterator:
+        doc_id, stub = item
+        yield doc_id, stub["member"]
 
 
 class _ExactGroups(beam.DoFn):
@@ -187,19 +201,22 @@ class Deduplicate(beam.PTransform):
     """PCollection of (doc_id, doc) -> DedupOutputs (kept, duplicates, outcome, index); see the module docstring.
     `doc` has "source", "ordinal", "key" and "paragraphs" (list of lists of sentences) or "src" and "tgt" (a
     sentence pair: exact dedup only). doc_ids must be unique. `prior`: entries of an earlier version's index
-    (read_prior_index); its documents always win and are never output."""
+    (read_prior_index); its documents always win and are never output. `features`: the DoFn giving each
+    (doc_id, doc) its (doc_id, Member); by default computed from the text, StubMember for stubs that carry it
+    (then `doc` need not hold its text: only the Members and the docs' stubs go through the groups)."""
 
-    def __init__(self, cfg: DedupConfig, prior: beam.PCollection | None = None):
+    def __init__(self, cfg: DedupConfig, prior: beam.PCollection | None = None, features: beam.DoFn | None = None):
         super().__init__()
         self.cfg = cfg
         self.prior = prior
+        self.features = features
         info = getattr(prior, "dedup_index_info", None)
         if info is not None:
             check_index_params(info["path"], info["params"], cfg)
 
     def expand(self, docs):
         cfg = self.cfg
-        members = docs | "Features" >> beam.ParDo(_Features(cfg))
+        members = docs | "Features" >> beam.ParDo(self.features or _Features(cfg))
         candidates = members | "Members" >> beam.Values()
         # Any: the `-> Member` annotation would otherwise make Beam pick a schema (Row) coder for a NamedTuple
         prior = (self.prior | "PriorMembers" >> beam.Map(prior_member).with_output_types(typing.Any)

@@ -51,6 +51,16 @@ def outcome_counts(outcomes: Counter) -> dict:
             "duplicates_removed": by("duplicate")}
 
 
+def tally_entry(doc: dict) -> tuple:
+    """What DocTally counts of one kept document record: (split, source, language ("src-tgt" for a pair), is a
+    pair, sentences, characters); small enough to travel with the document's stub (documents.SpillDocs) where
+    the record itself stays in its spill file."""
+    if doc.get("kind") == "pair":
+        return doc["split"], doc["source"], f"{doc['src_lang']}-{doc['tgt_lang']}", True, 0, 0
+    return (doc["split"], doc["source"], doc.get("lang") or "und", False,
+            sum(len(p) for p in doc["paragraphs"]), sum(len(s) for p in doc["paragraphs"] for s in p))
+
+
 class DocTally:
     """What the kept document records say in sum: documents per split, per language (and split), training
     characters per language, sentences, pairs, documents per source. The driver tallies the docs files with it;
@@ -64,17 +74,20 @@ class DocTally:
         self.sentences = self.pairs = 0
 
     def add(self, doc: dict) -> None:
-        self.split_docs[doc["split"]] += 1
-        self.kept_by_source[doc["source"]] += 1
-        if doc.get("kind") == "pair":
+        self.add_entry(tally_entry(doc))
+
+    def add_entry(self, entry: tuple) -> None:
+        """One kept document's tally_entry."""
+        split, source, lang, pair, sentences, chars = entry
+        self.split_docs[split] += 1
+        self.kept_by_source[source] += 1
+        if pair:
             self.pairs += 1
-            lang = f"{doc['src_lang']}-{doc['tgt_lang']}"
         else:
-            self.sentences += sum(len(p) for p in doc["paragraphs"])
-            lang = doc.get("lang") or "und"
-            if doc["split"] == "train":
-                self.lang_chars[lang] += sum(len(s) for p in doc["paragraphs"] for s in p)
-        self.lang_docs.setdefault(lang, Counter())[doc["split"]] += 1
+            self.sentences += sentences
+            if split == "train":
+                self.lang_chars[lang] += chars
+        self.lang_docs.setdefault(lang, Counter())[split] += 1
 
     def merge(self, other: "DocTally") -> "DocTally":
         self.split_docs += other.split_docs
@@ -97,13 +110,14 @@ class DocTally:
 
 
 class TallyDocs(beam.CombineFn):
-    """Document JSON lines -> DocTally.counts() over all of them."""
+    """Kept documents' (doc_id, stub) (documents.SpillDocs: each carries its tally_entry) -> DocTally.counts()
+    over all of them, without reading their text."""
 
     def create_accumulator(self) -> DocTally:
         return DocTally()
 
-    def add_input(self, tally: DocTally, line: str) -> DocTally:
-        tally.add(json.loads(line))
+    def add_input(self, tally: DocTally, item: tuple) -> DocTally:
+        tally.add_entry(item[1]["tally"])
         return tally
 
     def merge_accumulators(self, tallies) -> DocTally:

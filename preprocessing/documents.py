@@ -3,14 +3,21 @@ into sentences (or clean sentence pairs, for parallel corpora), one JSON line ea
 quarantine. The first of the stage's two pipelines (preprocessing.pipeline runs it, then trains the tokenizer).
 
     files -> work items (a file, or a chunk of a multistream dump) -> Reshuffle
-          -> ReadRecords (one reader per format, preprocessing.sources; streamed per item)
-          -> Reshuffle (spread the expensive part over the workers)
+          -> ReadRecords (one reader per format, preprocessing.sources; streamed per item; each record spilled)
+          -> Reshuffle of the records' references (spread the expensive part over the workers) -> LoadRecords
           -> ToDocument (format-specific: wikitext -> paragraphs for Wikipedia; nothing for the others)
           -> CleanDocument (preprocessing.filters: normalise, boilerplate and quality rules; language from the
              source, else detected (preprocessing.langid); sentence splitting per language; held-out split)
-          -> one record per doc_id (a second record of the same identity is quarantined: duplicate_key)
+          -> SpillDocs (the record's JSON line written to a spill file; on goes a stub: identity, spill reference,
+             tally entry and dedup features)
+          -> one stub per doc_id (a second record of the same identity is quarantined: duplicate_key)
           -> Deduplicate (preprocessing.dedup: exact + MinHash LSH near-duplicates, deterministic keeper)
-          -> docs JSONL
+          -> ReadDocs (the kept documents' lines back from the spill files) -> docs JSONL
+
+Document text crosses no shuffle (preprocessing.text_spill): a local runner keeps every shuffled PCollection in the
+driver and hands a worker its whole share of a stage's input at once, so text in the groups made both grow with
+the corpus. Only references and stubs (a few hundred bytes a document) go through the Reshuffle, the doc_id groups
+and the dedup join.
 
 corpus.documents raw (comparisons on equal work with tools that tokenise text as it is): CleanDocument applies
 none of the filters (no normalisation, boilerplate or quality rule, language detection or minimum size) and the
@@ -25,6 +32,7 @@ duplicate group is the one with the smallest (source, ordinal).
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Iterator
 
@@ -34,8 +42,10 @@ from apache_beam.pvalue import TaggedOutput
 
 from . import hashing
 from .config import CorpusConfig
+from .dedup_config import DedupConfig
 from .records import Document, Dropped, Quarantined, SentencePair
 from .sentences import split_sentences
+from .text_spill import SpillReader, SpillWriter
 from .worker_errors import worker_input_error
 
 # outcome strings: "read", "kept", "dropped:<reason>", "quarantined:<reason>", "duplicate:<kind>"
@@ -50,12 +60,26 @@ def _quarantine(record: Quarantined) -> TaggedOutput:
     return TaggedOutput("quarantine", json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False))
 
 
-class ReadRecords(beam.DoFn):
-    """(source index, path, chunk) -> every record of the file (or of that chunk of it). Documents and pairs go on; drops and quarantined records
-    are counted (and quarantined records written out) here."""
+def spill_dir(work: Path | str) -> Path:
+    """Where the documents pipeline spills records and documents (preprocessing.text_spill): inside the staging
+    work directory, removed with it."""
+    return Path(work) / ".spill-documents"
 
-    def __init__(self, corpus: CorpusConfig):
+
+class ReadRecords(beam.DoFn):
+    """(source index, path, chunk) -> every record of the file (or of that chunk of it). Documents and pairs are
+    pickled into a spill file and go on as their reference (preprocessing.text_spill); drops and quarantined
+    records are counted (and quarantined records written out) here."""
+
+    def __init__(self, corpus: CorpusConfig, spill_to: str):
         self.corpus = corpus
+        self.spill_to = spill_to
+
+    def setup(self) -> None:
+        self.spill = SpillWriter(self.spill_to, "records")
+
+    def finish_bundle(self) -> None:
+        self.spill.close()  # complete before the stage after the Reshuffle reads it
 
     def process(self, item: tuple[int, str, list[int] | None]) -> Iterator:
         from .sources import read_records
@@ -71,8 +95,8 @@ class ReadRecords(beam.DoFn):
                     yield _quarantine(record)
                 elif isinstance(record, Dropped):
                     yield _outcome(source, f"dropped:{record.reason}")
-                else:
-                    yield record
+                else:  # written by this job into its own staging directory, read back by LoadRecords only
+                    yield self.spill.write(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
         except CorruptInput as err:
             # the file broke part way: its unreadable rest is one record, read and quarantined (so docs_read = kept
             # + dropped + quarantined still holds); the records read before the break went on above. The driver
@@ -82,6 +106,19 @@ class ReadRecords(beam.DoFn):
             yield _quarantine(Quarantined(**err.to_quarantine(source)))
         except InputError as err:
             raise worker_input_error(str(err)) from None
+
+
+class LoadRecords(beam.DoFn):
+    """A record's spill reference (ReadRecords) -> the record."""
+
+    def setup(self) -> None:
+        self.reader = SpillReader()
+
+    def finish_bundle(self) -> None:
+        self.reader.close()
+
+    def process(self, ref) -> Iterator:
+        yield pickle.loads(self.reader.read(ref))
 
 
 class ToDocument(beam.DoFn):
@@ -231,6 +268,56 @@ class KeepFirstOfKey(beam.DoFn):
         yield doc_id, keep
 
 
+class SpillDocs(beam.DoFn):
+    """(doc_id, clean record) -> (doc_id, stub): the record's JSON line (the docs file's line, byte for byte) goes
+    to a spill file; the stub holds what the steps before the docs file need: the identity KeepFirstOfKey reports
+    (source, ordinal, key, page_id), the spill reference, the record's tally entry (document_results.tally_entry)
+    and, when `dedup` is given, its dedup Member (computed here, where the text is)."""
+
+    def __init__(self, spill_to: str, dedup: DedupConfig | None):
+        self.spill_to = spill_to
+        self.dedup = dedup
+
+    def setup(self) -> None:
+        self.spill = SpillWriter(self.spill_to, "docs")
+        self.hasher = None
+        if self.dedup is not None:
+            from .minhash import MinHasher
+
+            self.hasher = MinHasher(self.dedup.num_perm, self.dedup.seed)
+
+    def finish_bundle(self) -> None:
+        self.spill.close()
+
+    def process(self, item) -> Iterator:
+        from .dedup import document_member
+        from .document_results import tally_entry
+
+        doc_id, doc = item
+        line = json.dumps(doc, sort_keys=True, ensure_ascii=False)
+        meta = {"page_id": doc["meta"]["page_id"]} if "page_id" in doc["meta"] else {}
+        yield doc_id, {"source": doc["source"], "ordinal": doc["ordinal"], "key": doc["key"], "meta": meta,
+                       "text": self.spill.write(line.encode("utf-8")), "tally": tally_entry(doc),
+                       "member": (document_member(doc_id, doc, self.dedup, self.hasher)
+                                  if self.dedup is not None else None)}
+
+
+class ReadDocs(beam.DoFn):
+    """A kept document's stub (SpillDocs) -> its JSON line, read back from the spill file. Extra arguments are
+    ignored: pipeline._one_job passes the instance plan as a side input only to keep this read out of the stage
+    that makes the stubs, so that the local runner buffers the stubs between the stages, not the text."""
+
+    def setup(self) -> None:
+        self.reader = SpillReader()
+
+    def finish_bundle(self) -> None:
+        self.reader.close()
+
+    def process(self, item, *after) -> Iterator[str]:
+        _doc_id, stub = item
+        yield self.reader.read(stub["text"]).decode("utf-8")
+
+
 # Parts the kept documents' dedup entries are written in (merged and sorted by the driver afterwards).
 INDEX_PARTS = 16
 
@@ -245,11 +332,12 @@ def _write_index_part(part: int, entries, directory: str, cfg) -> str:
 
 
 def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: float, files: list[str], work: Path,
-                             prior_index: str | None = None) -> None:
+                             prior_index: str | None = None):
     """Documents -> work/docs/part*.jsonl, work/outcomes (per-source counts), work/quarantine, and
-    work/duplicates (which document each removed duplicate duplicated). Returns the kept documents as the JSON
-    lines written to work/docs (what the instances pipeline reads, when both run as one job)."""
-    from .dedup import Deduplicate, read_prior_index
+    work/duplicates (which document each removed duplicate duplicated). Returns the kept documents as (doc_id,
+    stub) (SpillDocs; ReadDocs gives their JSON lines, the lines of work/docs): what the instances pipeline reads,
+    when both run as one job."""
+    from .dedup import Deduplicate, StubMember, read_prior_index
 
     from .sources import work_items
 
@@ -258,28 +346,32 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: f
         pipeline
         | "WorkItems" >> beam.Create(items)
         | "SpreadWork" >> beam.Reshuffle()
-        | "ReadRecords" >> beam.ParDo(ReadRecords(corpus)).with_outputs("outcome", "quarantine", main="records")
+        | "ReadRecords" >> beam.ParDo(ReadRecords(corpus, str(spill_dir(work)))).with_outputs(
+            "outcome", "quarantine", main="records")
     )
     documents = (
         records.records
         | "SpreadRecords" >> beam.Reshuffle()
+        | "LoadRecords" >> beam.ParDo(LoadRecords())
         | "ToDocument" >> beam.ParDo(ToDocument(corpus, files)).with_outputs("outcome", "quarantine", main="docs")
     )
     cleaned = (
         documents.docs
         | "Clean" >> beam.ParDo(CleanDocument(corpus, heldout_fraction, files)).with_outputs("outcome", main="docs")
     )
+    raw = corpus.documents == "raw"
     unique = (
         cleaned.docs
+        | "SpillDocs" >> beam.ParDo(SpillDocs(str(spill_dir(work)), None if raw else corpus.dedup))
         | "ByDocId" >> beam.GroupByKey()
         | "OnePerKey" >> beam.ParDo(KeepFirstOfKey(files)).with_outputs("outcome", "quarantine", main="docs")
     )
     outcomes = [records.outcome, documents.outcome, cleaned.outcome, unique.outcome]
-    if corpus.documents == "raw":  # nothing deduplicated: the driver finds no index parts and no duplicates
+    if raw:  # nothing deduplicated: the driver finds no index parts and no duplicates
         kept = unique.docs
     else:
         prior = read_prior_index(pipeline, prior_index) if prior_index else None
-        deduped = unique.docs | "Deduplicate" >> Deduplicate(corpus.dedup, prior=prior)
+        deduped = unique.docs | "Deduplicate" >> Deduplicate(corpus.dedup, prior=prior, features=StubMember())
         kept = deduped.kept
         outcomes.append(deduped.outcome)
         (
@@ -294,8 +386,8 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: f
             | "DuplicatesJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
             | "WriteDuplicates" >> WriteToText(str(work / "duplicates" / "part"), file_name_suffix=".jsonl")
         )
-    docs = kept | "ToJson" >> beam.Map(lambda kv: json.dumps(kv[1], sort_keys=True, ensure_ascii=False))
-    docs | "WriteDocs" >> WriteToText(str(work / "docs" / "part"), file_name_suffix=".jsonl")
+    kept | "ReadDocs" >> beam.ParDo(ReadDocs()) | "WriteDocs" >> WriteToText(str(work / "docs" / "part"),
+                                                                           file_name_suffix=".jsonl")
     (
         tuple(outcomes)
         | "Outcomes" >> beam.Flatten()
@@ -308,4 +400,4 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: f
         | "Quarantine" >> beam.Flatten()
         | "WriteQuarantine" >> WriteToText(str(work / "quarantine" / "part"), file_name_suffix=".jsonl")
     )
-    return docs
+    return kept

@@ -47,7 +47,7 @@ from bertfactory.io import atomic_write_json, publish_dir, sha256_file
 from .bad_inputs import check_bad_inputs
 from .config import CorpusConfig, PreprocessConfig, RunnerConfig
 from .document_results import TallyDocs, document_counts, empty_corpus_error, merge_dedup_entries
-from .documents import build_documents_pipeline
+from .documents import ReadDocs, build_documents_pipeline, spill_dir
 from .inputs import expand_inputs
 from .instance_pipeline import build_instances_pipeline
 from .instance_results import collect_instance_results
@@ -78,6 +78,7 @@ def _documents_stage(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[st
     """Run the documents pipeline; write quarantine.jsonl and duplicates.jsonl; return the document counts."""
     run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index),
                  runner, "documents")
+    shutil.rmtree(spill_dir(staging.work), ignore_errors=True)  # the text is in work/docs now
     return document_counts(files, staging)
 
 
@@ -102,10 +103,13 @@ def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], stag
     the same figures the driver would compute), saving a second job's start-up (~5 s of worker processes on the
     local runner)."""
     def build(p):
-        docs = build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index)
-        plan = (docs
+        kept = build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index)
+        plan = (kept
                 | "TallyDocs" >> beam.CombineGlobally(TallyDocs())
                 | "InstancePlan" >> beam.Map(lambda counts: instance_plan(cfg, counts)))
+        # the plan as a side input keeps the read out of the stage that makes `kept`: the local runner buffers
+        # the kept documents' stubs until the plan exists, not their text
+        docs = kept | "ReadKeptDocs" >> beam.ParDo(ReadDocs(), beam.pvalue.AsSingleton(plan))
         build_instances_pipeline(docs, plan, cfg, staging.work, staging.tokenizer, staging.shards, vocab_size, specials)
 
     run_pipeline(build, runner, "documents+instances")

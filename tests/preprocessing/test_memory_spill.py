@@ -1,0 +1,108 @@
+"""Document text crosses no shuffle (issue 19, goal 4): the documents pipeline spills records and documents
+(preprocessing.text_spill) and only references, stubs and dedup Members go through the local runner's buffers, in
+the two-job and in the one-job run; the spill files read back byte for byte, and a cut one is named."""
+
+import json
+import pickle
+import random
+
+import pytest
+from apache_beam.runners.portability.fn_api_runner import execution
+
+from preprocessing.dedup_config import DedupConfig
+from preprocessing.document_results import DocTally, TallyDocs, tally_entry
+from preprocessing.documents import ReadDocs, SpillDocs
+from preprocessing.pipeline import run_preprocess
+from preprocessing.text_spill import SpillReader, SpillWriter
+
+MARKER = "quokkamarker"  # a word in every sentence of every article, and in no title
+
+
+def test_spilled_records_read_back_in_any_order(tmp_path):
+    writer = SpillWriter(tmp_path / "spill", "docs")
+    records = [f"record {i} " .encode() * (i + 1) for i in range(50)]
+    refs = [writer.write(r) for r in records]
+    writer.close()
+    second = SpillWriter(tmp_path / "spill", "docs")  # the next bundle: a file of its own
+    refs.append(second.write(b"last"))
+    second.close()
+    records.append(b"last")
+    assert len({path for path, _, _ in refs}) == 2
+    reader = SpillReader()
+    order = list(range(len(refs)))
+    random.Random(1).shuffle(order)
+    assert [reader.read(refs[i]) for i in order] == [records[i] for i in order]
+    reader.close()
+    path, offset, length = refs[-2]
+    with open(path, "r+b") as f:
+        f.truncate(offset + 3)
+    with pytest.raises(ValueError, match=f"{path}: spilled record at byte {offset} has 3 of its {length} bytes"):
+        SpillReader().read(refs[-2])
+
+
+def _doc(text: str, split: str = "train", lang: str | None = "en") -> dict:
+    return {"doc_id": 7, "key": "line 1", "title": "line 1", "source": 0, "ordinal": 3, "split": split, "lang": lang,
+            "meta": {"page_id": 12, "title": "Über"}, "paragraphs": [[text, "Zweiter Satz."], ["Dritter."]]}
+
+
+def test_a_stub_holds_no_text_and_reads_back_as_the_docs_line(tmp_path):
+    spill = SpillDocs(str(tmp_path / "spill"), DedupConfig())
+    spill.setup()
+    small, large = _doc("Ein Satz über nichts."), _doc("Ein Satz über nichts. " * 5000)
+    stubs = [stub for doc in (small, large) for _, stub in spill.process((doc["doc_id"], doc))]
+    spill.finish_bundle()
+    # the stub's size does not grow with the text (a 110 kB document here; a few bytes more for bigger numbers)
+    assert len(pickle.dumps(stubs[1])) < len(pickle.dumps(stubs[0])) + 16 < 2000
+    assert stubs[1]["meta"] == {"page_id": 12} and stubs[1]["member"].exact != stubs[0]["member"].exact
+    read = ReadDocs()
+    read.setup()
+    lines = [line for stub in stubs for line in read.process((7, stub))]
+    assert lines == [json.dumps(d, sort_keys=True, ensure_ascii=False) for d in (small, large)]
+
+
+def test_the_tally_of_stubs_is_the_tally_of_the_documents():
+    docs = [_doc("A.", "train", "en"), _doc("B b.", "heldout", None), _doc("C c c.", "train", "de"),
+            {"kind": "pair", "doc_id": 9, "source": 1, "split": "train", "src_lang": "en", "tgt_lang": "fr",
+             "src": "hello", "tgt": "bonjour"}]
+    direct = DocTally()
+    for doc in docs:
+        direct.add(doc)
+    combine = TallyDocs()
+    acc = combine.create_accumulator()
+    for doc in docs:
+        acc = combine.add_input(acc, (doc["doc_id"], {"tally": tally_entry(doc)}))
+    assert combine.extract_output(combine.merge_accumulators([acc])) == direct.counts()
+    assert direct.counts()["languages"]["de"] == {"docs": 1, "train_docs": 1, "train_chars": 27}
+
+
+@pytest.fixture
+def buffered(monkeypatch) -> list[bytes]:
+    """Every encoded chunk the in-process FnApiRunner keeps between stages (its stage buffers and shuffles)."""
+    seen: list[bytes] = []
+    for cls in (execution.ListBuffer, execution.GroupingBuffer):
+        original = cls.append
+
+        def append(self, data, _original=original):
+            seen.append(bytes(data))
+            return _original(self, data)
+
+        monkeypatch.setattr(cls, append.__name__, append)
+    return seen
+
+
+def test_no_document_text_in_the_runners_buffers(tmp_path, wiki, buffered):
+    rng = random.Random(5)
+    pages = []
+    for i in range(12):
+        text = wiki.article_text(rng).replace("river", f"river {MARKER}").replace(". ", f" {MARKER}. ")
+        pages.append(wiki.page_xml(f"Article {i}", text, page_id=100 + i))
+    dump = wiki.write_dump(tmp_path / "marker-pages-articles.xml.bz2", pages)
+    cfg = wiki.config(preset="in_process")
+    two = run_preprocess(wiki.corpus(dump), cfg, tmp_path / "two")  # the tokenizer trained between two jobs
+    assert two["counts"]["docs_kept"] == 12
+    assert buffered and not [chunk for chunk in buffered if MARKER.encode() in chunk]
+    buffered.clear()
+    cfg.tokenizer.path = str(tmp_path / "two" / "tokenizer" / "tokenizer.json")
+    one = run_preprocess(wiki.corpus(dump), cfg, tmp_path / "one")  # given a tokenizer: one job
+    assert one["counts"] == {k: v for k, v in two["counts"].items() if k != "tokenizer_sample_chars"}
+    assert buffered and not [chunk for chunk in buffered if MARKER.encode() in chunk]
