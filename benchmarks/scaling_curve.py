@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -221,9 +221,12 @@ def train(args) -> None:
     budgets = {m: args.steps or s for m, s in plan["budgets"].items()
                if args.cpu_minutes is None or float(m) in args.cpu_minutes}
     # the longest points first: they bound the wall time
-    points = sorted(((c, m, s) for c in args.corpora for m, s in budgets.items()), key=lambda p: -p[2])
+    points = sorted(((c, m, s) for c in args.corpora for m, s in budgets.items()
+                     if args.only is None or f"{c}-{m}min" in args.only), key=lambda p: -p[2])
     result = {"plan": plan, "points": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    result_file = out / "results.json"
+    result_file = args.results or out / "results.json"
+    if result_file.is_file():  # points of an earlier invocation are kept unless trained again
+        result["points"] = json.loads(result_file.read_text()).get("points", {})
 
     def finished(point: dict) -> None:
         result["points"][f"{point['corpus']}-{point['cpu_minutes']:g}min"] = point
@@ -235,7 +238,7 @@ def train(args) -> None:
 
     with ThreadPoolExecutor(args.parallel) as pool:
         futures = [pool.submit(train_point, c, m, s, root, out, args.threads, args.set) for c, m, s in points]
-        for future in futures:
+        for future in as_completed(futures):
             finished(future.result())
 
 
@@ -315,8 +318,11 @@ def main() -> None:
     t = sub.add_parser("train", help="pretrain + evaluate every point of a bundle")
     t.add_argument("--bundle", type=Path, required=True)
     t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--results", type=Path, help="where results.json goes, rewritten after every point "
+                   "(default OUT/results.json)")
     t.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=CORPORA)
     t.add_argument("--cpu-minutes", type=float, nargs="+", help="a subset of the plan's budgets")
+    t.add_argument("--only", nargs="+", metavar="CORPUS-Nmin", help="these points only, e.g. diverse-135min")
     t.add_argument("--parallel", type=int, default=1, help="points trained at once")
     t.add_argument("--threads", type=int, default=2, help="torch threads per point")
     t.add_argument("--steps", type=int, help="every point at this many steps instead of its budget's (smoke tests)")
