@@ -24,7 +24,7 @@ tokenizer (encode_batch, no special tokens) / wall seconds of that subprocess's 
 
     python benchmarks/corpus_throughput.py all [--work DIR] [--tokenizer T] [--repeats 2] [--large 10] [--goals 1,2,3]
     python benchmarks/corpus_throughput.py throughput [--work DIR] [--tokenizer T] [--repeats 3] [--scale 1]
-    python benchmarks/corpus_throughput.py rss --tokenizer DIR/train_run/tokenizer/tokenizer.json [--copies 10]
+    python benchmarks/corpus_throughput.py rss --tokenizer DIR/train_run/tokenizer/tokenizer.json [--copies 10] [--dedup]
     python benchmarks/corpus_throughput.py profile --tokenizer DIR/train_run/tokenizer/tokenizer.json
 
 `--scale N` (throughput): every path reads N copies of the text (each copy's files renamed, as for `rss`), and the
@@ -41,7 +41,8 @@ then one table of every ratio against its target.
 `rss`: the pipeline on 1 copy and on `--copies` copies of the text (each copy's files renamed, so each is a new
 document; corpus.dedup.exact and .near off, since identical copies would otherwise be removed), each in its own
 subprocess; a sampler reads /proc every 0.2 s for the process tree (the driver and Beam's worker subprocesses) and
-reports the peak of the summed RSS, the peak of the largest single process, and the driver's VmHWM.
+reports the peak of the summed RSS, the peak of the largest single process, and the driver's VmHWM. `--dedup`:
+local.yaml's exact + MinHash dedup on, every copy's words marked as its own (marked_copies_dir) so dedup keeps them.
 `profile`: cProfile of the pipeline on runner preset in_process (one worker, in the calling thread), cumulative
 CPU seconds of the process per DoFn and per library call, written to DIR/profile.pstats; `--set KEY=VALUE`
 (repeatable) overrides the recipe, e.g. `--set corpus.documents=raw`.
@@ -387,19 +388,41 @@ def copies_dir(work: Path, copies: int) -> Path:
     return d
 
 
-def mode_rss(work: Path, tokenizer: str | None, copies: int) -> None:
+def marked_copies_dir(work: Path, copies: int) -> Path:
+    """rss --dedup: copies that deduplication keeps. Every tenth word of copy c ends in that copy's two letters, so
+    no copy is an exact duplicate of another and two copies share about half their 5-word shingles (Jaccard ~0.33,
+    under near dedup's 0.8); the 1x run's one copy is marked the same way, so both runs do the same work per copy."""
+    import string
+
+    d = work / f"input_{copies}x_marked"
+    d.mkdir(parents=True, exist_ok=True)
+    letters = string.ascii_lowercase
+    for c in range(copies):
+        tag = letters[c // 26 % 26] + letters[c % 26]
+        for f in sotu_files():
+            lines = []
+            for line in f.read_text(encoding="utf-8").split("\n"):
+                words = line.split(" ")
+                words[9::10] = [w + tag for w in words[9::10]]
+                lines.append(" ".join(words))
+            (d / f"copy{c:02d}_{f.name}").write_text("\n".join(lines), encoding="utf-8")
+    return d
+
+
+def mode_rss(work: Path, tokenizer: str | None, copies: int, dedup: bool = False) -> None:
     print(machine_line())
     tokenizer = tokenizer or train_tokenizer(work)
     results = {}
     for n in (1, copies):
-        inputs = copies_dir(work, n)
+        inputs = marked_copies_dir(work, n) if dedup else copies_dir(work, n)
+        no_dedup = [] if dedup else ["corpus.dedup.exact=false", "corpus.dedup.near=false"]
         results[n] = in_subprocess("pipeline", {
             "work": str(work), "inputs": [str(inputs)], "run_dir": str(work / f"rss_run_{n}x"),
-            "overrides": [f"preprocess.tokenizer.path={tokenizer}", "corpus.dedup.exact=false",
-                          "corpus.dedup.near=false"]})
+            "overrides": [f"preprocess.tokenizer.path={tokenizer}", *no_dedup]})
         shutil.rmtree(inputs)
         shutil.rmtree(work / f"rss_run_{n}x")
-    print("dedup off (corpus.dedup.exact/near false): the copies are identical texts under new file names")
+    print("dedup on (local.yaml: exact + MinHash): every copy's words marked as its own (marked_copies_dir)" if dedup
+          else "dedup off (corpus.dedup.exact/near false): the copies are identical texts under new file names")
     print("| input | docs kept | instances | wall s | peak tree RSS MiB | peak one process MiB | driver VmHWM MiB | "
           "largest child (getrusage) MiB | largest worker (sampled) MiB, at s | processes |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -580,6 +603,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="keep the runs here (default: a temporary directory, removed)")
     parser.add_argument("--tokenizer", help="a tokenizer.json from an earlier pipeline run (else one is trained)")
     parser.add_argument("--copies", type=int, default=10, help="rss: copies of the text in the large run")
+    parser.add_argument("--dedup", action="store_true", help="rss: dedup on, each copy's words marked as its own")
     parser.add_argument("--repeats", type=int, default=3, help="throughput: rounds of all paths, interleaved")
     parser.add_argument("--scale", type=int, default=1, help="throughput: copies of the text every path reads "
                         "(above 1 the pipeline runs without dedup, which would remove the copies)")
@@ -595,7 +619,7 @@ def main() -> None:
         {"all": lambda: mode_all(work, args.tokenizer, args.repeats, args.large,
                                  [int(g) for g in args.goals.split(",") if g]),
          "throughput": lambda: mode_throughput(work, args.tokenizer, args.repeats, args.scale),
-         "rss": lambda: mode_rss(work, args.tokenizer, args.copies),
+         "rss": lambda: mode_rss(work, args.tokenizer, args.copies, args.dedup),
          "profile": lambda: mode_profile(work, args.tokenizer, args.set)}[args.mode]()
     finally:
         if args.work is None:
