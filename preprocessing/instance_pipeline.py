@@ -47,10 +47,9 @@ class TokenizeDoc(beam.DoFn):
     masks differ; the `copies` output counts them per language. Buckets, copy rates and language ids come from
     the instance plan (a side input: instance_plan)."""
 
-    def __init__(self, tokenizer_path: str, seed: int = 0, by_paragraph: bool = False):
+    def __init__(self, tokenizer_path: str, seed: int = 0):
         self.tokenizer_path = tokenizer_path
         self.seed = seed
-        self.by_paragraph = by_paragraph  # instances.packing tokens: a paragraph's sentences tokenised as one text
 
     def _copies(self, doc: dict, copy_rates: dict[str, float]) -> list[int]:
         lang = doc.get("lang") or "und"
@@ -81,14 +80,16 @@ class TokenizeDoc(beam.DoFn):
             else:
                 yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
             return
-        if self.by_paragraph:  # rows cut by tokens need no sentence ends: one text per paragraph, fewer calls
-            sentences = [" ".join(paragraph) for paragraph in doc["paragraphs"]]
-        else:
-            sentences = [s for paragraph in doc["paragraphs"] for s in paragraph]
+        sentences = [s for paragraph in doc["paragraphs"] for s in paragraph]
         # the fast variant leaves out character offsets: making them (and their Python objects, one per
         # sentence, under the GIL) cost more than the tokenising itself
         encoded = self.tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
-        ids = [e.ids for e in encoded if e.ids]
+        yield from self._emit(doc, [e.ids for e in encoded if e.ids], plan)
+
+    def _emit(self, doc: dict, ids: list[list[int]], plan: dict) -> Iterator:
+        """A document's token ids (one list per sentence or paragraph) -> its keyed copies, or `no_tokens`."""
+        buckets, copy_rates, lang_ids = plan["buckets"], plan["copy_rates"], plan["lang_ids"]
+        split = doc["split"]
         if ids:
             lang = lang_ids.get(doc.get("lang") or "und", 0)
             copy_ids = self._copies(doc, copy_rates)
@@ -99,6 +100,25 @@ class TokenizeDoc(beam.DoFn):
                 yield (split, hashing.bucket_of(doc_id, buckets[split])), (doc_id, packed, lang)
         else:
             yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
+
+
+class TokenizeDocBatch(TokenizeDoc):
+    """instances.packing tokens: a batch of document JSON lines (BatchElements, about TOKENIZE_BATCH_CHARS of
+    them) -> what TokenizeDoc yields for each. Rows cut by tokens need no sentence ends, so every paragraph is one
+    text (its sentences joined by a space) and the batch's paragraphs go to the tokenizer in one call, which
+    spreads them over the cores (its Rust threads); each document's ids are the same whatever the batch."""
+
+    def process(self, lines: list[str], plan: dict) -> Iterator:
+        docs = [json.loads(line) for line in lines]
+        texts = [[" ".join(paragraph) for paragraph in doc["paragraphs"]] for doc in docs]
+        encoded = iter(self.tokenizer.encode_batch_fast([t for doc in texts for t in doc], add_special_tokens=False))
+        for doc, paragraphs in zip(docs, texts):
+            yield from self._emit(doc, [ids for ids in (next(encoded).ids for _ in paragraphs) if ids], plan)
+
+
+# characters of document JSON per TokenizeDocBatch call (packing tokens): enough texts to keep every core busy, a
+# bounded batch in memory
+TOKENIZE_BATCH_CHARS = 4_000_000
 
 
 class BuildInstances(beam.DoFn):
@@ -337,10 +357,15 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
     """Document JSON lines (`docs`) -> shards, with `plan` a one-element PCollection holding instance_plan's dict
     (computed by the driver between two jobs, or inside the one job from the documents' tally)."""
     plan = beam.pvalue.AsSingleton(plan)
+    if cfg.instances.packing == "tokens":  # whole documents in batches (TokenizeDocBatch)
+        docs = docs | "BatchDocs" >> beam.BatchElements(
+            min_batch_size=TOKENIZE_BATCH_CHARS, max_batch_size=TOKENIZE_BATCH_CHARS, element_size_fn=len)
+        tokenize = TokenizeDocBatch(str(tokenizer_path), cfg.seed)
+    else:
+        tokenize = TokenizeDoc(str(tokenizer_path), cfg.seed)
     tokenized = (
         docs
-        | "Tokenize" >> beam.ParDo(TokenizeDoc(str(tokenizer_path), cfg.seed, cfg.instances.packing == "tokens"), plan)
-        .with_outputs("no_tokens", "copies", main="docs")
+        | "Tokenize" >> beam.ParDo(tokenize, plan).with_outputs("no_tokens", "copies", main="docs")
     )
     tokenized.no_tokens | "WriteNoTokens" >> WriteSmallLines(work / "no_tokens")
     (

@@ -1,7 +1,8 @@
 """instances.packing tokens (issue 19, goal 1): full-sentences rows filled to exactly max_seq_len as HF's
 group_texts fills its blocks, documents tokenised a paragraph at a time; the rows keep every token in order, and the
-shards are byte-identical across reruns and worker counts."""
+shards are byte-identical across reruns and worker counts, whatever batches the documents are tokenised in."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,10 +10,12 @@ import pytest
 from tokenizers import Tokenizer
 
 from bertfactory.io import sha256_file
-from preprocessing.config import CorpusConfig, InstancesConfig
+from preprocessing.config import CorpusConfig, InstancesConfig, TokenizerConfig
+from preprocessing.instance_pipeline import TokenizeDocBatch
 from preprocessing.pipeline import run_preprocess
 from preprocessing.segments import ROW_FIELDS, token_rows
 from preprocessing.shards import ShardSet
+from preprocessing.tokenizer import save_tokenizer, train_tokenizer
 
 CLS, SEP = 101, 102
 
@@ -120,3 +123,29 @@ def test_token_packing_end_to_end_same_bytes_across_reruns_and_worker_counts(tmp
     separators = sum(len(ids) - 2 for ids in rows) - doc_tokens
     assert 12 - buckets <= separators <= 11
     assert sum(len(ids) for ids in rows) == workers["counts"]["tokens"]
+
+
+def test_batched_tokenising_is_the_same_whatever_the_batch(tmp_path):
+    texts = [PARAGRAPH, PARAGRAPH.upper(), " ".join(reversed(PARAGRAPH.split()))]
+    tokenizer = train_tokenizer(lambda: iter(texts), TokenizerConfig(vocab_size=120, min_frequency=1, limit_alphabet=40))
+    save_tokenizer(tokenizer, tmp_path / "tokenizer.json")
+    fn = TokenizeDocBatch(str(tmp_path / "tokenizer.json"))
+    fn.setup()
+    plan = {"buckets": {"train": 2, "heldout": 1}, "copy_rates": {}, "lang_ids": {"en": 0}}
+    lines = [json.dumps({"doc_id": 10 + i, "split": "train", "lang": "en", "title": f"d{i}",
+                         "paragraphs": [t.split(". ") for t in texts[i:] + texts[:i]]}) for i in range(3)]
+    lines.append(json.dumps({"doc_id": 99, "split": "train", "lang": "en", "title": "blank", "paragraphs": [[" "]]}))
+
+    def run(batches):
+        out = []
+        for batch in batches:
+            for item in fn.process(batch, plan):
+                out.append(("no_tokens", item.value) if hasattr(item, "tag") else
+                           (item[0], item[1][0], item[1][1][0].tolist(), item[1][1][1].tolist(), item[1][2]))
+        return out
+
+    whole = run([lines])
+    assert whole == run([[line] for line in lines]) == run([lines[:1], lines[1:]])
+    assert [o[0] for o in whole][-1] == "no_tokens" and len(whole) == 4
+    # paragraphs tokenised as one text each: a document's lengths are its paragraphs'
+    assert all(len(o[3]) == 3 for o in whole[:3])
