@@ -152,6 +152,7 @@ def heldout_score(run_dir: Path, common_shards: Path, device: str) -> dict:
 
     final = run_dir / "pretrain" / "final"
     model, _, _ = load_pretrained(final)
+    model.to(device)
     scores = evaluate_objective(model, read_checkpoint_config(final), common_shards,
                                 sha256_file(final / "tokenizer.json"),
                                 ObjectiveEvalConfig(max_batches=None, seed=0), torch.device(device))
