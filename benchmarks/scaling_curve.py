@@ -269,9 +269,9 @@ def table(args) -> None:
         cells += [f"{wins} / {len(p['tasks'])}", str(sig)]
         lines.append("| " + " | ".join(cells) + " |")
     floors = next((p["tasks"] for p in points if "tasks" in p), {})
-    lines.append("\nFloors: " + "; ".join(
-        f"{t}: random init {v.get('random_init', float('nan')):.3f}, TF-IDF {v.get('tfidf_logreg', float('nan')):.3f}"
-        for t, v in floors.items()))
+    lines.append("\nFloors (the same fine-tuning budget): " + "; ".join(
+        f"{t}: random init {v['random_init']:.3f}" + (f", TF-IDF {v['tfidf_logreg']:.3f}" if "tfidf_logreg" in v else "")
+        for t, v in floors.items() if "random_init" in v))
     print("\n".join(lines))
     if args.plot:
         plot(points, args.plot)
@@ -284,7 +284,12 @@ def plot(points: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     tasks = [t for t in TASKS if any(t in p.get("tasks", {}) for p in points)]
-    fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(4 * (1 + len(tasks)), 3.6))
+    cols = (2 + len(tasks)) // 2
+    fig, grid = plt.subplots(2, cols, figsize=(4.2 * cols, 7), squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[1 + len(tasks):]:
+        ax.axis("off")
+    axes = axes[:1 + len(tasks)]
     for corpus in CORPORA:
         ps = [p for p in points if p["corpus"] == corpus and "error" not in p]
         if not ps:
@@ -304,7 +309,7 @@ def plot(points: list[dict], path: Path) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("CPU-minutes (steps at 1 thread)")
     axes[0].legend()
-    axes[-1].legend(fontsize=7)
+    axes[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
