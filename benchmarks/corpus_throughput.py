@@ -288,6 +288,8 @@ def train_tokenizer(work: Path) -> str:
 
 RAW_SENTENCES = "pipeline (raw documents, full-sentences, dynamic masking: hf's work)"
 RAW_TOKENS = "pipeline (raw documents, full-sentences packed by tokens, dynamic masking: hf's work)"
+RAW_TOKENS_IN_PROCESS = ("pipeline (the same, runner preset in_process: one process, the tokenizer's threads on "
+                         "every core)")
 
 # the pipeline configurations timed against the peers (overrides of configs/local.yaml's preprocess section)
 PIPELINE_SETUPS = {
@@ -305,6 +307,11 @@ PIPELINE_SETUPS = {
     # tokenised a paragraph at a time, rows cut from arrays, no sentence ends needed
     RAW_TOKENS: ["corpus.documents=raw", "preprocess.instances.format=full-sentences",
                  "preprocess.instances.packing=tokens", "preprocess.masking.dynamic=true"],
+    # the same in the calling process (no Beam worker subprocesses to start and feed): what the runner picks by
+    # itself below runner.in_process_below_mib; the tokenizer still spreads each batch over every core
+    RAW_TOKENS_IN_PROCESS: ["corpus.documents=raw", "preprocess.instances.format=full-sentences",
+                            "preprocess.instances.packing=tokens", "preprocess.masking.dynamic=true",
+                            "preprocess.runner.preset=in_process"],
 }
 
 
@@ -540,8 +547,9 @@ def load_sibling(name: str):
 
 
 # goal 1's pipeline setups per scale: at 1x the sentence-packed raw row (the earlier figure) beside the token-packed
-# one; at the large scale the token-packed one alone (a 10x round of each setup costs minutes on 2 cores)
-GOAL1_SETUPS = {"small": [RAW_SENTENCES, RAW_TOKENS], "large": [RAW_TOKENS]}
+# ones; at the large scale the token-packed ones alone (a 10x round of each setup costs minutes on 2 cores)
+GOAL1_SETUPS = {"small": [RAW_SENTENCES, RAW_TOKENS, RAW_TOKENS_IN_PROCESS],
+                "large": [RAW_TOKENS, RAW_TOKENS_IN_PROCESS]}
 
 
 def mode_all(work: Path, tokenizer: str | None, repeats: int, large: int, goals: list[int]) -> None:

@@ -21,6 +21,8 @@ def test_every_pipeline_setup_is_a_valid_recipe(throughput):
     corpus, cfg = throughput.pipeline_configs(["x"], throughput.PIPELINE_SETUPS[throughput.RAW_TOKENS])
     assert corpus.documents == "raw" and cfg.instances.format == "full-sentences"
     assert cfg.instances.packing == "tokens" and cfg.masking.dynamic
+    _, in_process = throughput.pipeline_configs(["x"], throughput.PIPELINE_SETUPS[throughput.RAW_TOKENS_IN_PROCESS])
+    assert in_process.runner.preset == "in_process" and in_process.instances == cfg.instances
     corpus, cfg = throughput.pipeline_configs(["x"], throughput.PIPELINE_SETUPS[throughput.RAW_SENTENCES])
     assert corpus.documents == "raw" and cfg.instances.packing == "sentences"
     assert set(throughput.GOAL1_SETUPS["small"]) | set(throughput.GOAL1_SETUPS["large"]) <= set(throughput.PIPELINE_SETUPS)
