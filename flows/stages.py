@@ -59,7 +59,11 @@ def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[
     if stage == "pretrain":
         manifest = run_dir / "shards" / "manifest.json"
         _require(manifest, "pretrain", "preprocess")
-        return recipe.model_dump(mode="json", include={"model", "pretrain"}), [manifest, run_dir / "tokenizer/tokenizer.json"]
+        files = [manifest, run_dir / "tokenizer/tokenizer.json"]
+        if recipe.pretrain.tlm_shards:  # XLM's TLM pairs are training data too: rebuilt pairs retrain
+            tlm = Path(recipe.pretrain.tlm_shards)
+            files.append((tlm if tlm.is_absolute() else run_dir / tlm) / "manifest.json")
+        return recipe.model_dump(mode="json", include={"model", "pretrain"}), files
     if stage == "evaluate":
         # the checkpoint actually evaluated (evaluate.checkpoint), not always pretrain/final
         final = recipe.evaluate.checkpoint_path(run_dir)

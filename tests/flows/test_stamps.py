@@ -5,6 +5,8 @@ from pathlib import Path
 
 from flows import stamps
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _fake_eval_outputs(run):
     (run / "eval").mkdir(parents=True, exist_ok=True)
@@ -96,3 +98,23 @@ def test_evaluate_key_follows_the_configured_checkpoint(tmp_path):
     key = compute_key("evaluate", recipe, run)
     (elsewhere / "model.safetensors").write_text("v2")
     assert compute_key("evaluate", recipe, run) != key
+
+
+def test_pretrain_key_follows_the_tlm_pairs_content(tmp_path):
+    """XLM's TLM pairs are training data: rebuilt pairs (same path, new content) must retrain, like new shards."""
+    from flows.recipe import load_recipe
+    from flows.stages import compute_key
+
+    run = tmp_path / "run"
+    (run / "shards").mkdir(parents=True)
+    (run / "tokenizer").mkdir()
+    (run / "shards" / "manifest.json").write_text("{}")
+    (run / "tokenizer" / "tokenizer.json").write_text("{}")
+    (run / "tlm" / "shards").mkdir(parents=True)
+    (run / "tlm" / "shards" / "manifest.json").write_text('{"pairs": 1}')
+    recipe = load_recipe(REPO / "configs" / "tiny-xlm.yaml", ["pretrain.objective=xlm_mlm_tlm",
+                                                             "pretrain.tlm_shards=tlm/shards"])
+    key = compute_key("pretrain", recipe, run)
+    assert compute_key("pretrain", recipe, run) == key
+    (run / "tlm" / "shards" / "manifest.json").write_text('{"pairs": 2}')
+    assert compute_key("pretrain", recipe, run) != key
