@@ -13,8 +13,9 @@ needs the text again reads those bytes back. The instances pipeline does the sam
 
 A file is named by a random suffix, not by its content: a retried bundle writes a new file and the references of
 the failed attempt are never committed, so nothing reads the old one. The files live in the staging directory,
-written by this job only, and go with it (preprocessing.staging); the layout of the outputs depends only on the
-records, never on which file held them.
+written by this job only, and go with it (preprocessing.staging); like the instances pipeline's spills, that
+directory must be one every worker sees (local and portable-on-one-machine runners; a shared file system
+elsewhere). The layout of the outputs depends only on the records, never on which file held them.
 """
 
 from __future__ import annotations
