@@ -11,6 +11,11 @@ and prints a markdown table; retention = student / teacher score of the same see
     python benchmarks/distill_seeds.py ... --only-summary     # the table of the pairs already run, training nothing
 
 Run pairs in chunks (e.g. one task per invocation) on a shared machine: finished pairs are reused.
+
+Every pair that trains also gets RUN/<task>/seed-<seed>/phases.json: wall and process CPU seconds of each phase (the
+teacher import, each fine-tuning, each distillation loop, the augmentation, the speed passes, the rest), so a bigger
+run can be sized from a small one before it starts; on a shared machine the CPU seconds are the figure that carries
+over, the wall seconds depend on the load.
 """
 
 from __future__ import annotations
@@ -25,6 +30,55 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+class PhaseTimer:
+    """Times the stage's phases by wrapping the functions distillation.stage calls them through (its module
+    attributes), so the stage itself stays free of benchmark bookkeeping. `phases` lists {phase, wall_s, cpu_s}."""
+
+    def __init__(self) -> None:
+        self.phases: list[dict] = []
+        self._originals: list[tuple[object, str, object]] = []
+
+    def wrap(self, module, name: str, label) -> None:
+        original = getattr(module, name)
+        self._originals.append((module, name, original))
+
+        def timed(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.phases.append({"phase": label(*args, **kwargs), "wall_s": round(time.perf_counter() - wall, 2),
+                                    "cpu_s": round(time.process_time() - cpu, 2)})
+
+        setattr(module, name, timed)
+
+    def restore(self) -> None:
+        """Put the wrapped functions back."""
+        for module, name, original in reversed(self._originals):
+            setattr(module, name, original)
+        self._originals.clear()
+
+    @classmethod
+    def around_stage(cls) -> "PhaseTimer":
+        import distillation.stage as stage
+
+        timer = cls()
+        timer.wrap(stage, "load_teacher", lambda *a, **k: "teacher import")
+        timer.wrap(stage, "_finetune", lambda encoder, task, cfg, pad_id, name: f"fine-tune {name}")
+        timer.wrap(stage, "run_distillation", lambda model, objective, batches, steps, *a, **k:
+                   f"{type(objective).__name__} on {type(batches).__name__}, {steps} steps")
+        timer.wrap(stage, "augment_features", lambda *a, **k: "augmentation")
+        timer.wrap(stage, "inference_seconds", lambda *a, **k: "speed passes")
+        return timer
+
+    def report(self, wall_s: float, cpu_s: float) -> dict:
+        """The phases plus the remainder (task preparation, test scoring) and the totals."""
+        rest = {"phase": "rest (task preparation, scoring)",
+                "wall_s": round(wall_s - sum(p["wall_s"] for p in self.phases), 2),
+                "cpu_s": round(cpu_s - sum(p["cpu_s"] for p in self.phases), 2)}
+        return {"phases": [*self.phases, rest], "wall_s": round(wall_s, 2), "cpu_s": round(cpu_s, 2)}
 
 
 def mean_std(values: list[float]) -> dict:
@@ -86,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     torch.set_num_threads(args.threads)
     base = Path(args.run_dir).resolve()
+    timer = PhaseTimer.around_stage()
     results: dict[str, dict[int, dict]] = {}
     for task in args.tasks:
         for seed in args.seeds:
@@ -100,9 +155,16 @@ def main(argv: list[str] | None = None) -> int:
                 if path.is_file():
                     results.setdefault(task, {})[seed] = json.loads(path.read_text(encoding="utf-8"))
                 continue
-            started = time.perf_counter()
+            timer.phases.clear()
+            started, cpu_started = time.perf_counter(), time.process_time()
             outcome = run_distill_stage(cfg, pair_dir)
-            print(f"{task} seed {seed}: {outcome['status']} in {time.perf_counter() - started:.0f} s", flush=True)
+            wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+            print(f"{task} seed {seed}: {outcome['status']} in {wall_s:.0f} s wall, {cpu_s:.0f} s CPU", flush=True)
+            if timer.phases:  # a pair reused from an earlier run trained nothing: keep its phases.json
+                phases = timer.report(wall_s, cpu_s)
+                atomic_write_json(pair_dir / "phases.json", phases)
+                for p in phases["phases"]:
+                    print(f"  {p['phase']}: {p['wall_s']:.1f} s wall, {p['cpu_s']:.1f} s CPU", flush=True)
             results.setdefault(task, {})[seed] = outcome["summary"]
     summary = summarise(results)
     atomic_write_json(base / "summary.json", {"config": args.config, "overrides": args.overrides, "tasks": summary})
