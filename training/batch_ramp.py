@@ -18,20 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from pydantic import Field
 
-from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError
 
+from .batch_ramp_config import BatchRampConfig
 from .data import Position, PretrainBatches, collate, masked_at_read_time
-
-
-class BatchRampConfig(StrictModel):
-    """Linear ramp of the global batch over the first steps of training."""
-
-    start_batch_size: int = Field(..., ge=1, description="global batch of the first step (rounded down to a multiple "
-                                  "of world size x grad_accumulation, at least one multiple)")
-    steps: int = Field(..., ge=1, description="steps over which the batch grows linearly to pretrain.batch_size")
 
 
 def ramp_sizes(start: int, final: int, steps: int, multiple: int) -> np.ndarray:

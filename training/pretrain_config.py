@@ -18,9 +18,11 @@ from pydantic import Field, model_validator
 
 from bertfactory.config import StrictModel
 
-from .batch_ramp import BatchRampConfig
+from .batch_ramp_config import BatchRampConfig
 from .fsdp_config import FsdpConfig
-from .stacking import StackingConfig
+from .objective_catalog import objective_names
+from .stacking_config import StackingConfig
+from .stream_config import stream_batches_problem
 from .tracking import TrackingConfig
 
 
@@ -149,13 +151,9 @@ class PretrainConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":
-        from .objectives import objective_names
-
         if self.objective not in objective_names():
             raise ValueError(f"unknown objective {self.objective!r}; valid choices: {', '.join(objective_names())}")
         if self.stream_batches:
-            from .streams import stream_batches_problem
-
             problem = stream_batches_problem(self)
             if problem:
                 raise ValueError(problem)

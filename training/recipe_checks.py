@@ -14,20 +14,22 @@ from __future__ import annotations
 
 from bertfactory.errors import ConfigError
 
+# the torch-free declarations (not models.registry / objectives, which import the models): a recipe loads without torch
 from .config import ModelConfig
-from .models.registry import STACKING, STATIC_SHAPES, UNPAD, architectures, get_architecture
-from .objectives import get_objective_spec, objective_names
+from .models.capabilities import STACKING, STATIC_SHAPES, UNPAD, supporting, supports
+from .objective_catalog import objective_info, objective_names
 from .pretrain_config import PretrainConfig
 
 
 def _unsupported_option(option: str, cfg: PretrainConfig) -> str | None:
-    """pretrain.<option> set for an objective whose architecture does not declare it (Architecture.supports)."""
-    architecture = get_objective_spec(cfg.objective).architecture
-    if option in get_architecture(architecture).supports:
+    """pretrain.<option> set for an objective whose architecture does not declare it (capabilities.SUPPORTS, each
+    Architecture.supports)."""
+    architecture = objective_info(cfg.objective).architecture
+    if supports(architecture, option):
         return None
-    supporting = [name for name in architectures() if option in get_architecture(name).supports]
-    objectives = [name for name in objective_names() if get_objective_spec(name).architecture in supporting]
-    return (f"pretrain.{option} is only implemented for {', '.join(supporting) or 'no architecture'} (objectives "
+    implementing = supporting(option)
+    objectives = [name for name in objective_names() if objective_info(name).architecture in implementing]
+    return (f"pretrain.{option} is only implemented for {', '.join(implementing) or 'no architecture'} (objectives "
             f"{', '.join(objectives)}); objective {cfg.objective} trains {architecture}")
 
 

@@ -36,32 +36,15 @@ import dataclasses
 from typing import Callable
 
 import torch
-from pydantic import Field, field_validator
 from torch import nn
 
-from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError, ContractError
 
 from .distributed import unwrap
 from .models.bert import BertConfig
 from .models.registry import architecture_of
 from .optim import parameter_groups
-
-
-class StackingConfig(StrictModel):
-    """pretrain.stacking: when to double the model's depth."""
-
-    stages: list[int] = Field(description="optimiser steps after which the model's layers are stacked (doubled); "
-                              "strictly increasing, each in [1, max_steps). model.num_layers is the first depth")
-
-    @field_validator("stages")
-    @classmethod
-    def _increasing(cls, stages: list[int]) -> list[int]:
-        if not stages:
-            raise ValueError("stages must list at least one step (leave stacking out for none)")
-        if stages[0] < 1 or any(b <= a for a, b in zip(stages, stages[1:])):
-            raise ValueError(f"stages must be strictly increasing steps >= 1 (got {stages})")
-        return stages
+from .stacking_config import StackingConfig
 
 
 def stacks_due(stages: list[int], step: int) -> int:

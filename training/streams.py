@@ -39,22 +39,9 @@ from bertfactory.errors import ConfigError, ContractError
 from preprocessing.shards import ShardSet
 
 from .data import IGNORE_INDEX, PretrainBatches
+from .stream_config import STREAM_OBJECTIVES
 
 STREAM_FORMAT = "clm"
-# objectives whose model carries a memory from a row to the next row of its slot
-STREAM_OBJECTIVES = ("txl_clm", "plm")
-
-
-def stream_batches_problem(cfg) -> str | None:
-    """Why `pretrain.stream_batches` cannot be used with this PretrainConfig, or None."""
-    if cfg.objective not in STREAM_OBJECTIVES:
-        return (f"stream_batches feeds a memory carried across batches, which objective {cfg.objective!r} has none "
-                f"of; use it with {' or '.join(STREAM_OBJECTIVES)}")
-    for key in ("length_buckets", "batch_size_ramp", "tlm_shards", "stacking"):
-        if getattr(cfg, key, None):
-            return (f"stream_batches cannot be combined with {key}: it changes which rows a step reads, while each "
-                    "batch slot must read its documents' segments in order")
-    return None
 
 
 class StreamBatches(PretrainBatches):

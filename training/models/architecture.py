@@ -19,14 +19,9 @@ from typing import Any, Callable, Mapping
 
 from torch import nn
 
-# Options of the pretraining stage that only some architectures implement; each architecture declares the ones it
-# does (`Architecture.supports`), and the stage refuses an option its architecture does not declare
-UNPAD = "unpad"  # pretrain.unpad: the model's forward runs on the real tokens only (`model.unpad_by_default`)
-STATIC_SHAPES = "static_shapes"  # pretrain.static_shapes: MLM logits at every prediction slot (`model.static_shapes`)
-# pretrain.stacking: training/stacking.py's copy of layer i to L + i gives a model of the doubled config whose new
-# layers are the old ones applied again (not so where a layer's form depends on its index, as ModernBERT's)
-STACKING = "stacking"
-CAPABILITIES = frozenset({UNPAD, STATIC_SHAPES, STACKING})
+# the options only some architectures implement, and which implements which: capabilities.py (without torch, for
+# a recipe's checks); importable from here too
+from .capabilities import CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -38,7 +33,8 @@ class Architecture:
     # becomes this architecture's config
     from_model_config: Callable[[Any, int, int], Any]
     description: str
-    # the CAPABILITIES this architecture implements (declared, so nothing probes a model instance for them)
+    # the CAPABILITIES this architecture implements (declared, so nothing probes a model instance for them):
+    # capabilities.SUPPORTS[name], which registry.py checks
     supports: frozenset[str] = frozenset()
     # the member's own settings in a recipe: (key of the sub-section of `model`, its RECIPE_SECTION dataclass, whose
     # docstring describes it); None = the encoder fields alone

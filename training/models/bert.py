@@ -1,4 +1,5 @@
-"""BERT: the configuration, the encoder (`BertModel`) and the pretraining model (`BertForPreTraining`, MLM + NSP).
+"""BERT: the encoder (`BertModel`) and the pretraining model (`BertForPreTraining`, MLM + NSP); their configuration,
+`BertConfig`, is declared in bert_config.py (without torch) and importable from here too.
 
     from training.models.bert import BertConfig, BertForPreTraining
     model = BertForPreTraining(BertConfig(vocab_size=8000, hidden_size=128, num_layers=2, num_heads=2,
@@ -13,16 +14,14 @@ family reuse it; parameter names of `BertModel` match the original BERT layout (
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
-from pydantic.dataclasses import dataclass
 from torch import nn
 
-from .architecture import STACKING, STATIC_SHAPES, UNPAD, Architecture
-from .config_schema import MODEL_CONFIG, CheckpointConfig
+from .architecture import Architecture
+from .capabilities import SUPPORTS
+from .bert_config import BertConfig  # declared without torch (a recipe loads it); importers use either module
 from .attention import padding_mask
 from .embeddings import BertEmbeddings
 from .encoder import Encoder
@@ -30,72 +29,6 @@ from .heads import MaskedLMHead, NextSentenceHead, Pooler
 from .varlen import encode_unpadded, gather_masked_packed
 
 IGNORE_INDEX = -100
-
-
-@dataclass(frozen=True, config=MODEL_CONFIG)
-class BertConfig(CheckpointConfig):
-    """Architecture of a BERT encoder: what `config.json` of a checkpoint stores under `model`, and (but for
-    vocab_size, pad_token_id and sentence_head, which pretraining fills in) the encoder keys of a recipe's `model`
-    section (training/config.py). The required fields are those a checkpoint must state; a recipe defaults them to
-    BERT-base."""
-
-    vocab_size: int = Field(ge=1, description="rows of the word embeddings (>= the tokenizer's vocabulary)")
-    hidden_size: int = Field(ge=1, description="width of every layer (H)")
-    num_layers: int = Field(ge=1, description="number of transformer layers (L)")
-    num_heads: int = Field(ge=1, description="attention heads per layer (A); must divide hidden_size")
-    intermediate_size: int = Field(ge=1, description="width of the feed-forward inner layer (4H in BERT)")
-    max_position_embeddings: int = Field(ge=1, description="learned positions; must be >= the shards' sequence "
-                                         "length")
-    type_vocab_size: int = Field(2, ge=1, description="segment (token type) embeddings: 2 = A and B (BERT); 1 = one "
-                                 "segment embedding for every token (RoBERTa: the shards' segment ids are ignored)")
-    hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on embeddings and sub-layer outputs")
-    attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on attention probabilities")
-    layer_norm_eps: float = Field(1e-12, gt=0.0, description="LayerNorm epsilon")
-    initializer_range: float = Field(0.02, gt=0.0, description="std of the normal weight initialisation")
-    pad_token_id: int = Field(0, ge=0, description="the tokenizer's [PAD] id (its word embedding stays zero-grad "
-                              "padding_idx)")
-    embedding_size: int | None = Field(None, ge=1, description="ALBERT/ELECTRA factorised embeddings: width E of the "
-                                       "embeddings, projected to hidden_size (null = hidden_size, no projection): "
-                                       "V*E + E*H parameters instead of V*H")
-    share_layers: Literal["none", "all", "attention", "ffn"] = Field(
-        "none", description="ALBERT cross-layer sharing inside each layer group: all parameters, only attention, "
-                            "only the feed-forward block, or none (BERT)")
-    num_layer_groups: int = Field(1, ge=1, description="ALBERT: split the layers into this many groups of "
-                                  "consecutive layers that share parameters (must divide num_layers; layer i "
-                                  "belongs to group i // (num_layers / num_layer_groups))")
-    num_languages: int = Field(0, ge=0, description="XLM: number of language embeddings, one added to every token "
-                               "(0 = none)")
-    # built only for objectives with a sentence loss (training/objectives: ObjectiveSpec.sentence_head), so e.g. a
-    # RoBERTa checkpoint holds no untrained NSP head; true by default: checkpoints written before the field existed
-    # all have one
-    sentence_head: bool = Field(True, description="the two-way sentence-pair head (NSP / SOP) on the pooled [CLS]")
-
-    @model_validator(mode="after")
-    def _consistent_shape(self) -> "BertConfig":
-        problems = encoder_shape_problems(self)
-        if not self.pad_token_id < self.vocab_size:
-            problems.append(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-    @property
-    def embedding_width(self) -> int:
-        return self.embedding_size if self.embedding_size is not None else self.hidden_size
-
-
-def encoder_shape_problems(config: Any) -> list[str]:
-    """What is inconsistent between the encoder fields of `config` (a BertConfig or a recipe's ModelConfig), each
-    field valid on its own; an empty list when nothing is."""
-    problems = []
-    if config.hidden_size % config.num_heads:
-        problems.append(f"hidden_size {config.hidden_size} is not divisible by num_heads {config.num_heads}")
-    if config.num_layers % config.num_layer_groups:
-        problems.append(f"num_layers {config.num_layers} is not divisible by num_layer_groups "
-                        f"{config.num_layer_groups}")
-    if config.share_layers == "none" and config.num_layer_groups != 1:
-        problems.append("num_layer_groups > 1 needs share_layers all, attention or ffn")
-    return problems
 
 
 def init_bert_weights(module: nn.Module, std: float) -> None:
@@ -292,5 +225,5 @@ ARCHITECTURE = Architecture(
     from_model_config=lambda model_cfg, vocab_size, pad_id: model_cfg.to_bert_config(vocab_size, pad_id),
     description="BERT-style encoder (absolute positions; BERT, RoBERTa, ALBERT, SpanBERT, XLM) with MLM and "
                 "sentence-pair (NSP/SOP) heads",
-    supports=frozenset({UNPAD, STATIC_SHAPES, STACKING}),
+    supports=SUPPORTS["BertForPreTraining"],
 )

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 from torch import nn
 
@@ -47,46 +47,9 @@ from bertfactory.errors import ConfigError
 
 from .architecture import Architecture
 from .bert import IGNORE_INDEX, BertConfig, BertModel, gather_masked, init_bert_weights
-from .config_schema import MODEL_CONFIG, RECIPE_SECTION, config_problems, settings_dict
+from .config_schema import MODEL_CONFIG, config_problems, settings_dict
+from .electra_settings import MODEL_SUBSECTION, ElectraSettings
 from .heads import MaskedLMHead
-
-@dataclass(frozen=True, config=RECIPE_SECTION)
-class ElectraSettings:
-    """ELECTRA's generator and loss weighting: the recipe's `model.electra` (the discriminator is the rest of the
-    `model` section), and the fields ElectraConfig adds to the discriminator's BertConfig.
-
-        model:
-          hidden_size: 256        # the discriminator (ELECTRA-Small)
-          embedding_size: 128
-          electra: {generator_size: 0.25, disc_weight: 50.0}
-
-    Defaults are the paper's (Clark et al. 2020; google-research/electra configure_pretraining.py): a generator a
-    quarter of the discriminator's width, discriminator loss weight 50, joint training. `two_stage` is the paper's
-    two-stage baseline (Section 3.2), which like the paper needs a generator of the discriminator's size."""
-
-    generator_size: float = Field(
-        0.25, gt=0.0, le=1.0,
-        description="generator hidden size, attention heads and FFN width as a fraction of the discriminator's "
-                    "(each rounded, at least 1; same number of layers). Paper: Small 1/4, Base 1/3, Large 1/4")
-    disc_weight: float = Field(50.0, gt=0.0, description="lambda: loss = generator MLM loss + lambda * "
-                               "discriminator (replaced-token detection) loss")
-    two_stage: bool = Field(False, description="the paper's two-stage training instead of joint training: "
-                            "generator alone first, then the discriminator (initialised from the generator) with "
-                            "the generator frozen; needs generator_size 1.0")
-    generator_steps: int = Field(0, ge=0, description="two_stage only: optimiser steps of the generator-alone stage "
-                                 "(the discriminator stage gets pretrain.max_steps - generator_steps)")
-
-    @model_validator(mode="after")
-    def _two_stage(self) -> "ElectraSettings":
-        if self.two_stage:
-            if self.generator_size != 1.0:
-                raise ValueError(f"two_stage needs generator_size 1.0 (got {self.generator_size}): the "
-                                 "discriminator is initialised from the generator")
-            if self.generator_steps < 1:
-                raise ValueError("two_stage needs generator_steps >= 1 (steps of the generator-alone stage)")
-        elif self.generator_steps:
-            raise ValueError(f"generator_steps={self.generator_steps} is only meaningful with two_stage: true")
-        return self
 
 
 @dataclass(frozen=True, config=MODEL_CONFIG)
@@ -303,5 +266,5 @@ ARCHITECTURE = Architecture(
     from_model_config=electra_config_from_model_config,
     description="ELECTRA: a small MLM generator proposes replacements, a discriminator (the backbone) detects "
                 "them at every token; shared embeddings; joint or two-stage training",
-    settings=("electra", ElectraSettings),
+    settings=MODEL_SUBSECTION,
 )

@@ -39,10 +39,12 @@ from torch import nn
 
 from bertfactory.errors import ConfigError
 
-from .architecture import STATIC_SHAPES, UNPAD, Architecture
+from .architecture import Architecture
+from .capabilities import SUPPORTS
 from .attention import padding_mask
 from .bert import BertConfig, BertForPreTraining
-from .config_schema import MODEL_CONFIG, RECIPE_SECTION, config_problems, settings_dict
+from .config_schema import MODEL_CONFIG, config_problems, settings_dict
+from .modernbert_settings import MODEL_SUBSECTION, ModernBertSettings
 from .embeddings import BertEmbeddings
 from .encoder import Encoder, LayerStyle
 from .heads import MaskedLMHead, Pooler
@@ -50,30 +52,6 @@ from .rotary import rotary_angles
 from .varlen import PackedSequences, sliding_window_band
 
 MODERN_LAYERS = LayerStyle(pre_norm=True, bias=False, gated_ffn=True, first_attention_norm=False)
-
-
-@dataclass(frozen=True, config=RECIPE_SECTION)
-class ModernBertSettings:
-    """ModernBERT's attention pattern and rotary bases: the recipe's `model.modernbert` (the encoder is the rest of
-    the `model` section), and the fields ModernBertConfig adds to BertConfig. Defaults are ModernBERT-base's
-    (answerdotai/ModernBERT-base config.json, as transformers' ModernBertConfig).
-
-        model:
-          modernbert: {global_attn_every_n_layers: 3, local_attention: 128}"""
-
-    global_attn_every_n_layers: int = Field(3, ge=1, description="layer i attends globally when i % this == 0 "
-                                            "(layers 0, 3, 6, ...); the others attend in a sliding window")
-    local_attention: int = Field(128, ge=2, description="width of the sliding window of the local layers: a token "
-                                 "sees the tokens at most local_attention / 2 positions away on either side; even")
-    global_rope_theta: float = Field(160_000.0, gt=0.0, description="rotary base of the global layers")
-    local_rope_theta: float = Field(10_000.0, gt=0.0, description="rotary base of the local layers")
-
-    @model_validator(mode="after")
-    def _even_window(self) -> "ModernBertSettings":
-        if self.local_attention % 2:
-            raise ValueError(f"local_attention must be even (a window of local_attention / 2 on each side), got "
-                             f"{self.local_attention}")
-        return self
 
 
 @dataclass(frozen=True, config=MODEL_CONFIG)
@@ -242,6 +220,6 @@ ARCHITECTURE = Architecture(
     from_model_config=modernbert_config_from_model_config,
     description="ModernBERT: pre-LN encoder without biases, rotary positions, GeGLU, global and sliding-window "
                 "attention alternating, final norm; masked LM",
-    supports=frozenset({UNPAD, STATIC_SHAPES}),
-    settings=("modernbert", ModernBertSettings),
+    supports=SUPPORTS["ModernBertForMaskedLM"],
+    settings=MODEL_SUBSECTION,
 )

@@ -1,6 +1,7 @@
 """The architectures a checkpoint can hold, by the name stored in config.json's `architecture` (see
 architecture.py for what one is). This module lists every member; nothing it imports imports it back, so adding
-a member is its model module (with an `ARCHITECTURE`) plus one line in `_MEMBERS`.
+a member is its model module (with an `ARCHITECTURE`) plus one line in `_MEMBERS` (and, when it has recipe settings,
+its <member>_settings.py plus one line in settings_registry.py, the list a recipe reads without importing torch).
 
     from training.models.registry import get_architecture
     arch = get_architecture("BertForPreTraining")
@@ -15,6 +16,7 @@ from bertfactory.errors import ContractError
 
 from . import bert, electra, modernbert, spanbert, transformer_xl, xlm, xlnet
 from .architecture import CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD, Architecture
+from .capabilities import SUPPORTS
 
 __all__ = ["CAPABILITIES", "STACKING", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
            "architectures", "member_settings"]
@@ -29,6 +31,12 @@ _MEMBERS: tuple[Architecture, ...] = (
     modernbert.ARCHITECTURE,
 )
 _ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in _MEMBERS}
+# a recipe's checks read capabilities.SUPPORTS without building an architecture: each must declare its entry
+_MISDECLARED = sorted({*SUPPORTS} - {*_ARCHITECTURES} | {arch.name for arch in _MEMBERS
+                                                         if arch.supports != SUPPORTS.get(arch.name, frozenset())})
+if _MISDECLARED:
+    raise ContractError(f"training/models/capabilities.py SUPPORTS and the architectures' `supports` disagree for "
+                        f"{', '.join(_MISDECLARED)}")
 # names that earlier releases wrote into config.json's `architecture` -> today's name (those checkpoints load)
 _FORMER_NAMES = {"XLNetForPretraining": "XLNetForPreTraining"}
 
@@ -58,5 +66,6 @@ def architectures() -> list[str]:
 
 def member_settings() -> dict[str, type]:
     """The sub-sections of a recipe's `model` that members declare (`Architecture.settings`): key -> the dataclass
-    of its settings, in the order of `_MEMBERS`."""
+    of its settings, in the order of `_MEMBERS`. A recipe reads the same list from settings_registry.py, which
+    imports no model (tests/training/test_model_config.py checks that they agree)."""
     return dict(arch.settings for arch in _MEMBERS if arch.settings is not None)

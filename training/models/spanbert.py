@@ -25,26 +25,12 @@ from pydantic.dataclasses import dataclass
 from torch import nn
 
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
-from .config_schema import MODEL_CONFIG, RECIPE_SECTION, settings_dict
+from .config_schema import MODEL_CONFIG, settings_dict
+from .spanbert_settings import MODEL_SUBSECTION, SpanBertSettings  # noqa: F401  (SpanBertSettings: importers' path)
 from .heads import MaskedLMHead
-from .architecture import STACKING, Architecture
+from .architecture import Architecture
+from .capabilities import SUPPORTS
 from .span_boundary import SpanBoundaryHead, gather_span_boundaries, stored_span_boundaries
-
-
-@dataclass(frozen=True, config=RECIPE_SECTION)
-class SpanBertSettings:
-    """The recipe's `model.spanbert`: the span boundary objective's head (the encoder is the rest of the `model`
-    section), stored in checkpoints as SpanBertConfig's sbo_* fields. Defaults are those of SpanBERT's released
-    pretraining command (facebookresearch/SpanBERT pretraining/README.md: --max-pair-targets 15
-    --pair-positional-embedding-size 200). Span masking itself is a preprocessing setting
-    (preprocess.masking.policy: span).
-
-        model:
-          spanbert: {max_span_tokens: 15, position_size: 200}"""
-
-    max_span_tokens: int = Field(15, ge=1, description="relative positions the SBO head embeds: the first this "
-                                 "many tokens of a masked span get an SBO target (the rest only the MLM loss)")
-    position_size: int = Field(200, ge=1, description="width of the SBO head's relative position embeddings")
 
 
 @dataclass(frozen=True, config=MODEL_CONFIG)
@@ -130,6 +116,6 @@ ARCHITECTURE = Architecture(
     build=SpanBertForPreTraining,
     from_model_config=_from_model_config,
     description="SpanBERT: BERT encoder with masked-LM and span boundary (SBO) heads, no NSP",
-    supports=frozenset({STACKING}),
-    settings=("spanbert", SpanBertSettings),
+    supports=SUPPORTS["SpanBertForPreTraining"],
+    settings=MODEL_SUBSECTION,
 )

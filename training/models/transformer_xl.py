@@ -22,33 +22,18 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 from torch import nn
 
 from .architecture import Architecture
 from .bert import IGNORE_INDEX, init_bert_weights
-from .config_schema import MODEL_CONFIG, RECIPE_SECTION
+from .config_schema import MODEL_CONFIG
+from .transformer_xl_settings import MODEL_SUBSECTION, TransformerXLSettings
 from .relative_config import RelativeConfig, relative_config_from_model_config
 from .stream_memory import memory_of
 from .relative_attention import (
     RelativeTransformerLayer, init_relative_weights, shift_geometry, sinusoid_embeddings, update_memory, with_memory,
 )
-
-
-@dataclass(frozen=True, config=RECIPE_SECTION)
-class TransformerXLSettings:
-    """Transformer-XL's segment-level recurrence: the recipe's `model.transformer_xl` (read with the shared `model`
-    fields, relative_config.py) and the fields TransformerXLConfig adds to RelativeConfig. Defaults: a memory of
-    64 states per layer and 2 segments per row (the recipes use one segment per row and carry the memory across
-    batches with pretrain.stream_batches: training/streams.py)."""
-
-    mem_len: int = Field(64, ge=0, description="hidden states per layer cached from the previous segment "
-                         "(stop-gradient) and attended to by the next: each query attends to at most mem_len + "
-                         "its segment's earlier tokens")
-    train_segments: int = Field(2, ge=1, description="equal consecutive segments `forward` cuts each training row "
-                                "into (the txl_clm objective); the memory carries from one to the next (and, with "
-                                "pretrain.stream_batches, to the next batch)")
 
 
 @dataclass(frozen=True, config=MODEL_CONFIG)
@@ -223,5 +208,5 @@ ARCHITECTURE = Architecture(
     build=TransformerXLLM,
     from_model_config=_from_model_config,
     description="Transformer-XL: causal LM with segment-level recurrence (no encoder for fine-tuning)",
-    settings=("transformer_xl", TransformerXLSettings),
+    settings=MODEL_SUBSECTION,
 )

@@ -22,59 +22,18 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_validator, model_validator
+from pydantic import model_validator
 from pydantic.dataclasses import dataclass
 from torch import nn
 
 from bertfactory.errors import ConfigError
 
 from .bert import BertConfig, BertModel, gather_masked, init_bert_weights, pooler_parameter_names
-from .config_schema import MODEL_CONFIG, RECIPE_SECTION
+from .config_schema import MODEL_CONFIG
+from .xlm_settings import MODEL_SUBSECTION, XlmLanguage, XlmSettings  # noqa: F401  (XlmSettings: importers' path)
 from .heads import MaskedLMHead
-from .architecture import STACKING, Architecture
-
-
-@dataclass(frozen=True, config=RECIPE_SECTION)
-class XlmLanguage:
-    """The default language, in the recipe's `model.xlm` and in XlmConfig."""
-
-    language_id: int = Field(0, ge=0, description="language id (row of the language embeddings, < num_languages) of "
-                             "every token of shards without languages per row and of fine-tuning inputs")
-
-
-@dataclass(frozen=True, config=RECIPE_SECTION)
-class XlmSettings(XlmLanguage):
-    """The recipe's `model.xlm`: the model's languages (embedding rows) and the default language (the rest of
-    `model`, whose `num_languages` sizes the language embeddings, is the encoder).
-
-        model:
-          num_languages: 3
-          xlm:
-            languages: [en, es, fr]   # XLM's --lgs: language code of each embedding row (0, 1, 2)
-            language_id: 0            # shards without languages per row (schema v1, or one language) and fine-tuning
-
-    Which embedding a token gets:
-    - multilingual shards (schema v2, two or more `instance_format.languages`): each row its own language (`lang_a`,
-      `lang_b`); with `languages` set, a row's language code picks the row of that code (a code the list lacks is
-      refused, naming it), without it the manifest's ids are the embedding rows (training/xlm_data.py);
-    - shards of one language or schema v1 (no language column): every token `language_id`;
-    - tlm-pairs rows: each side its language, as above."""
-
-    languages: list[str] | None = Field(
-        None, description="language code of each embedding row (XLM's --lgs), mapping the shards' per-row languages "
-        "(manifest instance_format.languages) onto the model, so that two shard sets (MLM and TLM) or a later "
-        "corpus agree; null = the train shards' own ids")
-
-    @field_validator("languages")
-    @classmethod
-    def _distinct(cls, languages: list[str] | None) -> list[str] | None:
-        if languages is not None:
-            if not languages:
-                raise ValueError("model.xlm.languages must name at least one language (or be null)")
-            repeated = sorted({code for code in languages if languages.count(code) > 1})
-            if repeated:
-                raise ValueError(f"model.xlm.languages lists {', '.join(repeated)} more than once")
-        return languages
+from .architecture import Architecture
+from .capabilities import SUPPORTS
 
 
 @dataclass(frozen=True, config=MODEL_CONFIG)
@@ -170,6 +129,6 @@ ARCHITECTURE = Architecture(
     build=XlmForPreTraining,
     from_model_config=_from_model_config,
     description="XLM: BERT encoder + language embeddings with one tied LM head for CLM, MLM and TLM, no NSP",
-    supports=frozenset({STACKING}),
-    settings=("xlm", XlmSettings),
+    supports=SUPPORTS["XlmForPreTraining"],
+    settings=MODEL_SUBSECTION,
 )

@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 from torch import nn
 
 from .architecture import Architecture
 from .bert import IGNORE_INDEX, init_bert_weights
-from .config_schema import MODEL_CONFIG, RECIPE_SECTION
+from .config_schema import MODEL_CONFIG
+from .xlnet_settings import MODEL_SUBSECTION, XLNetSettings
 from .relative_config import RelativeConfig, relative_config_from_model_config
 from .heads import Pooler
 from .relative_attention import (
@@ -39,25 +39,6 @@ from .relative_attention import (
     sinusoid_embeddings, update_memory, with_memory,
 )
 from .stream_memory import memory_of
-
-
-@dataclass(frozen=True, config=RECIPE_SECTION)
-class XLNetSettings:
-    """XLNet's permutation language modelling: the recipe's `model.xlnet` (read with the shared `model` fields,
-    relative_config.py) and the fields XLNetConfig adds to RelativeConfig.
-
-        model:
-          hidden_size: 768
-          xlnet: {predict_fraction: 6, mem_len: 0}
-
-    Defaults: partial prediction K = 6 (Yang et al. 2019, Section 2.3, "K = 6, 7 in our experiments") with no
-    memory (the recipes set mem_len with `clm` shards and pretrain.stream_batches, which carry it across batches:
-    training/streams.py)."""
-
-    predict_fraction: int = Field(6, ge=1, description="K of partial prediction: only the last 1/K of each "
-                                  "factorisation order is predicted")
-    mem_len: int = Field(0, ge=0, description="content-stream states per layer `forward` returns as `new_mems` for "
-                         "the next segment (0 = none); carried across batches with pretrain.stream_batches")
 
 
 @dataclass(frozen=True, config=MODEL_CONFIG)
@@ -310,5 +291,5 @@ ARCHITECTURE = Architecture(
     build=XLNetForPreTraining,
     from_model_config=_from_model_config,
     description="XLNet: permutation LM with two-stream relative attention; the content stream is the backbone",
-    settings=("xlnet", XLNetSettings),
+    settings=MODEL_SUBSECTION,
 )
