@@ -298,10 +298,13 @@ def in_subprocess(task: str, payload: dict, work: Path) -> dict:
     """Run one measurement in a fresh Python (offline: no hub, no downloads); its JSON result plus tree CPU and RSS."""
     out = work / f"{task}-{time.time_ns()}.json"
     log = out.with_suffix(".log")
+    # the payload travels in a file: at 10x the file list alone is past the kernel's 128 KiB limit on one argument
+    payload_file = out.with_suffix(".payload.json")
+    payload_file.write_text(json.dumps(payload))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "HF_ASSETS_CACHE": str(work / "hf_assets"), "TOKENIZERS_PARALLELISM": "false"}
     with open(log, "w") as log_file:
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "_child", task, json.dumps(payload),
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "_child", task, str(payload_file),
                                  str(out)], cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT)
         sampler = TreeSampler(proc.pid)
         sampler.start()
@@ -433,7 +436,7 @@ def format_full_work(result: dict) -> str:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_child":
         sys.path.insert(0, str(REPO))
-        child(sys.argv[2], json.loads(sys.argv[3]), Path(sys.argv[4]))
+        child(sys.argv[2], json.loads(Path(sys.argv[3]).read_text()), Path(sys.argv[4]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work", type=Path, help="keep the runs here (default: a temporary directory, removed)")
