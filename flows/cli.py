@@ -318,7 +318,7 @@ def _cmd_stages(args) -> int:
     run_dir = Path(args.run_dir or _default_run_dir(args.config))
     recipe = load_recipe(args.config, args.overrides)  # validate before starting anything
     if args.command == "run":
-        from .stages import recipe_stages
+        from .stage_runner import recipe_stages
 
         stages = recipe_stages(recipe)  # a tapt section adds its stage first (flows/tapt.py)
     else:
@@ -326,7 +326,7 @@ def _cmd_stages(args) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     if args.no_prefect:
         from .lock import run_dir_lock
-        from .stages import run_stage
+        from .stage_runner import run_stage  # not flows.stages: --no-prefect imports no Prefect
 
         with run_dir_lock(run_dir, args.command):
             results = {s: run_stage(s, recipe, run_dir) for s in stages}

@@ -186,7 +186,7 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     from bertfactory.config import apply_overrides, validate
 
     from .recipe import Recipe
-    from .stages import run_stage
+    from .stage_runner import run_stage
     from .summary import summary_table
 
     checkpoint, own_run = _checkpoint_of(target)

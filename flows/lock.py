@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -68,6 +69,8 @@ def _describe(holder: dict) -> str:
 
 
 def _current_flow_run() -> str | None:
+    if "prefect" not in sys.modules:  # no flow run without Prefect loaded: --no-prefect runs never import it here
+        return None
     try:
         from prefect.runtime import flow_run
 

@@ -5,6 +5,11 @@ a lazy import is still a dependency).
 (a) Layering: a package imports only the packages below it in LAYERS, never one above.
 (b) No file-level circle: the module graph (each import resolved to the file it loads) has no strongly connected
     component of more than one file, and no file imports itself.
+(c) Light entry points, in a fresh process: loading and validating a recipe, and `bertfactory preprocess
+    --no-prefect` up to the call of run_preprocess, import neither torch nor Prefect nor transformers (the model
+    and objective declarations a recipe checks are torch-free modules: training/models/bert_config.py,
+    <member>_settings.py, capabilities.py, training/objective_catalog.py; the plain stage logic is
+    flows/stage_runner.py).
 
 Run: `.venv/bin/python -m pytest -q tests/test_import_graph.py`.
 """
@@ -12,6 +17,10 @@ Run: `.venv/bin/python -m pytest -q tests/test_import_graph.py`.
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,3 +185,53 @@ def test_relative_imports_resolve_to_their_files(tmp_path):
     assert graph["training.inner"] == {"training.inner.b"}
     assert graph["training.inner.a"] == {"training.top", "training.inner.b"}
     assert import_cycles(graph) == [["training.inner.a", "training.inner.b"]]
+
+
+# the heavy libraries a light entry point must not load (torch: ~2-3 s of imports; Prefect: ~1-2 s)
+HEAVY = ("torch", "prefect", "transformers")
+_LOADED_HEAVY = f"sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})"
+
+LOAD_RECIPE = f"""
+import json, sys
+from flows.recipe import load_recipe
+recipe = load_recipe("configs/local.yaml")
+assert recipe.model.hidden_size > 0
+print("HEAVY " + json.dumps({_LOADED_HEAVY}))
+"""
+
+# `bertfactory preprocess --no-prefect ...` through the CLI's main, with run_preprocess replaced by a probe that
+# reports what is loaded at the moment the stage would start
+PREPROCESS_CLI = f"""
+import json, sys
+import preprocessing.pipeline
+
+def probe(corpus, preprocess, run_dir):
+    print("HEAVY " + json.dumps({_LOADED_HEAVY}))
+    return {{}}
+
+preprocessing.pipeline.run_preprocess = probe
+from flows.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _heavy_modules_loaded(script: str, *args: str, cwd: Path) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    reports = [line for line in run.stdout.splitlines() if line.startswith("HEAVY ")]
+    assert len(reports) == 1, f"the probe did not run once:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
+    return json.loads(reports[0][len("HEAVY "):])
+
+
+def test_loading_a_recipe_imports_neither_torch_nor_prefect(tmp_path):
+    assert _heavy_modules_loaded(LOAD_RECIPE, cwd=tmp_path) == []
+
+
+def test_preprocess_without_prefect_imports_neither_torch_nor_prefect(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("A first sentence of the document. And a second one.\n", encoding="utf-8")
+    loaded = _heavy_modules_loaded(PREPROCESS_CLI, "preprocess", "--no-prefect", "--input", "in", "--format", "text",
+                                   "--vocab-size", "500", "--out", "run", cwd=tmp_path)
+    assert loaded == []

@@ -91,7 +91,7 @@ def test_debug_shows_the_traceback_and_prefects_report_of_a_user_error(tmp_path)
 # divides by zero): the CLI's main, Prefect on, real stderr
 BUGGY_CLI = """
 import sys
-import flows.stages
+import flows.stage_runner
 from flows.cli import main
 
 def broken(stage):
@@ -99,7 +99,7 @@ def broken(stage):
         return 1 / 0
     return run
 
-flows.stages._entry_point = broken
+flows.stage_runner._entry_point = broken
 sys.exit(main(sys.argv[1:]))
 """
 
