@@ -220,6 +220,12 @@ def finished_rows(earlier: dict, args) -> dict:
     return {n: r for n, r in earlier.get("rows", {}).items() if same and "error" not in r}
 
 
+def kept_rows(finished: dict, rows: list[str]) -> dict:
+    """The finished rows of an earlier invocation that this one does not run: they stay in results.json (before
+    this invocation's rows), so running more rows never drops the ones already measured."""
+    return {name: row for name, row in finished.items() if name not in rows}
+
+
 def pretrain_row(name: str, run_dir: Path, lines: list[str], cli: Cli, args) -> dict:
     """Preprocess, calibrate the CPU-seconds per step, pretrain for --cpu-minutes of CPU time."""
     config = str(REPO / "configs" / ROWS[name].recipe)
@@ -346,6 +352,7 @@ def main() -> None:
     base_dir = args.runs / "baseline"
     if "baseline" not in args.rows:
         args.rows = ["baseline", *args.rows]  # its tokenizer and held-out split are every row's
+    result["rows"].update(kept_rows(finished, args.rows))
     if any(ROWS[r].diverse for r in args.rows):
         result["diverse_corpus"] = build_diverse_corpus(args.runs / "diverse.jsonl", heldout_fraction=0.05)
     for name in args.rows:

@@ -84,3 +84,10 @@ def test_a_later_invocation_keeps_finished_rows_of_the_same_budget(ablation):
     args.cpu_minutes = 15.0
     assert ablation.finished_rows(earlier, args) == {}
     assert ablation.finished_rows({}, args) == {}
+
+
+def test_rows_not_run_again_stay_in_the_results(ablation):
+    finished = {"baseline": {"steps": 1200}, "opt": {"steps": 1011}, "pre_ln": {"steps": 1209}}
+    assert ablation.kept_rows(finished, ["baseline", "electra"]) == {"opt": {"steps": 1011},
+                                                                      "pre_ln": {"steps": 1209}}
+    assert ablation.kept_rows({}, ["baseline"]) == {}
