@@ -60,6 +60,21 @@ def shingles_as_bytes(tokens: list[str], size: int) -> list[bytes]:
     return [" ".join(tokens[i:i + size]).encode("utf-8") for i in range(len(tokens) - size + 1)]
 
 
+def edited_pairs(token_lists: list[list[str]]):
+    """(document, the same document with one word in k replaced) for k = 10, 20, 40, 150, over the first 60
+    documents of >= 300 words, seeded: pairs of known, graded overlap to score a MinHash estimate against the true
+    Jaccard of their shingle sets (benchmarks/compiled_libs.py scores rensa on the same pairs)."""
+    rng = random.Random(0)
+    for tokens in token_lists[:60]:
+        if len(tokens) < 300:
+            continue
+        for every in (10, 20, 40, 150):
+            edited = list(tokens)
+            for i in rng.sample(range(len(edited)), max(1, len(edited) // every)):
+                edited[i] = "zyzzyva"
+            yield tokens, edited
+
+
 def bench_minhash(docs: list[list[str]]) -> None:
     from datasketch import MinHash
 
@@ -91,23 +106,16 @@ def bench_minhash(docs: list[list[str]]) -> None:
               f"{len(token_lists) / times[name]:.0f} docs/s")
     print(f"minhash speed ratio ours/datasketch: {times['datasketch'] / times['ours']:.2f}x")
 
-    rng = random.Random(0)
     rows = []
-    for tokens in token_lists[:60]:
-        if len(tokens) < 300:
-            continue
-        for every in (10, 20, 40, 150):
-            edited = list(tokens)
-            for i in rng.sample(range(len(edited)), max(1, len(edited) // every)):
-                edited[i] = "zyzzyva"
-            a, b = (set(shingles_as_bytes(x, cfg.shingle_size)) for x in (tokens, edited))
-            true = len(a & b) / len(a | b)
-            ours_j = estimated_jaccard(*(hasher.signature(shingle_hashes(x, cfg.shingle_size))
-                                         for x in (tokens, edited)))
-            ma, mb = MinHash(num_perm=cfg.num_perm, seed=cfg.seed), MinHash(num_perm=cfg.num_perm, seed=cfg.seed)
-            ma.update_batch(list(a))
-            mb.update_batch(list(b))
-            rows.append((true, ours_j, ma.jaccard(mb)))
+    for tokens, edited in edited_pairs(token_lists):
+        a, b = (set(shingles_as_bytes(x, cfg.shingle_size)) for x in (tokens, edited))
+        true = len(a & b) / len(a | b)
+        ours_j = estimated_jaccard(*(hasher.signature(shingle_hashes(x, cfg.shingle_size))
+                                     for x in (tokens, edited)))
+        ma, mb = MinHash(num_perm=cfg.num_perm, seed=cfg.seed), MinHash(num_perm=cfg.num_perm, seed=cfg.seed)
+        ma.update_batch(list(a))
+        mb.update_batch(list(b))
+        rows.append((true, ours_j, ma.jaccard(mb)))
     arr = np.array(rows)
     sigma = np.sqrt(arr[:, 0] * (1 - arr[:, 0]) / cfg.num_perm)
     print(f"jaccard agreement over {len(rows)} pairs (true J {arr[:, 0].min():.2f}..{arr[:, 0].max():.2f}): "

@@ -43,7 +43,6 @@ import argparse
 import gzip
 import hashlib
 import json
-import random
 import re
 import sys
 import tempfile
@@ -55,9 +54,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cleaning.py: the shared MinHash pairs
 
 from bertfactory.samples import sample_dir, sample_path  # noqa: E402
 from preprocessing.langcodes import normalise_lang_code  # noqa: E402
+from cleaning import edited_pairs  # noqa: E402
 
 LID_MAX_CHARS = 2000
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -521,17 +522,10 @@ def bench_minhash(repeats: int) -> None:
         return rensa_signatures([shingle_hashes(t, cfg.shingle_size) for t in lists], cfg.num_perm, cfg.seed)
 
     # pairs (text, text with one word in k replaced): the estimate against the true Jaccard of the shingle sets
-    rng = random.Random(0)
     pairs = []
-    for tokens in token_lists[:60]:
-        if len(tokens) < 300:
-            continue
-        for every in (10, 20, 40, 150):
-            edited = list(tokens)
-            for i in rng.sample(range(len(edited)), max(1, len(edited) // every)):
-                edited[i] = "zyzzyva"
-            a, b = (set(shingle_hashes(x, cfg.shingle_size).tolist()) for x in (tokens, edited))
-            pairs.append((tokens, edited, len(a & b) / len(a | b)))
+    for tokens, edited in edited_pairs(token_lists):
+        a, b = (set(shingle_hashes(x, cfg.shingle_size).tolist()) for x in (tokens, edited))
+        pairs.append((tokens, edited, len(a & b) / len(a | b)))
     true = np.array([j for _, _, j in pairs])
     sigma = np.sqrt(true * (1 - true) / cfg.num_perm)
     rows = []

@@ -5,7 +5,8 @@
     ident.detect("Tous les êtres humains naissent libres")        # ("fr", 0.99...)
     ident.detect_batch(texts)                                       # [(code, probability), ...]
 
-    python -m preprocessing.langid FILE...     # code and probability of each file's text
+    python -m preprocessing.langid FILE...                  # code and probability of each file's text
+    python -m preprocessing.langid --backend cld2 FILE...   # the same with the CLD2 backend
 
 Model: py3langid (0.4), the maintained fork of Lui & Baldwin's langid.py — a multinomial naive Bayes over byte
 n-grams, 140 labels. Chosen because it is pure Python + numpy with its model inside the wheel (nothing to download
@@ -214,8 +215,12 @@ class LanguageIdentifier:
         return self.detect_batch([text])[0]
 
 
-def _main(paths: list[str]) -> int:
-    ident = LanguageIdentifier()
+def _main(args: list[str]) -> int:
+    backend = "py3langid"
+    if args[:1] == ["--backend"] and len(args) > 1:
+        backend, args = args[1], args[2:]
+    ident = LanguageIdentifier(LangIdConfig(backend=backend))
+    paths = args
     texts = [open(p, encoding="utf-8", errors="replace").read() for p in paths]
     for path, (code, p) in zip(paths, ident.detect_batch(texts)):
         print(f"{code}\t{p:.3f}\t{path}")

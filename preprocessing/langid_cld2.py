@@ -3,7 +3,7 @@
     from preprocessing.langid import LangIdConfig, LanguageIdentifier
     LanguageIdentifier(LangIdConfig(backend="cld2")).detect("Tous les êtres humains naissent libres")  # ("fr", 0.99)
 
-    python -m preprocessing.langid_cld2 FILE...     # code and probability of each file's text
+    python -m preprocessing.langid --backend cld2 FILE...     # code and probability of each file's text
 
 Why it is offered: on the same 551 real texts (benchmarks/compiled_libs.py, docs/compiled_libraries.md) it takes
 ~6x less CPU than the py3langid backend per MB (0.059 vs 0.35 CPU-s/MB on one core; pycld2 alone 0.033, the rest
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -100,16 +99,5 @@ class Cld2Identifier:
     def detect(self, text: str) -> tuple[str, float]:
         return self.detect_batch([text])[0]
 
-
-def _main(paths: list[str]) -> int:
-    ident = Cld2Identifier(max_chars=2000, min_probability=0.5, languages=None)
-    texts = [open(p, encoding="utf-8", errors="replace").read() for p in paths]
-    for path, (code, p) in zip(paths, ident.detect_batch(texts)):
-        print(f"{code}\t{p:.3f}\t{path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
 
 __all__ = ["Cld2Identifier"]
