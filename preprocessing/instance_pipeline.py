@@ -168,11 +168,8 @@ class BuildInstances(beam.DoFn):
         for row in self._rows(split, bucket, docs):
             rows.append(row)
             if len(rows) == ROWS_PER_ELEMENT:
-                self._route(rows_to_block(rows), preshards, waiting)
+                yield from self._deal(rows_to_block(rows), split, bucket, preshards, waiting, spilled)
                 rows = []
-                full = [pre for pre, parts in waiting.items() if sum(len(b.lengths) for b in parts) >= ROWS_PER_ELEMENT]
-                for pre in sorted(full):
-                    yield self._spill(split, bucket, pre, waiting.pop(pre), spilled)
         if rows:
             self._route(rows_to_block(rows), preshards, waiting)
         for pre in sorted(waiting):
@@ -185,13 +182,18 @@ class BuildInstances(beam.DoFn):
         block = token_rows([(doc_id, packed[0], lang) for doc_id, packed, lang in docs], self.cfg.instances.max_seq_len,
                            self.cls_id, self.sep_id)
         for start in range(0, len(block.lengths), ROWS_PER_ELEMENT):
-            self._route(block.take(np.arange(start, min(start + ROWS_PER_ELEMENT, len(block.lengths))))[0],
-                        preshards, waiting)
-            full = [pre for pre, parts in waiting.items() if sum(len(b.lengths) for b in parts) >= ROWS_PER_ELEMENT]
-            for pre in sorted(full):
-                yield self._spill(split, bucket, pre, waiting.pop(pre), spilled)
+            part = block.take(np.arange(start, min(start + ROWS_PER_ELEMENT, len(block.lengths))))[0]
+            yield from self._deal(part, split, bucket, preshards, waiting, spilled)
         for pre in sorted(waiting):
             yield self._spill(split, bucket, pre, waiting[pre], spilled)
+
+    def _deal(self, block: RowBlock, split: str, bucket: int, preshards: int, waiting: dict,
+              spilled: dict) -> Iterator:
+        """Route a block's rows to their pre-shards, then spill every pre-shard holding ROWS_PER_ELEMENT rows."""
+        self._route(block, preshards, waiting)
+        full = [pre for pre, parts in waiting.items() if sum(len(b.lengths) for b in parts) >= ROWS_PER_ELEMENT]
+        for pre in sorted(full):
+            yield self._spill(split, bucket, pre, waiting.pop(pre), spilled)
 
     @staticmethod
     def _route(block: RowBlock, preshards: int, waiting: dict) -> None:
