@@ -121,7 +121,8 @@ class Cli:
         with open(self.log, "a") as out:
             out.write(f"\n$ bertfactory {' '.join(args)}\n")
             out.flush()
-            proc = subprocess.run([str(Path(sys.executable).parent / "bertfactory"), *args], cwd=REPO, stdout=out,
+            # `-m flows.cli`, not the console script: the same call works where the project is only on PYTHONPATH
+            proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, stdout=out,
                                   stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": str(self.threads)})
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode:

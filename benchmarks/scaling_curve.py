@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pretrain_ablation import build_diverse_corpus, steps_for_budget  # noqa: E402
+from pretrain_ablation import Cli, as_sets, build_diverse_corpus, steps_for_budget  # noqa: E402
 
 RECIPE = REPO / "configs" / "demo.yaml"
 CORPORA = ("demo", "diverse")
@@ -49,34 +49,6 @@ EVAL_SAMPLES = ("movie_reviews", "trec", "uci_sentences", "wnut16")
 # the diverse corpus is ~5x the demo's unique text: one masking of each row (as the ablation's `diverse` row)
 DIVERSE_SETS = ("corpus.format=jsonl", "corpus.lang=en", "preprocess.instances.dupe_factor=1")
 TASKS = ("movie_sentiment", "movie_valence", "trec_coarse", "uci_sentences", "wnut16")
-
-
-class Cli:
-    """One `bertfactory` command through this interpreter (`-m flows.cli`: no console script needed, so the same
-    call works where the project is on PYTHONPATH rather than installed), output appended to `log` -> (wall s,
-    CPU s of the child)."""
-
-    def __init__(self, threads: int, log: Path):
-        self.threads, self.log = threads, log
-
-    def __call__(self, args: list[str]) -> tuple[float, float]:
-        start, before = time.perf_counter(), os.times()
-        with open(self.log, "a") as out:
-            out.write(f"\n$ bertfactory {' '.join(args)}\n")
-            out.flush()
-            proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, stdout=out,
-                                  stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": str(self.threads)})
-        after = os.times()
-        if proc.returncode:
-            tail = self.log.read_text().strip().splitlines()[-1:] or ["(no output)"]
-            raise RuntimeError(f"bertfactory {' '.join(args[:2])} exited {proc.returncode}: {tail[0][:300]} "
-                               f"(log {self.log})")
-        return (time.perf_counter() - start,
-                (after.children_user - before.children_user) + (after.children_system - before.children_system))
-
-
-def as_sets(lines) -> list[str]:
-    return [a for line in lines for a in ("--set", line)]
 
 
 def corpus_sets(corpus: str, work: Path) -> list[str]:
