@@ -25,6 +25,7 @@ tokenizer (encode_batch, no special tokens) / wall seconds of that subprocess's 
     python benchmarks/corpus_throughput.py all [--work DIR] [--tokenizer T] [--repeats 2] [--large 10] [--goals 1,2,3]
     python benchmarks/corpus_throughput.py throughput [--work DIR] [--tokenizer T] [--repeats 3] [--scale 1]
     python benchmarks/corpus_throughput.py rss --tokenizer DIR/train_run/tokenizer/tokenizer.json [--copies 10] [--dedup]
+        [--set KEY=VALUE] [--trace benchmarks/rss_trace_100x.json]
     python benchmarks/corpus_throughput.py profile --tokenizer DIR/train_run/tokenizer/tokenizer.json
 
 `--scale N` (throughput): every path reads N copies of the text (each copy's files renamed, as for `rss`), and the
@@ -43,6 +44,8 @@ document; corpus.dedup.exact and .near off, since identical copies would otherwi
 subprocess; a sampler reads /proc every 0.2 s for the process tree (the driver and Beam's worker subprocesses) and
 reports the peak of the summed RSS, the peak of the largest single process, and the driver's VmHWM. `--dedup`:
 local.yaml's exact + MinHash dedup on, every copy's words marked as its own (marked_copies_dir) so dedup keeps them.
+`--trace PATH`: the runs' figures and their RSS over time (one point a second: the largest tree, driver and worker
+RSS since the point before) as JSON, with a plot beside it; the run directory's size on disk is in it too.
 `profile`: cProfile of the pipeline on runner preset in_process (one worker, in the calling thread), cumulative
 CPU seconds of the process per DoFn and per library call, written to DIR/profile.pstats; `--set KEY=VALUE`
 (repeatable) overrides the recipe, e.g. `--set corpus.documents=raw`.
@@ -201,25 +204,35 @@ class TreeRssSampler(threading.Thread):
     """Peak RSS of a process tree, sampled from /proc: the largest sum over the tree, the largest single process,
     the most processes seen at once, and the root's own high-water mark (VmHWM)."""
 
-    def __init__(self, pid: int, interval: float = 0.2):
+    def __init__(self, pid: int, interval: float = 0.2, trace_every: float = 1.0):
         super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
+        self.pid, self.interval, self.trace_every = pid, interval, trace_every
         self.peak_sum_kib = self.peak_one_kib = self.max_procs = self.root_hwm_kib = 0
         # the largest process other than the root (a Beam worker: where the pipeline's own code runs), and when
         self.peak_worker_kib, self.peak_worker_at_s = 0, 0.0
+        # the RSS trace: [seconds, tree MiB, driver MiB, largest worker MiB, processes], the largest of each
+        # since the previous point, one point per trace_every seconds
+        self.trace: list[list[float]] = []
         self.done = threading.Event()
 
     def run(self) -> None:
         t0 = time.perf_counter()
+        window = [0, 0, 0, 0]  # peaks since the last trace point: tree, driver, worker (KiB), processes
+        next_point = 0.0
         while not self.done.is_set():
             rss = {pid: _status_kib(pid, "VmRSS") for pid in _proc_tree(self.pid)}
+            now = time.perf_counter() - t0
             self.peak_sum_kib = max(self.peak_sum_kib, sum(rss.values()))
             self.peak_one_kib = max(self.peak_one_kib, max(rss.values(), default=0))
             worker = max((kib for pid, kib in rss.items() if pid != self.pid), default=0)
             if worker > self.peak_worker_kib:
-                self.peak_worker_kib, self.peak_worker_at_s = worker, time.perf_counter() - t0
+                self.peak_worker_kib, self.peak_worker_at_s = worker, now
             self.max_procs = max(self.max_procs, len(rss))
             self.root_hwm_kib = max(self.root_hwm_kib, _status_kib(self.pid, "VmHWM"))
+            window = [max(a, b) for a, b in zip(window, (sum(rss.values()), rss.get(self.pid, 0), worker, len(rss)))]
+            if now >= next_point:
+                self.trace.append([round(now, 1), *(round(k / 1024, 1) for k in window[:3]), window[3]])
+                window, next_point = [0, 0, 0, 0], now + self.trace_every
             self.done.wait(self.interval)
 
 
@@ -239,7 +252,7 @@ def in_subprocess(task: str, payload: dict) -> dict:
     result.update(peak_tree_rss_mib=sampler.peak_sum_kib / 1024, peak_process_rss_mib=sampler.peak_one_kib / 1024,
                   driver_hwm_mib=sampler.root_hwm_kib / 1024, max_processes=sampler.max_procs,
                   peak_worker_rss_mib=sampler.peak_worker_kib / 1024, peak_worker_at_s=sampler.peak_worker_at_s,
-                  tree_cpu_s=usage.ru_utime + usage.ru_stime)
+                  tree_cpu_s=usage.ru_utime + usage.ru_stime, rss_trace=sampler.trace)
     return result
 
 
@@ -416,32 +429,73 @@ def marked_copies_dir(work: Path, copies: int) -> Path:
     return d
 
 
-def mode_rss(work: Path, tokenizer: str | None, copies: int, dedup: bool = False) -> None:
+def mode_rss(work: Path, tokenizer: str | None, copies: int, dedup: bool = False, overrides: list[str] = (),
+             trace: Path | None = None) -> None:
     print(machine_line())
     tokenizer = tokenizer or train_tokenizer(work)
     results = {}
     for n in (1, copies):
         inputs = marked_copies_dir(work, n) if dedup else copies_dir(work, n)
         no_dedup = [] if dedup else ["corpus.dedup.exact=false", "corpus.dedup.near=false"]
+        run_dir = work / f"rss_run_{n}x"
         results[n] = in_subprocess("pipeline", {
-            "work": str(work), "inputs": [str(inputs)], "run_dir": str(work / f"rss_run_{n}x"),
-            "overrides": [f"preprocess.tokenizer.path={tokenizer}", *no_dedup]})
+            "work": str(work), "inputs": [str(inputs)], "run_dir": str(run_dir),
+            "overrides": [f"preprocess.tokenizer.path={tokenizer}", *no_dedup, *overrides]})
+        results[n]["run_dir_mib"] = sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file()) / 2**20
         shutil.rmtree(inputs)
-        shutil.rmtree(work / f"rss_run_{n}x")
+        shutil.rmtree(run_dir)
+    if trace is not None:
+        write_rss_trace(trace, results, dedup, overrides)
     print("dedup on (local.yaml: exact + MinHash): every copy's words marked as its own (marked_copies_dir)" if dedup
           else "dedup off (corpus.dedup.exact/near false): the copies are identical texts under new file names")
     print("| input | docs kept | instances | wall s | peak tree RSS MiB | peak one process MiB | driver VmHWM MiB | "
-          "largest child (getrusage) MiB | largest worker (sampled) MiB, at s | processes |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "largest child (getrusage) MiB | largest worker (sampled) MiB, at s | processes | CPU-s of the tree | "
+          "run dir MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, r in results.items():
         print(f"| {n}x | {r['docs_kept']} | {r['instances']} | {r['wall_s']:.1f} | {r['peak_tree_rss_mib']:,.0f} | "
               f"{r['peak_process_rss_mib']:,.0f} | {r['driver_hwm_mib']:,.0f} | {r['children_maxrss_mib']:,.0f} | "
-              f"{r['peak_worker_rss_mib']:,.0f} at {r['peak_worker_at_s']:.0f} | {r['max_processes']} |")
+              f"{r['peak_worker_rss_mib']:,.0f} at {r['peak_worker_at_s']:.0f} | {r['max_processes']} | "
+              f"{r['tree_cpu_s']:.0f} | {r['run_dir_mib']:,.0f} |")
     one, many = results[1], results[copies]
     print(f"\n{copies}x / 1x: peak tree RSS {many['peak_tree_rss_mib'] / one['peak_tree_rss_mib']:.2f}x, peak single "
           f"process {many['peak_process_rss_mib'] / one['peak_process_rss_mib']:.2f}x, largest worker "
           f"{many['children_maxrss_mib'] / one['children_maxrss_mib']:.2f}x (target <= 1.3x); "
           f"stages 1x {one['timings_s']}, {copies}x {many['timings_s']}")
+
+
+def write_rss_trace(path: Path, results: dict, dedup: bool, overrides: list[str]) -> None:
+    """rss --trace PATH: every run's figures and RSS trace as JSON at PATH, and a plot of the traces beside it
+    (PATH with .png): the process tree, the driver and the largest worker over the run's wall time."""
+    import subprocess as sp
+
+    commit = sp.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = bool(sp.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                        text=True).stdout.strip())
+    doc = {"command": " ".join(["python", "benchmarks/corpus_throughput.py", *sys.argv[1:]]),
+           "commit": commit + ("+dirty" if dirty else ""), "cpus": os.cpu_count(), "dedup": dedup,
+           "overrides": list(overrides), "trace_columns": ["s", "tree_mib", "driver_mib", "largest_worker_mib", "processes"],
+           "runs": {f"{n}x": r for n, r in results.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
+    for ax, (n, r) in zip(axes[0], results.items()):
+        t = [p[0] for p in r["rss_trace"]]
+        for column, label in ((1, "process tree"), (2, "driver"), (3, "largest worker")):
+            ax.plot(t, [p[column] for p in r["rss_trace"]], label=label)
+        ax.set_title(f"{n}x sotu: {r['wall_s']:.0f} s, peak tree {r['peak_tree_rss_mib']:,.0f} MiB")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("RSS MiB")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path.with_suffix(".png"), dpi=90)
+    print(f"trace: {path} and {path.with_suffix('.png')}")
 
 
 # (label, file substring, function name) of the calls the profile is summarised by
@@ -626,7 +680,9 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=10, help="all: the copies of sotu of goal 1's large run")
     parser.add_argument("--goals", default="1,2,3", help="all: which of the issue's goals to measure (1,2,3)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="profile: an override of the recipe (repeatable), e.g. corpus.documents=raw")
+                        help="profile, rss: an override of the recipe (repeatable), e.g. corpus.documents=raw")
+    parser.add_argument("--trace", type=Path, help="rss: write every run's figures and RSS trace (one point a "
+                        "second) as JSON here, and their plot beside it (.png)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     work = args.work or Path(tempfile.mkdtemp(prefix="corpus-throughput-"))
@@ -635,7 +691,7 @@ def main() -> None:
         {"all": lambda: mode_all(work, args.tokenizer, args.repeats, args.large,
                                  [int(g) for g in args.goals.split(",") if g]),
          "throughput": lambda: mode_throughput(work, args.tokenizer, args.repeats, args.scale),
-         "rss": lambda: mode_rss(work, args.tokenizer, args.copies, args.dedup),
+         "rss": lambda: mode_rss(work, args.tokenizer, args.copies, args.dedup, args.set, args.trace),
          "profile": lambda: mode_profile(work, args.tokenizer, args.set)}[args.mode]()
     finally:
         if args.work is None:

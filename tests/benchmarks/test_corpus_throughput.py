@@ -64,3 +64,35 @@ def test_fixed_cost_measure_returns_medians_minus_bare(load_benchmark, tmp_path,
     result = fixed_cost.measure(tmp_path, tmp_path, ["given"], 3)
     assert result["given"]["wall_s"] == 4.0 and result["given"]["cpu_s"] == 2.2
     assert result["given"]["fixed_wall_s"] == pytest.approx(3.8) and result["given"]["fixed_cpu_s"] == pytest.approx(2.16)
+
+
+def test_rss_sampler_traces_the_process_tree_once_a_second(throughput):
+    import subprocess
+    import sys
+
+    # a parent that allocates ~64 MiB in a child: the tree's trace must see the child's memory
+    code = ("import subprocess, sys, time; subprocess.run([sys.executable, '-c', "
+            "'import time; b = bytearray(64 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(1.6)'])")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    sampler = throughput.TreeRssSampler(proc.pid, interval=0.05, trace_every=0.5)
+    sampler.start()
+    proc.wait()
+    sampler.done.set()
+    sampler.join()
+    times = [point[0] for point in sampler.trace]
+    assert len(times) >= 3 and times == sorted(times)
+    assert all(point[1] >= point[2] and point[1] >= point[3] for point in sampler.trace)  # tree >= any process
+    assert max(point[3] for point in sampler.trace) >= 64  # the child's bytearray, in MiB
+    assert max(point[4] for point in sampler.trace) == 2
+
+
+def test_rss_trace_is_written_as_json_and_a_plot(throughput, tmp_path):
+    import json
+
+    run = {"wall_s": 3.0, "peak_tree_rss_mib": 120.0, "rss_trace": [[0.0, 100.0, 60.0, 40.0, 3], [1.0, 120.0, 70.0, 50.0, 3]]}
+    path = tmp_path / "trace.json"
+    throughput.write_rss_trace(path, {1: run, 10: dict(run, wall_s=9.0)}, dedup=False, overrides=["a=b"])
+    doc = json.loads(path.read_text())
+    assert set(doc["runs"]) == {"1x", "10x"} and doc["runs"]["10x"]["wall_s"] == 9.0
+    assert doc["trace_columns"][:2] == ["s", "tree_mib"] and doc["overrides"] == ["a=b"] and doc["commit"]
+    assert path.with_suffix(".png").stat().st_size > 1000
