@@ -2,7 +2,8 @@
 Arrow shards (the contract in preprocessing.shards). The second of the stage's two pipelines (preprocessing.pipeline
 runs it after the tokenizer, or in one job with preprocessing.documents when the tokenizer is given).
 
-    docs -> TokenizeDoc (token ids per sentence, packed; language-sampling copies) -> group by random bucket
+    docs -> TokenizeDoc (token ids per sentence, packed, spilled to disk; language-sampling copies)
+         -> group by random bucket
          -> BuildInstances (pairs or packed rows: preprocessing.instances, preprocessing.segments; dealt to
             pre-shards, spilled to disk as arrays) -> group by pre-shard
          -> DealAndMask (numbered in sort-key order, dealt round-robin to shards, masked in batches by the
@@ -10,7 +11,10 @@ runs it after the tokenizer, or in one job with preprocessing.documents when the
          -> WriteShardFn (the parts merged by key into the shard file) -> one summary line per shard
 
 The plan (buckets, pre-shards, copy rates, language ids: preprocessing.planning) is a side input. Only spill
-paths, counts and sort keys go through the shuffles; the layout depends only on the keys, never on bundles.
+references, paths and counts go through the shuffles (a local runner keeps a shuffle in the driver and hands a worker
+its whole share at once): the token ids, the rows and their sort keys are on disk, in the staging shards directory
+(`<split>/.spill-*`, removed by preprocessing.instance_results). The layout depends only on the keys, never on
+bundles.
 """
 
 from __future__ import annotations
@@ -37,19 +41,25 @@ from .memory import release_freed_memory
 from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, token_rows, unpack_sentences
 from .shards import merge_runs, shard_batch, shard_schema, spill_part
 from .sinks import WriteSmallLines
+from .text_spill import SpillReader, SpillRef, SpillWriter, decode_int32_arrays, encode_int32_arrays
 
 
 class TokenizeDoc(beam.DoFn):
-    """Document JSON -> ((split, bucket), (doc_id, sentences as token ids)). A document whose every sentence
-    tokenises to nothing (text made only of what the normalizer strips) goes to the `no_tokens` output, to be
-    counted as dropped. With language sampling, a training document is emitted as many times as
+    """Document JSON -> ((split, bucket), (doc_id, token spill reference, language id)): the document's sentences
+    as token ids, packed (segments.pack_sentences), are written once to a spill file of the bundle
+    (token_spill_dir; load_tokens reads them back), so the ByBucket shuffle carries a reference of a few dozen
+    bytes, not 4 bytes a token held by the driver (+45 MiB per copy of sotu, issue 19). A document whose every
+    sentence tokenises to nothing (text made only of what the normalizer strips) goes to the `no_tokens` output,
+    to be counted as dropped. With language sampling, a training document is emitted as many times as
     preprocessing.language_sampling.copies says (0 = left out), each copy with its own id so its instances and
-    masks differ; the `copies` output counts them per language. Buckets, copy rates and language ids come from
-    the instance plan (a side input: instance_plan)."""
+    masks differ, all copies with the one reference; the `copies` output counts them per language. Buckets, copy
+    rates and language ids come from the instance plan (a side input: instance_plan)."""
 
-    def __init__(self, tokenizer_path: str, seed: int = 0):
+    def __init__(self, tokenizer_path: str, shard_dir: str, seed: int = 0):
         self.tokenizer_path = tokenizer_path
+        self.shard_dir = shard_dir
         self.seed = seed
+        self._writers: dict[str, SpillWriter] = {}
 
     def _copies(self, doc: dict, copy_rates: dict[str, float]) -> list[int]:
         lang = doc.get("lang") or "und"
@@ -65,9 +75,22 @@ class TokenizeDoc(beam.DoFn):
 
     def start_bundle(self) -> None:
         release_freed_memory()  # what the stages before this one freed (preprocessing.memory)
+        self._writers = {}
+
+    def finish_bundle(self) -> None:
+        # the files are complete before ByBucket hands their references on
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
+
+    def _spill(self, split: str, packed: tuple[np.ndarray, np.ndarray]) -> SpillRef:
+        writer = self._writers.get(split)
+        if writer is None:
+            writer = self._writers[split] = SpillWriter(token_spill_dir(self.shard_dir, split), "tokens")
+        return writer.write(encode_int32_arrays(packed))
 
     def process(self, line: str, plan: dict) -> Iterator:
-        buckets, copy_rates, lang_ids = plan["buckets"], plan["copy_rates"], plan["lang_ids"]
+        buckets, lang_ids = plan["buckets"], plan["lang_ids"]
         doc = json.loads(line)
         split = doc["split"]
         if doc.get("kind") == "pair":  # both sides, each with its language
@@ -76,7 +99,7 @@ class TokenizeDoc(beam.DoFn):
             if src and tgt:
                 langs = (lang_ids.get(doc["src_lang"], 0), lang_ids.get(doc["tgt_lang"], 0))
                 yield ((split, hashing.bucket_of(doc["doc_id"], buckets[split])),
-                       (doc["doc_id"], pack_sentences([src, tgt]), langs))
+                       (doc["doc_id"], self._spill(split, pack_sentences([src, tgt])), langs))
             else:
                 yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
             return
@@ -95,9 +118,9 @@ class TokenizeDoc(beam.DoFn):
             copy_ids = self._copies(doc, copy_rates)
             if copy_rates:
                 yield TaggedOutput("copies", json.dumps([doc.get("lang") or "und", len(copy_ids)]))
-            packed = pack_sentences(ids)
+            ref = self._spill(split, pack_sentences(ids))
             for doc_id in copy_ids:
-                yield (split, hashing.bucket_of(doc_id, buckets[split])), (doc_id, packed, lang)
+                yield (split, hashing.bucket_of(doc_id, buckets[split])), (doc_id, ref, lang)
         else:
             yield TaggedOutput("no_tokens", json.dumps({"split": split, "doc_id": doc["doc_id"], "title": doc["title"]}))
 
@@ -121,6 +144,24 @@ class TokenizeDocBatch(TokenizeDoc):
 TOKENIZE_BATCH_CHARS = 4_000_000
 
 
+def token_spill_dir(shard_dir: str | Path, split: str) -> Path:
+    """Where TokenizeDoc leaves a split's token ids for BuildInstances (in the staging shards directory, removed
+    with the row and shard spills once the instances job has finished)."""
+    return Path(shard_dir) / split / ".spill-tokens"
+
+
+def load_tokens(docs, reader: SpillReader) -> list[tuple]:
+    """A bucket's (doc_id, token spill reference, language) -> (doc_id, packed sentences, language), in the order
+    given. The files are read in (file, offset) order, each reference once (language-sampling copies share theirs
+    and get the same arrays)."""
+    docs = list(docs)
+    packed: dict[SpillRef, tuple[np.ndarray, np.ndarray]] = {}
+    for ref in sorted({tuple(ref) for _doc_id, ref, _lang in docs}):
+        ids, lengths = decode_int32_arrays(reader.read(ref), f"{ref[0]}: token record at byte {ref[1]}")
+        packed[ref] = (ids, lengths)
+    return [(doc_id, packed[tuple(ref)], lang) for doc_id, ref, lang in docs]
+
+
 class BuildInstances(beam.DoFn):
     """One bucket of documents (sentences packed as arrays: segments.pack_sentences) -> its instances (see
     preprocessing.instances for the seeding), dealt to pre-shards: rows are turned into arrays ROWS_PER_ELEMENT at
@@ -136,8 +177,17 @@ class BuildInstances(beam.DoFn):
         self.sep_id = sep_id
         self.shard_dir = shard_dir
 
+    def setup(self) -> None:
+        self.reader = SpillReader()
+
     def start_bundle(self) -> None:
         release_freed_memory()
+
+    def finish_bundle(self) -> None:
+        self.reader.close()
+
+    def teardown(self) -> None:
+        self.reader.close()
 
     def _rows(self, split: str, bucket: int, docs: list) -> Iterator[Row]:
         inst = self.cfg.instances
@@ -156,7 +206,8 @@ class BuildInstances(beam.DoFn):
             yield Row(doc_id, index, input_ids, len_a, nsp_label, lang, lang)
 
     def process(self, item, plan: dict) -> Iterator:
-        (split, bucket), docs = item
+        (split, bucket), refs = item
+        docs = load_tokens(refs, self.reader)
         preshards = plan["preshards"][split]
         waiting: dict[int, list[RowBlock]] = {}  # pre-shard -> its blocks not yet spilled
         spilled: dict[int, int] = {}  # pre-shard -> spill files written for it from this bucket
@@ -244,8 +295,9 @@ class DealAndMask(beam.DoFn):
     shard holds N/S rows +-1 (ranks of a data-parallel job get equal work) and the layout depends only on the keys,
     never on bundles.
     Each shard's part of the pre-shard is masked by the vectorised core (Masker.variants_flat) in batches of
-    MASK_BATCH_ROWS, written to a spill file (shards.spill_part) and announced as ((split, shard), (pre-shard,
-    first row, sort keys [n, 3] uint64, spill file, (tokens, masked positions, NotNext/swapped rows)))."""
+    MASK_BATCH_ROWS, written to a spill file (shards.spill_part) with its sort keys beside it (keys_path) and
+    announced as ((split, shard), (pre-shard, first row, spill file, rows, (tokens, masked positions,
+    NotNext/swapped rows))): the keys (24 bytes a row) no longer wait in the driver's ByShard buffer."""
 
     def __init__(self, cfg: PreprocessConfig, tokenizer_path: str, num_shards: dict[str, int], vocab_size: int,
                  shard_dir: str):
@@ -275,15 +327,19 @@ class DealAndMask(beam.DoFn):
             for start in range(0, len(mine), MASK_BATCH_ROWS):
                 chunk, offsets = block.take(mine[start:start + MASK_BATCH_ROWS])
                 batch, totals = self._batch(chunk, offsets)
-                # the rows go to disk here, only their keys and file through the shuffle: a local runner hands a
-                # group to one worker whole, and a shard's group would otherwise be a fixed share of the corpus
+                # the rows and their keys go to disk here, only the file through the shuffle: a local runner
+                # hands a group to one worker whole, and a shard's group would otherwise be a fixed share of the
+                # corpus
                 path = spill_dir(self.shard_dir, split, shard) / f"{pre}-{start}.arrow"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 # a retried bundle rewrites the same bytes; not synced to disk: a crash reruns the job, and
                 # WriteShardFn's shard file (synced) is what survives it
                 with AtomicFile(path, durable=False) as tmp:
                     spill_part(tmp, batch)
-                yield (split, shard), (pre, start, chunk.keys, str(path), totals)
+                with AtomicFile(keys_path(path), durable=False) as tmp:
+                    with open(tmp, "wb") as f:
+                        np.save(f, np.ascontiguousarray(chunk.keys, dtype=np.uint64), allow_pickle=False)
+                yield (split, shard), (pre, start, str(path), len(chunk.lengths), totals)
 
     def _batch(self, rows: RowBlock, offsets: np.ndarray) -> tuple[pa.RecordBatch, tuple[int, int, int]]:
         values = rows.ids.astype(np.int64)
@@ -304,6 +360,11 @@ class DealAndMask(beam.DoFn):
         return batch, (int(offsets[-1]), len(positions), int(nsp_label.sum()))
 
 
+def keys_path(part: str | Path) -> Path:
+    """The sort keys ([rows, 3] uint64, .npy) of a masked part spilled by DealAndMask, next to it."""
+    return Path(part).with_suffix(".keys.npy")
+
+
 def shard_name(index: int) -> str:
     return f"part-{index:05d}.arrow"
 
@@ -316,10 +377,11 @@ def spill_dir(shard_dir: str | Path, split: str, shard: int) -> Path:
 
 
 class WriteShardFn(beam.DoFn):
-    """All parts of one shard (their keys and spill files) -> the shard file (rows sorted by their sort key) -> a
-    summary line. Each part is sorted by key and a pre-shard's parts cover consecutive key ranges, so the
-    pre-shards' runs are merged by key into the shard (shards.merge_runs): the worker holds the sort keys and a
-    few hundred rows per pre-shard, not the shard."""
+    """All parts of one shard (their spill files; the sort keys beside them: keys_path) -> the shard file (rows
+    sorted by their sort key) -> a summary line. Each part is sorted by key and a pre-shard's parts cover
+    consecutive key ranges, so the pre-shards' runs are merged by key into the shard (shards.merge_runs): the
+    worker holds the sort keys while it orders the runs, then a few bytes a row and a few hundred rows per
+    pre-shard, not the shard."""
 
     def __init__(self, shard_dir: str, vocab_size: int, batch_rows: int, span_bounds: bool = False):
         self.shard_dir = shard_dir
@@ -335,13 +397,15 @@ class WriteShardFn(beam.DoFn):
         path = Path(self.shard_dir) / split / shard_name(shard)
         runs: dict[int, list] = {}
         tokens = masked = nsp_random = 0
-        for pre, start, keys, part, (n_tokens, n_masked, n_random) in parts:
-            runs.setdefault(pre, []).append((start, keys, Path(part)))
+        for pre, start, part, rows, (n_tokens, n_masked, n_random) in parts:
+            runs.setdefault(pre, []).append((start, Path(part), rows))
             tokens, masked, nsp_random = tokens + n_tokens, masked + n_masked, nsp_random + n_random
         ordered = [sorted(runs[pre], key=lambda part: part[0]) for pre in sorted(runs)]
+        # the keys are loaded by merge_runs itself (from the files), so that it can free them once it has ordered
+        # the runs
         info = merge_runs(path, shard_schema(self.vocab_size, self.span_bounds),
-                          [(np.concatenate([k.reshape(-1, 3) for _, k, _ in run]), [p for _, _, p in run])
-                           for run in ordered], self.batch_rows)
+                          [([(keys_path(p), rows) for _, p, rows in run], [p for _, p, _ in run]) for run in ordered],
+                          self.batch_rows)
         yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
                           "tokens": tokens, "masked_tokens": masked, "nsp_random": nsp_random})
 
@@ -362,9 +426,9 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
     if cfg.instances.packing == "tokens":  # whole documents in batches (TokenizeDocBatch)
         docs = docs | "BatchDocs" >> beam.BatchElements(
             min_batch_size=TOKENIZE_BATCH_CHARS, max_batch_size=TOKENIZE_BATCH_CHARS, element_size_fn=len)
-        tokenize = TokenizeDocBatch(str(tokenizer_path), cfg.seed)
+        tokenize = TokenizeDocBatch(str(tokenizer_path), str(shard_dir), cfg.seed)
     else:
-        tokenize = TokenizeDoc(str(tokenizer_path), cfg.seed)
+        tokenize = TokenizeDoc(str(tokenizer_path), str(shard_dir), cfg.seed)
     tokenized = (
         docs
         | "Tokenize" >> beam.ParDo(tokenize, plan).with_outputs("no_tokens", "copies", main="docs")

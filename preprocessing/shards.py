@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -242,15 +242,48 @@ class _RunReader:
         return out
 
 
-def merge_runs(path: Path, schema: pa.Schema, runs: Sequence[tuple[np.ndarray, Sequence[Path]]],
+# a run's sort keys: an [n, 3] uint64 array, or [(.npy file of an [rows, 3] uint64 array, rows)] in order
+RunKeys = np.ndarray | Sequence[tuple[Path, int]]
+
+
+def _run_key_parts(keys: RunKeys) -> Iterator[np.ndarray]:
+    if isinstance(keys, np.ndarray):
+        yield keys.reshape(-1, 3)
+        return
+    for file, rows in keys:
+        part = np.load(file, allow_pickle=False)
+        if part.shape != (rows, 3) or part.dtype != np.uint64:
+            raise ValueError(f"{file}: sort keys of shape {part.shape} {part.dtype}, expected ({rows}, 3) uint64 "
+                             "(the key file was cut short or replaced while the job ran)")
+        yield part
+
+
+def _merge_source(keys_of_runs: Sequence[RunKeys]) -> np.ndarray:
+    """Which run each row of the merged shard comes from, in shard order (int16 or int32: 2-4 bytes a row)."""
+    sizes = [keys.size // 3 if isinstance(keys, np.ndarray) else sum(rows for _, rows in keys) for keys in keys_of_runs]
+    # one key per row of a column-major array: lexsort reads each key contiguously, and no per-run copy stays
+    columns = np.empty((3, sum(sizes)), dtype=np.uint64)
+    at = 0
+    for keys in keys_of_runs:
+        for part in _run_key_parts(keys):
+            columns[:, at:at + len(part)] = part.T
+            at += len(part)
+    order = np.lexsort(columns[::-1])  # stable: ties keep run order
+    del columns
+    run_of = np.repeat(np.arange(len(sizes), dtype=np.int16 if len(sizes) <= np.iinfo(np.int16).max else np.int32),
+                       sizes)
+    return run_of[order]
+
+
+def merge_runs(path: Path, schema: pa.Schema, runs: Sequence[tuple[RunKeys, Sequence[Path]]],
                batch_rows: int = 4096) -> ShardInfo:
     """Write one shard, atomically, from sorted runs of rows: each run is its sort keys ([n, 3] uint64, ascending
-    in lexicographic order) and the spilled parts holding its rows in that order (spill_part). The shard's rows
-    are the runs' rows merged by key (ties in run order); only the keys and about SPILL_BATCH_ROWS rows per run
-    plus one output batch are in memory at a time, however large the shard."""
-    keys = np.concatenate([k.reshape(-1, 3) for k, _ in runs]) if runs else np.zeros((0, 3), np.uint64)
-    run_of = np.repeat(np.arange(len(runs)), [len(k) for k, _ in runs])
-    source = run_of[np.lexsort(keys.T[::-1])]  # which run each row of the shard comes from, in shard order
+    in lexicographic order: an array, or the .npy files holding them in order with their row counts) and the
+    spilled parts holding its rows in that order (spill_part). The shard's rows are the runs' rows merged by key
+    (ties in run order). The keys are in memory only while the runs are ordered (given as files, they are loaded
+    here and freed then); the merge itself holds 2 bytes a row (which run each comes from) and about
+    SPILL_BATCH_ROWS rows per run plus one output batch, however large the shard."""
+    source = _merge_source([keys for keys, _ in runs])
     readers = [_RunReader(paths) for _, paths in runs]
     with AtomicFile(path) as tmp:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:

@@ -10,6 +10,7 @@ needs the text again reads those bytes back. The instances pipeline does the sam
     ref = writer.write(b"...")                  # -> (path, offset, length)
     writer.close()                              # in finish_bundle: the file is complete before any reader runs
     SpillReader().read(ref)                     # -> the bytes written
+    encode_int32_arrays([ids, lengths])         # arrays as bytes for write() (no pickle), decode_int32_arrays back
 
 A file is named by a random suffix, not by its content: a retried bundle writes a new file and the references of
 the failed attempt are never committed, so nothing reads the old one. The files live in the staging directory,
@@ -23,7 +24,9 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
+
+import numpy as np
 
 SpillRef = tuple[str, int, int]  # (path, offset, length) of one record's bytes
 
@@ -83,3 +86,28 @@ class SpillReader:
     def close(self) -> None:
         while self._files:
             self._files.popitem()[1].close()
+
+
+def encode_int32_arrays(arrays: Sequence[np.ndarray]) -> bytes:
+    """1-d int32 arrays as one record: their count and lengths (little-endian int64), then each array's raw bytes.
+    Plain bytes, not a pickle: a spill file read back runs no code."""
+    header = np.array([len(arrays), *map(len, arrays)], dtype="<i8")
+    return b"".join([header.tobytes(), *(np.ascontiguousarray(a, dtype="<i4").tobytes() for a in arrays)])
+
+
+def decode_int32_arrays(data: bytes, where: str = "spilled record") -> list[np.ndarray]:
+    """encode_int32_arrays undone: the arrays (int32, read-only views of `data`). A record whose size does not
+    match its header is named (`where`) with what is wrong."""
+    count = int(np.frombuffer(data, dtype="<i8", count=1)[0]) if len(data) >= 8 else -1
+    if count < 0 or len(data) < 8 * (1 + count):
+        raise ValueError(f"{where}: {len(data)} bytes, too few for the header of an int32 array record")
+    sizes = np.frombuffer(data, dtype="<i8", count=count, offset=8)
+    offset = 8 * (1 + count)
+    if (sizes < 0).any() or offset + 4 * int(sizes.sum()) != len(data):
+        raise ValueError(f"{where}: the header gives arrays of {sizes.tolist()} int32 values, but "
+                         f"{len(data) - offset} bytes follow it")
+    arrays = []
+    for size in sizes.tolist():
+        arrays.append(np.frombuffer(data, dtype="<i4", count=size, offset=offset).astype(np.int32, copy=False))
+        offset += 4 * size
+    return arrays

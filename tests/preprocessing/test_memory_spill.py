@@ -1,19 +1,25 @@
 """Document text crosses no shuffle (issue 19, goal 4): the documents pipeline spills records and documents
 (preprocessing.text_spill) and only references, stubs and dedup Members go through the local runner's buffers, in
-the two-job and in the one-job run; the spill files read back byte for byte, and a cut one is named."""
+the two-job and in the one-job run; the spill files read back byte for byte, and a cut one is named. The instances
+pipeline does the same with its token ids (ByBucket) and its rows' sort keys (ByShard)."""
 
 import json
 import pickle
 import random
 
+import numpy as np
 import pytest
 from apache_beam.runners.portability.fn_api_runner import execution
+
+import preprocessing.instance_pipeline as instance_pipeline
+import preprocessing.segments as segments
 
 from preprocessing.dedup_config import DedupConfig
 from preprocessing.document_results import DocTally, TallyDocs, tally_entry
 from preprocessing.documents import ReadDocs, SpillDocs
 from preprocessing.pipeline import run_preprocess
-from preprocessing.text_spill import SpillReader, SpillWriter
+from preprocessing.shards import merge_runs, shard_schema
+from preprocessing.text_spill import SpillReader, SpillWriter, decode_int32_arrays, encode_int32_arrays
 
 MARKER = "quokkamarker"  # a word in every sentence of every article, and in no title
 
@@ -106,3 +112,56 @@ def test_no_document_text_in_the_runners_buffers(tmp_path, wiki, buffered):
     one = run_preprocess(wiki.corpus(dump), cfg, tmp_path / "one")  # given a tokenizer: one job
     assert one["counts"] == {k: v for k, v in two["counts"].items() if k != "tokenizer_sample_chars"}
     assert buffered and not [chunk for chunk in buffered if MARKER.encode() in chunk]
+
+
+def test_int32_arrays_spill_without_pickle_and_a_cut_record_is_named(tmp_path):
+    arrays = [np.arange(-3, 70000, 7, dtype=np.int32), np.zeros(0, np.int32), np.array([2**31 - 1], np.int32)]
+    data = encode_int32_arrays(arrays)
+    assert len(data) == 8 * 4 + 4 * sum(map(len, arrays)) and b"numpy" not in data
+    back = decode_int32_arrays(data)
+    assert [a.dtype for a in back] == [np.int32] * 3 and all(np.array_equal(a, b) for a, b in zip(arrays, back))
+    with pytest.raises(ValueError, match=r"tokens\.spill: token record at byte 9: the header gives arrays of "
+                                         r"\[10001, 0, 1\] int32 values, but 40004 bytes follow it"):
+        decode_int32_arrays(data[:-4], "tokens.spill: token record at byte 9")
+    with pytest.raises(ValueError, match="x: 3 bytes, too few"):
+        decode_int32_arrays(b"abc", "x")
+
+
+def test_merge_runs_reads_its_keys_from_files_and_names_a_wrong_one(tmp_path):
+    keys = np.stack([np.arange(6), np.arange(6), np.arange(6)], 1).astype(np.uint64)
+    np.save(tmp_path / "k.npy", keys)
+    with pytest.raises(ValueError, match=r"k\.npy: sort keys of shape \(6, 3\) uint64, expected \(7, 3\) uint64"):
+        merge_runs(tmp_path / "a.arrow", shard_schema(100), [([(tmp_path / "k.npy", 7)], [])], 64)
+    np.save(tmp_path / "k.npy", keys.astype(np.int64))
+    with pytest.raises(ValueError, match=r"k\.npy: sort keys of shape \(6, 3\) int64"):
+        merge_runs(tmp_path / "a.arrow", shard_schema(100), [([(tmp_path / "k.npy", 6)], [])], 64)
+
+
+def test_no_token_ids_or_sort_keys_in_the_runners_buffers(tmp_path, wiki, buffered, monkeypatch):
+    """TokenizeDoc's packed token ids and the rows' sort keys stay on disk: only references cross ByBucket and
+    ByShard (their raw bytes, which Beam's pickled numpy arrays would hold, are in no buffer)."""
+    packed_ids, row_keys = [], []
+    pack, keys_of = instance_pipeline.pack_sentences, segments.row_keys
+
+    def recording_pack(sentences):
+        ids, lengths = pack(sentences)
+        packed_ids.append(ids.copy())
+        return ids, lengths
+
+    def recording_keys(docs, indexes):
+        keys = keys_of(docs, indexes)
+        row_keys.append(keys.copy())
+        return keys
+
+    monkeypatch.setattr(instance_pipeline, "pack_sentences", recording_pack)
+    monkeypatch.setattr(segments, "row_keys", recording_keys)
+    dump = wiki.write_dump(tmp_path / "tiny-pages-articles.xml.bz2", wiki.standard_pages())
+    run = run_preprocess(wiki.corpus(dump), wiki.config(preset="in_process"), tmp_path / "run")
+    assert run["counts"]["instances"]["train"] > 0 and buffered
+    ids = [a for a in packed_ids if len(a) >= 4]  # 16 bytes or more: no chance match
+    keys = np.concatenate(row_keys)
+    assert len(ids) >= run["counts"]["docs_kept"] - 1 and len(keys) == sum(run["counts"]["instances"].values())
+    chunks = b"\0".join(buffered)
+    assert not [a for a in ids if a.tobytes() in chunks], "token ids went through a buffer of the runner"
+    assert not [k for k in keys.tolist() if int(k).to_bytes(8, "little") in chunks], "sort keys went through one"
+    assert not list((tmp_path / "run").rglob(".spill-*"))  # removed with the staging directory

@@ -11,10 +11,11 @@ from tokenizers import Tokenizer
 
 from bertfactory.io import sha256_file
 from preprocessing.config import CorpusConfig, InstancesConfig, TokenizerConfig
-from preprocessing.instance_pipeline import TokenizeDocBatch
+from preprocessing.instance_pipeline import TokenizeDocBatch, load_tokens
 from preprocessing.pipeline import run_preprocess
 from preprocessing.segments import ROW_FIELDS, token_rows
 from preprocessing.shards import ShardSet
+from preprocessing.text_spill import SpillReader
 from preprocessing.tokenizer import save_tokenizer, train_tokenizer
 
 CLS, SEP = 101, 102
@@ -129,7 +130,7 @@ def test_batched_tokenising_is_the_same_whatever_the_batch(tmp_path):
     texts = [PARAGRAPH, PARAGRAPH.upper(), " ".join(reversed(PARAGRAPH.split()))]
     tokenizer = train_tokenizer(lambda: iter(texts), TokenizerConfig(vocab_size=120, min_frequency=1, limit_alphabet=40))
     save_tokenizer(tokenizer, tmp_path / "tokenizer.json")
-    fn = TokenizeDocBatch(str(tmp_path / "tokenizer.json"))
+    fn = TokenizeDocBatch(str(tmp_path / "tokenizer.json"), str(tmp_path / "shards"))
     fn.setup()
     plan = {"buckets": {"train": 2, "heldout": 1}, "copy_rates": {}, "lang_ids": {"en": 0}}
     lines = [json.dumps({"doc_id": 10 + i, "split": "train", "lang": "en", "title": f"d{i}",
@@ -139,9 +140,15 @@ def test_batched_tokenising_is_the_same_whatever_the_batch(tmp_path):
     def run(batches):
         out = []
         for batch in batches:
-            for item in fn.process(batch, plan):
-                out.append(("no_tokens", item.value) if hasattr(item, "tag") else
-                           (item[0], item[1][0], item[1][1][0].tolist(), item[1][1][1].tolist(), item[1][2]))
+            fn.start_bundle()
+            items = list(fn.process(batch, plan))
+            fn.finish_bundle()  # the token spill files are complete
+            for item in items:
+                if hasattr(item, "tag"):
+                    out.append(("no_tokens", item.value))
+                    continue
+                [(doc_id, (ids, lengths), lang)] = load_tokens([item[1]], SpillReader())
+                out.append((item[0], doc_id, ids.tolist(), lengths.tolist(), lang))
         return out
 
     whole = run([lines])

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from preprocessing.instance_pipeline import WriteShardFn, spill_dir
+from preprocessing.instance_pipeline import WriteShardFn, keys_path, spill_dir
 from preprocessing.shards import merge_runs, shard_batch, shard_schema, spill_part, write_shard
 
 VOCAB = 1000
@@ -76,9 +76,10 @@ def test_a_retried_write_shards_bundle_finds_its_parts_and_writes_the_same_shard
         path = spill_dir(tmp_path, "train", 0) / f"{pre}-0.arrow"
         path.parent.mkdir(parents=True, exist_ok=True)
         spill_part(path, batch)
-        parts.append((pre, 0, keys.reshape(-1), str(path), (100, 10, 1)))
+        np.save(keys_path(path), keys)  # DealAndMask writes a part's keys beside it
+        parts.append((pre, 0, str(path), 40, (100, 10, 1)))
     fn = WriteShardFn(str(tmp_path), VOCAB, 64)
     first = json.loads(next(iter(fn.process((("train", 0), parts)))))
     second = json.loads(next(iter(fn.process((("train", 0), parts)))))
     assert first == second and first["rows"] == 80
-    assert all(Path(p).exists() for _, _, _, p, _ in parts)
+    assert all(Path(p).exists() and keys_path(p).exists() for _, _, p, _, _ in parts)
