@@ -318,8 +318,10 @@ PIPELINE_SETUPS = {
         "corpus.documents=raw", "preprocess.instances.format=full-sentences", "preprocess.masking.dynamic=true"],
     # the same with rows filled by tokens as group_texts fills its blocks (instances.packing tokens): documents
     # tokenised a paragraph at a time, rows cut from arrays, no sentence ends needed
+    # (on the local preset's 2 workers: runner.in_process_tokenizer_bound, on by default, would run it in process)
     RAW_TOKENS: ["corpus.documents=raw", "preprocess.instances.format=full-sentences",
-                 "preprocess.instances.packing=tokens", "preprocess.masking.dynamic=true"],
+                 "preprocess.instances.packing=tokens", "preprocess.masking.dynamic=true",
+                 "preprocess.runner.in_process_tokenizer_bound=false"],
     # the same in the calling process (no Beam worker subprocesses to start and feed): what the runner picks by
     # itself below runner.in_process_below_mib; the tokenizer still spreads each batch over every core
     RAW_TOKENS_IN_PROCESS: ["corpus.documents=raw", "preprocess.instances.format=full-sentences",

@@ -175,6 +175,12 @@ class RunnerConfig(StrictModel):
         "many MiB (as stored; bz2/gz/xz files count 5x) in the calling process, as the in_process preset does: starting its worker "
         "subprocesses costs ~2-3 CPU-s each per job, more than such a job's own work (benchmarks/fixed_cost.py); "
         "the outputs are byte-identical either way. 0 = always start the workers")
+    in_process_tokenizer_bound: bool = Field(
+        True, description="with num_workers up to 2, the local preset runs a job of raw documents packed by tokens "
+        "(corpus.documents raw, preprocess.instances.packing tokens) in the calling process whatever its size: ~4/5 "
+        "of its work at 10x sotu is the tokenizer's, whose Rust threads use every core from one process, so 2 worker "
+        "subprocesses cost more (start-up, data plane) than they save (measured at 1x and 10x sotu: "
+        "docs/runners.md). Ignored when in_process_below_mib is 0; false = the size rule alone")
     portable: PortableRunnerConfig = Field(default_factory=PortableRunnerConfig, description="portable preset")
     dataflow: DataflowRunnerConfig = Field(default_factory=DataflowRunnerConfig, description="dataflow preset")
     flink: FlinkRunnerConfig = Field(default_factory=FlinkRunnerConfig, description="flink preset")

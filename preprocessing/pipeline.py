@@ -18,8 +18,8 @@ is nothing to train, and they run as one Beam job (_one_job): the instances part
 from a tally of the kept documents made inside the job, so the outputs are byte for byte those of two jobs.
 
 A small input (below preprocess.runner.in_process_below_mib; compressed files count 5x) runs its jobs in this
-process rather than on the local preset's worker subprocesses, whose start-up would cost more than its work
-(runners.runner_for_input).
+process rather than on the local preset's worker subprocesses, whose start-up would cost more than its work; so
+do raw documents packed by tokens of any size, whose work is the tokenizer's threads (runners.runner_for_input).
 
 Everything is written into RUN/.preprocess-staging first (preprocessing.staging) and published (renamed) into
 RUN/tokenizer and RUN/shards at the end, so a crash never leaves half a stage behind and a rerun replaces the
@@ -47,7 +47,7 @@ from bertfactory.io import atomic_write_json, publish_dir, sha256_file
 from .bad_inputs import check_bad_inputs
 from .config import CorpusConfig, PreprocessConfig, RunnerConfig
 from .document_results import TallyDocs, document_counts, empty_corpus_error, merge_dedup_entries
-from .documents import ReadDocs, build_documents_pipeline, spill_dir
+from .documents import ReadDocs, build_documents_pipeline, sentence_ends_needed, spill_dir
 from .inputs import expand_inputs
 from .instance_pipeline import build_instances_pipeline
 from .instance_results import collect_instance_results
@@ -76,7 +76,9 @@ def input_files(corpus: CorpusConfig) -> list[Path]:
 def _documents_stage(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: Staging,
                      runner: RunnerConfig, prior_index: str | None = None) -> dict:
     """Run the documents pipeline; write quarantine.jsonl and duplicates.jsonl; return the document counts."""
-    run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index),
+    sentence_ends = sentence_ends_needed(corpus, cfg.instances.packing)
+    run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index,
+                                                    sentence_ends),
                  runner, "documents")
     shutil.rmtree(spill_dir(staging.work), ignore_errors=True)  # the text is in work/docs now
     return document_counts(files, staging)
@@ -103,7 +105,8 @@ def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], stag
     the same figures the driver would compute), saving a second job's start-up (~5 s of worker processes on the
     local runner)."""
     def build(p):
-        kept = build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index)
+        kept = build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index,
+                                        sentence_ends_needed(corpus, cfg.instances.packing))
         plan = (kept
                 | "TallyDocs" >> beam.CombineGlobally(TallyDocs())
                 | "InstancePlan" >> beam.Map(lambda counts: instance_plan(cfg, counts)))
@@ -152,7 +155,9 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
     shas = increment.input_sha256 if increment is not None else {f: f.sha256() for f in inputs}
     sources = [SourceInfo(path=f.name, sha256=shas[f], bytes=f.size()) for f in inputs]
     input_bytes = input_size([(f.location, s.bytes) for f, s in zip(inputs, sources)])
-    runner = runner_for_input(cfg.runner, input_bytes)  # a small input: no worker subprocesses to start
+    # raw documents packed by tokens: the tokenizer's threads do the work, on every core from this process
+    tokenizer_bound = corpus.documents == "raw" and cfg.instances.packing == "tokens"
+    runner = runner_for_input(cfg.runner, input_bytes, tokenizer_bound)  # or a small input: no workers to start
     staging = Staging(run_dir / STAGING)
     staging.create()
     timings = {"validate": time.perf_counter() - t_start}
@@ -206,7 +211,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             manifest.inputs_seen = increment.inputs_seen()
         else:
             manifest.inputs_seen = sorted({s.sha256 for s in sources})
-        manifest.runner = describe(cfg.runner, input_bytes)  # the configured runner, and whether it ran in process
+        manifest.runner = describe(cfg.runner, input_bytes, tokenizer_bound)  # as configured; ran in process?
         write_manifest(staging.shards, manifest)
         timings["total"] = time.perf_counter() - t_start
         one_job = timings.get("documents+instances", 0.0)
@@ -215,7 +220,7 @@ def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -
             "pages_per_s": round(counts["docs_read"] / max(timings.get("documents", one_job), 1e-9), 1),
             "instances_per_s": round(sum(counts["instances"].values()) / max(timings.get("instances", one_job), 1e-9), 1),
             "counts": counts,
-            "runner": describe(cfg.runner, input_bytes),
+            "runner": describe(cfg.runner, input_bytes, tokenizer_bound),
         })
         # publish: the tokenizer first, then the shards whose manifest points at it
         shutil.rmtree(staging.work)

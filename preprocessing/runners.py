@@ -7,7 +7,9 @@ download and start a Prism binary. The pipeline code is the same on every preset
   multi_processing`): real parallelism on one machine, no Java, no network.
 - `in_process`: the same runner in the calling process (one worker; handy under a debugger).
   A `local` job whose input is smaller than `in_process_below_mib` runs this way too (`runner_for_input`): two
-  worker subprocesses cost ~2-3 CPU-s each to start, per job, more than a small job's own work.
+  worker subprocesses cost ~2-3 CPU-s each to start, per job, more than a small job's own work. So does a job of
+  raw documents packed by tokens of any size on up to 2 workers (`in_process_tokenizer_bound`): the tokenizer's
+  threads do its work, on every core from one process.
 - `portable`: PortableRunner submitting to a running job service (`portable.job_endpoint`), SDK workers where
   `portable.environment` says (EXTERNAL worker pools, PROCESS, DOCKER). `python -m preprocessing.portable_local`
   starts Beam's Python local job service and worker pools on this machine (docs/runners.md).
@@ -106,18 +108,35 @@ def input_size(files: list[tuple[str, int]]) -> int:
                for path, size in files)
 
 
-def runner_for_input(cfg: RunnerConfig, input_bytes: int) -> RunnerConfig:
+# A tokenizer-bound job (raw documents packed by tokens) spends ~4/5 of its CPU-s (at 10x sotu) in the tokenizer,
+# whose Rust threads spread each batch over every core from one process; only the Python around them (the other
+# fifth) gains from worker processes, and each worker costs its start-up and the data plane. Measured on 2 cores, in process
+# vs the local preset's 2 workers: 1x sotu 4.7 vs 8.1 CPU-s (wall 3.8 vs 7.1 s), 10x 27.1 vs 32.1 CPU-s (walls a
+# tie at load 5). With more workers on more cores that Python would be spread over them and the workers can win
+# (a model fitted to those figures puts the crossover near 3 workers at 10x); not measured, so there the size
+# rule decides as for every other job.
+TOKENIZER_BOUND_MAX_WORKERS = 2
+
+
+def runner_for_input(cfg: RunnerConfig, input_bytes: int, tokenizer_bound: bool = False) -> RunnerConfig:
     """The runner a preprocessing job over `input_bytes` of input (input_size) runs on: the local preset's worker
     subprocesses cost more to start than a small input's work, so below `in_process_below_mib` the job runs in the
-    calling process (the in_process preset; same outputs, byte for byte). Every other case: `cfg` itself."""
-    if cfg.preset == "local" and input_bytes < cfg.in_process_below_mib * 2**20:
+    calling process (the in_process preset; same outputs, byte for byte). So does a `tokenizer_bound` job (raw
+    documents packed by tokens) of any size while `in_process_tokenizer_bound` is on and `num_workers` is at most
+    TOKENIZER_BOUND_MAX_WORKERS (see there why). in_process_below_mib 0 still means always the workers. Every
+    other case: `cfg` itself."""
+    if cfg.preset != "local" or cfg.in_process_below_mib <= 0:
+        return cfg
+    tokenizer_rule = (tokenizer_bound and cfg.in_process_tokenizer_bound
+                      and cfg.num_workers <= TOKENIZER_BOUND_MAX_WORKERS)
+    if tokenizer_rule or input_bytes < cfg.in_process_below_mib * 2**20:
         return cfg.model_copy(update={"preset": "in_process"})
     return cfg
 
 
-def describe(cfg: RunnerConfig, input_bytes: int | None = None) -> dict:
-    """The runner settings recorded in the manifest; with the job's `input_bytes`, whether the local preset ran it
-    in the calling process (runner_for_input)."""
+def describe(cfg: RunnerConfig, input_bytes: int | None = None, tokenizer_bound: bool = False) -> dict:
+    """The runner settings recorded in the manifest; with the job's `input_bytes` (and whether it is
+    `tokenizer_bound`), whether the local preset ran it in the calling process (runner_for_input)."""
     out = {"preset": cfg.preset, "runner": RUNNER_NAMES[cfg.preset]}
     if cfg.preset in ("local", "in_process"):
         local = cfg.preset == "local"
@@ -125,8 +144,9 @@ def describe(cfg: RunnerConfig, input_bytes: int | None = None) -> dict:
                    direct_running_mode="multi_processing" if local else "in_memory")
         if local:
             out["in_process_below_mib"] = cfg.in_process_below_mib
+            out["in_process_tokenizer_bound"] = cfg.in_process_tokenizer_bound
             if input_bytes is not None:
-                out["ran_in_process"] = runner_for_input(cfg, input_bytes).preset == "in_process"
+                out["ran_in_process"] = runner_for_input(cfg, input_bytes, tokenizer_bound).preset == "in_process"
     else:
         out["options"] = preset_flags(cfg)
     out.update(extra_options=list(cfg.extra_options), beam=beam.__version__)

@@ -31,6 +31,25 @@ def test_runner_for_input_runs_small_local_jobs_in_process():
     assert "ran_in_process" not in describe(local) and "in_process_below_mib" not in describe(portable, 0)
 
 
+def test_raw_documents_packed_by_tokens_run_in_process_whatever_their_size():
+    local = RunnerConfig(preset="local", num_workers=2, in_process_below_mib=2.0)
+    assert runner_for_input(local, 100 * MIB, tokenizer_bound=True).preset == "in_process"
+    assert runner_for_input(local, 100 * MIB) == local  # other jobs: the size rule alone
+    off = local.model_copy(update={"in_process_tokenizer_bound": False})
+    assert runner_for_input(off, 100 * MIB, tokenizer_bound=True) == off
+    assert runner_for_input(off, MIB, tokenizer_bound=True).preset == "in_process"
+    many = local.model_copy(update={"num_workers": 3})  # more workers: the size rule decides (not measured)
+    assert runner_for_input(many, 100 * MIB, tokenizer_bound=True) == many
+    assert runner_for_input(many, MIB, tokenizer_bound=True).preset == "in_process"
+    never = local.model_copy(update={"in_process_below_mib": 0.0})  # 0 = always the workers, still
+    assert runner_for_input(never, 0, tokenizer_bound=True) == never
+    portable = RunnerConfig(preset="portable")
+    assert runner_for_input(portable, 0, tokenizer_bound=True) == portable
+    assert describe(local, 100 * MIB, tokenizer_bound=True)["ran_in_process"] is True
+    assert describe(local, 100 * MIB)["ran_in_process"] is False
+    assert describe(off, 100 * MIB, tokenizer_bound=True)["in_process_tokenizer_bound"] is False
+
+
 def test_compressed_inputs_count_several_times_their_size():
     sources = [("a/pages.xml.bz2", MIB), ("gs://b/news.WARC.GZ", 10), ("c/text.txt", MIB)]
     assert input_size(sources) == COMPRESSED_INPUT_FACTOR * (MIB + 10) + MIB

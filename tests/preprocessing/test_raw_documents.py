@@ -1,17 +1,19 @@
 """corpus.documents raw (issue 19, goal 1): the documents stage skips exactly its cleaning filters, language
 detection, minimum sizes and dedup, through the ordinary pipeline; reading, sentence splitting, the held-out split,
-empty-document drops and the one-record-per-identity rule stay."""
+empty-document drops and the one-record-per-identity rule stay. Rows packed by tokens skip the sentence splitting
+too: each paragraph is one segment."""
 
 import json
 import unicodedata
 
 import apache_beam as beam
 import pytest
+from apache_beam.runners.portability import local_job_service
 
 from bertfactory.errors import ConfigError
 from preprocessing import hashing
-from preprocessing.config import CorpusConfig
-from preprocessing.documents import CleanDocument, build_documents_pipeline, document_id
+from preprocessing.config import CorpusConfig, InstancesConfig
+from preprocessing.documents import CleanDocument, build_documents_pipeline, document_id, sentence_ends_needed
 from preprocessing.pipeline import run_preprocess
 from preprocessing.records import Document
 from preprocessing.sentences import split_sentences
@@ -34,8 +36,8 @@ def _corpus(tmp_path, documents: str, lang: str = "auto") -> CorpusConfig:
                         filters={"stop_words": None})
 
 
-def _clean(corpus: CorpusConfig, doc: Document) -> list:
-    fn = CleanDocument(corpus, 0.5, ["a.txt"])
+def _clean(corpus: CorpusConfig, doc: Document, sentence_ends: bool = True) -> list:
+    fn = CleanDocument(corpus, 0.5, ["a.txt"], sentence_ends)
     fn.setup()
     return list(fn.process(doc))
 
@@ -110,3 +112,44 @@ def test_raw_cannot_continue_a_corpus_version():
         from bertfactory.config import validate
 
         validate(CorpusConfig, {"documents": "cleaned"}, "recipe.yaml: corpus")
+
+
+def test_sentence_ends_are_skipped_only_for_raw_documents_packed_by_tokens(tmp_path):
+    raw, clean = _corpus(tmp_path, "raw"), _corpus(tmp_path, "clean")
+    assert sentence_ends_needed(raw, "tokens") is False
+    assert sentence_ends_needed(raw, "sentences") is True
+    assert sentence_ends_needed(clean, "tokens") is True  # min_doc_sentences counts sentences
+    assert sentence_ends_needed(clean, "sentences") is True
+
+
+def test_without_sentence_ends_a_paragraph_is_one_segment(tmp_path):
+    doc = Document(source=0, ordinal=0, key="line 1", paragraphs=[f"  {RAW_TEXT}\t", "   ", f"{BASE}  {OTHER}"])
+    raw = _corpus(tmp_path, "raw")
+    [(doc_id, record)] = _clean(raw, doc, sentence_ends=False)
+    assert record["paragraphs"] == [[RAW_TEXT], [f"{BASE}  {OTHER}"]]  # as read, edges stripped, no empty one
+    [(same_id, split)] = _clean(raw, doc)
+    assert len(split["paragraphs"][1]) > 1  # the default still splits
+    assert same_id == doc_id and {k: v for k, v in split.items() if k != "paragraphs"} == \
+        {k: v for k, v in record.items() if k != "paragraphs"}
+    empty = _clean(raw, Document(source=0, ordinal=1, key="line 9", paragraphs=["  ", "\n"]), sentence_ends=False)
+    assert [json.loads(o.value) for o in empty] == [[0, "dropped:empty"]]
+
+
+def test_raw_run_packed_by_tokens_counts_paragraphs_and_runs_in_process(tmp_path, wiki, monkeypatch):
+    started = []
+    start = local_job_service.SubprocessSdkWorker.run
+    monkeypatch.setattr(local_job_service.SubprocessSdkWorker, "run", lambda self: started.append(1) or start(self))
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.txt").write_text(f"{BASE}\n{OTHER}\n\n{RAW_TEXT}\n")  # 2 documents, 3 paragraphs, 13 sentences
+    # the local preset with a size rule that this input is far above: only the rule for token packing keeps it here
+    cfg = wiki.config(in_process_below_mib=1e-6).model_copy(update={"heldout_fraction": 0.0})
+    instances = InstancesConfig.model_validate({**cfg.instances.model_dump(), "format": "full-sentences"})
+    cfg = cfg.model_copy(update={"instances": instances, "masking": cfg.masking.model_copy(update={"dynamic": True})})
+    packed = cfg.model_copy(update={"instances": instances.model_copy(update={"packing": "tokens"})})
+    by_tokens = run_preprocess(_corpus(tmp_path, "raw", lang="en"), packed, tmp_path / "tokens")
+    assert started == [] and by_tokens["runner"]["ran_in_process"] is True
+    in_process = cfg.model_copy(update={"runner": cfg.runner.model_copy(update={"preset": "in_process"})})
+    by_sentences = run_preprocess(_corpus(tmp_path, "raw", lang="en"), in_process, tmp_path / "sentences")["counts"]
+    assert by_sentences["sentences"] == 13 and by_tokens["counts"]["sentences"] == 3
+    assert by_tokens["counts"]["docs_kept"] == by_sentences["docs_kept"] == 2
