@@ -31,11 +31,13 @@ order or worker count (RUN/shards/stats.json holds the timings, which are not pa
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import apache_beam as beam
@@ -140,8 +142,27 @@ def _documents_done(counts: dict, seconds: float, files: list[str], corpus: Corp
         raise empty_corpus_error(files, corpus, counts)
 
 
+@contextmanager
+def _long_lived_objects_frozen():
+    """The objects alive when a job starts (modules, Beam's classes, the configs: ~150 k tracked ones once Beam is
+    imported) outlive it: gc.freeze keeps them out of every collection during the job, so a full one (Python's
+    own, or memory.release_freed_memory's in a job run in this process) walks only what the job made: ~0.07-0.1
+    CPU-s less each, ~0.25 CPU-s of a 1x sotu job in process. gc.unfreeze afterwards gives them back to the collector,
+    so a long-lived caller (a flow running many stages) leaks nothing."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -> dict:
     """Run the whole stage into RUN/tokenizer and RUN/shards; return the manifest as a dict."""
+    with _long_lived_objects_frozen():
+        return _run_preprocess(corpus, cfg, Path(run_dir))
+
+
+def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) -> dict:
     t_start = time.perf_counter()
     run_dir = Path(run_dir)
     check_recipe(corpus, cfg)

@@ -207,3 +207,25 @@ def test_document_that_tokenises_to_nothing_is_counted_as_dropped(tmp_path, wiki
     assert counts["docs_kept"] == expected_kept
     assert sum(counts["docs"].values()) == expected_kept
     assert counts["docs_read"] == counts["docs_kept"] + sum(counts["docs_dropped"].values()) + sum(counts["quarantined"].values())
+
+
+def test_job_runs_with_the_objects_before_it_frozen_and_unfreezes_them(tmp_path, monkeypatch):
+    import gc
+
+    from preprocessing import pipeline
+
+    seen = []
+
+    def fake_job(corpus, cfg, run_dir):
+        seen.append(gc.get_freeze_count())
+        if len(seen) == 2:
+            raise InputError("a bad input")
+        return {"ok": True}
+
+    monkeypatch.setattr(pipeline, "_run_preprocess", fake_job)
+    assert gc.get_freeze_count() == 0
+    assert run_preprocess(None, None, tmp_path) == {"ok": True}
+    with pytest.raises(InputError, match="a bad input"):
+        run_preprocess(None, None, tmp_path)
+    assert seen[0] > 1000 and seen[1] > 1000  # the imported modules' objects, out of every collection meanwhile
+    assert gc.get_freeze_count() == 0  # given back to the collector, after a failure too
