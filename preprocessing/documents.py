@@ -48,6 +48,7 @@ from .config import CorpusConfig
 from .dedup_config import DedupConfig
 from .records import Document, Dropped, Quarantined, SentencePair
 from .sentences import split_sentences
+from .sinks import WriteSmallLines
 from .text_spill import SpillReader, SpillWriter
 from .worker_errors import worker_input_error
 
@@ -412,7 +413,8 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: f
         | "Outcomes" >> beam.Flatten()
         | "CountOutcomes" >> beam.combiners.Count.PerElement()
         | "FormatCounts" >> beam.MapTuple(lambda what, n: json.dumps([json.loads(what), n]))
-        | "WriteCounts" >> WriteToText(str(work / "outcomes" / "part"), file_name_suffix=".jsonl")
+        # a line per source and outcome: small, so one stage (sinks.py) rather than WriteToText's four or five
+        | "WriteCounts" >> WriteSmallLines(work / "outcomes")
     )
     (
         (records.quarantine, documents.quarantine, unique.quarantine)
