@@ -13,6 +13,8 @@ jobs on the machine hits every setup alike. Setups (`--setups`, comma-separated)
             trained between them
   default   the same with the runner's defaults: a small input runs in the calling process
   given     default with preprocess.tokenizer.path (a tokenizer the first run trained): one Beam job
+  raw       given as issue 19's "same work as HF" path: corpus.documents raw, full-sentences rows packed by tokens,
+            dynamic masking (what benchmarks/corpus_throughput.py's goal-1 rows run, on 3 documents)
   cli       `bertfactory preprocess --no-prefect` on the same input (the CLI's own imports included)
 
 `--breakdown` runs one job of each pipeline setup in this process (after the imports) with timers around Beam's
@@ -21,7 +23,7 @@ CPU seconds of the worker subprocesses.
 `--repo DIR` runs the jobs from another checkout of this repository (e.g. `git archive COMMIT | tar -x -C DIR`), for
 a before/after comparison with the same script (setups that need fields the checkout lacks fail there).
 
-    python benchmarks/fixed_cost.py [--repeats 5] [--setups workers,default,given,cli] [--breakdown] [--repo DIR]
+    python benchmarks/fixed_cost.py [--repeats 5] [--setups workers,default,given,raw,cli] [--breakdown] [--repo DIR]
 """
 
 from __future__ import annotations
@@ -57,10 +59,16 @@ def write_input(directory: Path) -> Path:
     return directory
 
 
+# the `raw` setup: the documents stage without filters or dedup, rows filled by tokens, masks left to the loader
+RAW_TOKENS = ["corpus.documents=raw", "preprocess.instances.format=full-sentences",
+              "preprocess.instances.packing=tokens", "preprocess.masking.dynamic=true"]
+
+
 def job_overrides(setup: str, tokenizer: Path) -> list[str]:
     common = [f"preprocess.tokenizer.vocab_size={VOCAB}"]
     return {"workers": [*common, "preprocess.runner.in_process_below_mib=0"], "default": common,
-            "given": [*common, f"preprocess.tokenizer.path={tokenizer}"]}[setup]
+            "given": [*common, f"preprocess.tokenizer.path={tokenizer}"],
+            "raw": [*common, f"preprocess.tokenizer.path={tokenizer}", *RAW_TOKENS]}[setup]
 
 
 def command(setup: str, repo: Path, input_dir: Path, run_dir: Path, tokenizer: Path) -> list[str]:
@@ -191,8 +199,8 @@ def breakdown(work: Path, setups: list[str]) -> None:
     fn_runner.FnApiRunner.create_stages = counting
     input_dir = write_input(work / "input")
     tokenizer = work / "tokenizer.json"
-    for setup in [s for s in setups if s in ("workers", "default", "given")]:
-        if setup == "given" and not tokenizer.exists():
+    for setup in [s for s in setups if s in ("workers", "default", "given", "raw")]:
+        if setup in ("given", "raw") and not tokenizer.exists():
             job(str(input_dir), str(work / "first"), job_overrides("default", tokenizer))
             shutil.copyfile(work / "first" / "tokenizer" / "tokenizer.json", tokenizer)
         timers.sums.clear()
@@ -222,7 +230,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="keep the runs here (default: a temporary directory, removed)")
     args = parser.parse_args()
     setups = [s for s in args.setups.split(",") if s]
-    unknown = [s for s in setups if s not in ("workers", "default", "given", "cli")]
+    unknown = [s for s in setups if s not in ("workers", "default", "given", "raw", "cli")]
     if unknown:
         parser.error(f"unknown setups {unknown}")
     work = args.work or Path(tempfile.mkdtemp(prefix="fixed-cost-"))
