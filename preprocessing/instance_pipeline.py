@@ -20,7 +20,9 @@ bundles.
 from __future__ import annotations
 
 import json
+import os
 import random
+import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -166,8 +168,8 @@ class BuildInstances(beam.DoFn):
     """One bucket of documents (sentences packed as arrays: segments.pack_sentences) -> its instances (see
     preprocessing.instances for the seeding), dealt to pre-shards: rows are turned into arrays ROWS_PER_ELEMENT at
     a time (their row keys hashed for the whole block: hashing.row_keys), and a pre-shard's rows, once about
-    ROWS_PER_ELEMENT of them wait, are written to a spill file (row_spill_path); only ((split, pre-shard), (spill
-    file, rows)) goes through the shuffle. A local runner hands each worker its whole share of a stage's input at
+    ROWS_PER_ELEMENT of them wait (or WAITING_ROWS rows in all), are appended to the bucket's spill file for that
+    pre-shard (BucketSpill); only ((split, pre-shard), (spill file, rows)) goes through the shuffle. A local runner hands each worker its whole share of a stage's input at
     once, so rows in the shuffle made DealAndMask's workers hold half the corpus's instances (1.4 GB at 10x sotu)
     before the first pre-shard was dealt."""
 
@@ -210,41 +212,42 @@ class BuildInstances(beam.DoFn):
         docs = load_tokens(refs, self.reader)
         preshards = plan["preshards"][split]
         waiting: dict[int, list[RowBlock]] = {}  # pre-shard -> its blocks not yet spilled
-        spilled: dict[int, int] = {}  # pre-shard -> spill files written for it from this bucket
+        spill = BucketSpill(self.shard_dir, split, bucket)
         if self.cfg.instances.packing == "tokens":  # rows cut from the token arrays as they came, no Row objects
-            yield from self._spill_token_rows(split, bucket, docs, preshards, waiting, spilled)
-            return
-        docs = [(doc_id, unpack_sentences(packed), lang) for doc_id, packed, lang in docs]
-        rows: list[Row] = []
-        for row in self._rows(split, bucket, docs):
-            rows.append(row)
-            if len(rows) == ROWS_PER_ELEMENT:
-                yield from self._deal(rows_to_block(rows), split, bucket, preshards, waiting, spilled)
-                rows = []
-        if rows:
-            self._route(rows_to_block(rows), preshards, waiting)
+            self._spill_token_rows(docs, preshards, waiting, spill)
+        else:
+            docs = [(doc_id, unpack_sentences(packed), lang) for doc_id, packed, lang in docs]
+            rows: list[Row] = []
+            for row in self._rows(split, bucket, docs):
+                rows.append(row)
+                if len(rows) == ROWS_PER_ELEMENT:
+                    self._deal(rows_to_block(rows), preshards, waiting, spill)
+                    rows = []
+            if rows:
+                self._route(rows_to_block(rows), preshards, waiting)
         for pre in sorted(waiting):
-            yield self._spill(split, bucket, pre, waiting[pre], spilled)
+            spill.append(pre, waiting[pre])
+        yield from spill.finish()
 
-    def _spill_token_rows(self, split: str, bucket: int, docs: list, preshards: int, waiting: dict,
-                          spilled: dict) -> Iterator:
+    def _spill_token_rows(self, docs: list, preshards: int, waiting: dict, spill: "BucketSpill") -> None:
         """instances.packing tokens: the bucket's rows in one go (segments.token_rows), dealt and spilled
         ROWS_PER_ELEMENT rows at a time like the other formats' rows."""
         block = token_rows([(doc_id, packed[0], lang) for doc_id, packed, lang in docs], self.cfg.instances.max_seq_len,
                            self.cls_id, self.sep_id)
         for start in range(0, len(block.lengths), ROWS_PER_ELEMENT):
             part = block.take(np.arange(start, min(start + ROWS_PER_ELEMENT, len(block.lengths))))[0]
-            yield from self._deal(part, split, bucket, preshards, waiting, spilled)
-        for pre in sorted(waiting):
-            yield self._spill(split, bucket, pre, waiting[pre], spilled)
+            self._deal(part, preshards, waiting, spill)
 
-    def _deal(self, block: RowBlock, split: str, bucket: int, preshards: int, waiting: dict,
-              spilled: dict) -> Iterator:
-        """Route a block's rows to their pre-shards, then spill every pre-shard holding ROWS_PER_ELEMENT rows."""
+    def _deal(self, block: RowBlock, preshards: int, waiting: dict, spill: "BucketSpill") -> None:
+        """Route a block's rows to their pre-shards, then append every pre-shard holding ROWS_PER_ELEMENT rows to
+        its spill file, or every pre-shard once WAITING_ROWS rows wait in all: with hundreds of pre-shards (a large
+        corpus) each would otherwise keep up to ROWS_PER_ELEMENT rows here, a memory that grew with the corpus."""
         self._route(block, preshards, waiting)
-        full = [pre for pre, parts in waiting.items() if sum(len(b.lengths) for b in parts) >= ROWS_PER_ELEMENT]
-        for pre in sorted(full):
-            yield self._spill(split, bucket, pre, waiting.pop(pre), spilled)
+        sizes = {pre: sum(len(b.lengths) for b in parts) for pre, parts in waiting.items()}
+        full = sorted(waiting) if sum(sizes.values()) >= WAITING_ROWS else \
+            sorted(pre for pre, n in sizes.items() if n >= ROWS_PER_ELEMENT)
+        for pre in full:
+            spill.append(pre, waiting.pop(pre))
 
     @staticmethod
     def _route(block: RowBlock, preshards: int, waiting: dict) -> None:
@@ -256,33 +259,65 @@ class BuildInstances(beam.DoFn):
             if bounds[pre] < bounds[pre + 1]:
                 waiting.setdefault(pre, []).append(block.take(order[bounds[pre]:bounds[pre + 1]])[0])
 
-    def _spill(self, split: str, bucket: int, pre: int, parts: list[RowBlock], spilled: dict) -> tuple:
+
+class BucketSpill:
+    """One bucket's rows per pre-shard, appended block by block to one spill file per pre-shard (row_spill_path;
+    each block as the four RowBlock arrays in .npy format, one after the other). The files have a temporary name
+    while the bucket is built and their own when it is done (finish), so a retried bundle writes the same files
+    with the same bytes and never appends to a failed attempt's; not synced: a crash reruns the job."""
+
+    def __init__(self, shard_dir: str, split: str, bucket: int):
+        self.shard_dir, self.split, self.bucket = shard_dir, split, bucket
+        self.attempt = uuid.uuid4().hex
+        self.rows: dict[int, int] = {}  # pre-shard -> rows appended
+
+    def _tmp(self, pre: int) -> Path:
+        final = row_spill_path(self.shard_dir, self.split, pre, self.bucket)
+        return final.with_name(f".{final.name}.{self.attempt}.tmp")
+
+    def append(self, pre: int, parts: list[RowBlock]) -> None:
         block = RowBlock.concat(parts)
-        sequence = spilled[pre] = spilled.get(pre, -1) + 1
-        path = row_spill_path(self.shard_dir, split, pre, bucket, sequence)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # named by what it holds (a bucket's n-th block for a pre-shard), so a retried bundle rewrites the same
-        # file with the same bytes; not synced: a crash reruns the job
-        with AtomicFile(path, durable=False) as tmp:
-            with open(tmp, "wb") as f:
-                np.savez(f, **block._asdict())
-        return (split, pre), (str(path), len(block.lengths))
+        path = self._tmp(pre)
+        if pre not in self.rows:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        # opened per block, not kept open: hundreds of pre-shards would be as many open files
+        with open(path, "ab") as f:
+            for array in block:
+                np.save(f, array, allow_pickle=False)
+        self.rows[pre] = self.rows.get(pre, 0) + len(block.lengths)
+
+    def finish(self) -> Iterator[tuple]:
+        """Each pre-shard's file under its own name -> ((split, pre-shard), (spill file, rows))."""
+        for pre in sorted(self.rows):
+            path = row_spill_path(self.shard_dir, self.split, pre, self.bucket)
+            os.replace(self._tmp(pre), path)
+            yield (self.split, pre), (str(path), self.rows[pre])
 
 
-def row_spill_path(shard_dir: str | Path, split: str, pre: int, bucket: int, sequence: int) -> Path:
-    """Where BuildInstances leaves a block of a pre-shard's rows for DealAndMask (in the staging shards directory,
-    removed with the shard spills once the instances job has finished)."""
-    return Path(shard_dir) / split / ".spill-rows" / f"{pre:05d}-{bucket:06d}-{sequence:04d}.npz"
+def row_spill_path(shard_dir: str | Path, split: str, pre: int, bucket: int) -> Path:
+    """Where BuildInstances leaves a bucket's rows for a pre-shard, for DealAndMask (in the staging shards
+    directory, removed with the shard spills once the instances job has finished)."""
+    return Path(shard_dir) / split / ".spill-rows" / f"{pre:05d}-{bucket:06d}.npy"
 
 
 def load_row_spill(path: str) -> RowBlock:
-    """A spill file of BuildInstances back as a RowBlock (plain arrays only: no pickled objects are read)."""
-    with np.load(path, allow_pickle=False) as arrays:
-        return RowBlock(*(arrays[field] for field in RowBlock._fields))
+    """A spill file of BuildInstances back as one RowBlock (plain arrays only: no pickled objects are read)."""
+    blocks = []
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        while f.tell() < size:
+            try:
+                blocks.append(RowBlock(*(np.load(f, allow_pickle=False) for _ in RowBlock._fields)))
+            except (ValueError, EOFError) as e:
+                raise ValueError(f"{path}: row spill file unreadable after byte {f.tell()} of {size} ({e}; the "
+                                 "file was cut short or replaced while the job ran)") from None
+    return RowBlock.concat(blocks)
 
 
-# rows per spill file of BuildInstances (about): few files and elements, bounded arrays in the worker
+# rows per block appended to a spill file of BuildInstances (about): few appends, bounded arrays in the worker
 ROWS_PER_ELEMENT = 2048
+# rows waiting in BuildInstances for their pre-shards at most (about 10 MB at 128 tokens a row), however many
+WAITING_ROWS = 8 * ROWS_PER_ELEMENT
 
 
 # rows masked and turned into one record batch at a time (bounds the masker's [rows * K, max_seq_len] arrays)

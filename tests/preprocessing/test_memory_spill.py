@@ -6,6 +6,7 @@ pipeline does the same with its token ids (ByBucket) and its rows' sort keys (By
 import json
 import pickle
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,10 @@ from preprocessing.dedup_config import DedupConfig
 from preprocessing.document_results import DocTally, TallyDocs, tally_entry
 from preprocessing.documents import ReadDocs, SpillDocs
 from preprocessing.pipeline import run_preprocess
+from preprocessing.config import PreprocessConfig
+from preprocessing.instance_pipeline import (ROWS_PER_ELEMENT, WAITING_ROWS, BucketSpill, BuildInstances,
+                                             load_row_spill)
+from preprocessing.segments import RowBlock
 from preprocessing.shards import merge_runs, shard_schema
 from preprocessing.text_spill import SpillReader, SpillWriter, decode_int32_arrays, encode_int32_arrays
 
@@ -165,3 +170,39 @@ def test_no_token_ids_or_sort_keys_in_the_runners_buffers(tmp_path, wiki, buffer
     assert not [a for a in ids if a.tobytes() in chunks], "token ids went through a buffer of the runner"
     assert not [k for k in keys.tolist() if int(k).to_bytes(8, "little") in chunks], "sort keys went through one"
     assert not list((tmp_path / "run").rglob(".spill-*"))  # removed with the staging directory
+
+
+def _row_block(rng: np.random.Generator, n: int, first: int) -> RowBlock:
+    lengths = rng.integers(1, 9, size=n).astype(np.int32)
+    keys = np.stack([rng.integers(0, 2**63, size=n, dtype=np.uint64), np.arange(first, first + n, dtype=np.uint64),
+                     np.zeros(n, np.uint64)], 1)
+    return RowBlock(keys, lengths, rng.integers(0, 500, size=int(lengths.sum())).astype(np.int32),
+                    rng.integers(0, 3, size=(n, len(segments.ROW_FIELDS))).astype(np.int64))
+
+
+def test_rows_waiting_for_their_pre_shards_stay_bounded_however_many_pre_shards(tmp_path):
+    """With hundreds of pre-shards (a large corpus), BuildInstances keeps at most about WAITING_ROWS rows waiting,
+    not ROWS_PER_ELEMENT per pre-shard; each pre-shard's file holds its rows in the order they came."""
+    rng = np.random.default_rng(7)
+    build = BuildInstances(PreprocessConfig(), 1, 2, str(tmp_path))
+    spill, waiting, preshards = BucketSpill(str(tmp_path), "train", 3), {}, 300
+    blocks = [_row_block(rng, ROWS_PER_ELEMENT, i * ROWS_PER_ELEMENT) for i in range(40)]
+    most = 0
+    for block in blocks:
+        build._deal(block, preshards, waiting, spill)
+        most = max(most, sum(len(b.lengths) for parts in waiting.values() for b in parts))
+    assert WAITING_ROWS - ROWS_PER_ELEMENT <= most < WAITING_ROWS < preshards * ROWS_PER_ELEMENT
+    for pre in sorted(waiting):
+        spill.append(pre, waiting[pre])
+    out = list(spill.finish())
+    assert [pre for (_split, pre), _ in out] == list(range(preshards)) and not list(tmp_path.rglob("*.tmp"))
+    every = RowBlock.concat(blocks)
+    for (_split, pre), (path, rows) in out:
+        mine = np.flatnonzero(every.keys[:, 0] % np.uint64(preshards) == pre)
+        back, expected = load_row_spill(path), every.take(mine)[0]
+        assert rows == len(mine) and all(np.array_equal(a, b) for a, b in zip(back, expected))
+    path = out[0][1][0]
+    with open(path, "r+b") as f:
+        f.truncate(Path(path).stat().st_size - 5)
+    with pytest.raises(ValueError, match=f"{path}: row spill file unreadable after byte"):
+        load_row_spill(path)
