@@ -434,6 +434,7 @@ def marked_copies_dir(work: Path, copies: int) -> Path:
 def mode_rss(work: Path, tokenizer: str | None, copies: int, dedup: bool = False, overrides: list[str] = (),
              trace: Path | None = None) -> None:
     print(machine_line())
+    commit = _commit()  # at the start: the code the runs import, whatever is committed while they run
     tokenizer = tokenizer or train_tokenizer(work)
     results = {}
     for n in (1, copies):
@@ -447,7 +448,7 @@ def mode_rss(work: Path, tokenizer: str | None, copies: int, dedup: bool = False
         shutil.rmtree(inputs)
         shutil.rmtree(run_dir)
     if trace is not None:
-        write_rss_trace(trace, results, dedup, overrides)
+        write_rss_trace(trace, results, dedup, overrides, commit)
     print("dedup on (local.yaml: exact + MinHash): every copy's words marked as its own (marked_copies_dir)" if dedup
           else "dedup off (corpus.dedup.exact/near false): the copies are identical texts under new file names")
     print("| input | docs kept | instances | wall s | peak tree RSS MiB | peak one process MiB | driver VmHWM MiB | "
@@ -466,16 +467,21 @@ def mode_rss(work: Path, tokenizer: str | None, copies: int, dedup: bool = False
           f"stages 1x {one['timings_s']}, {copies}x {many['timings_s']}")
 
 
-def write_rss_trace(path: Path, results: dict, dedup: bool, overrides: list[str]) -> None:
-    """rss --trace PATH: every run's figures and RSS trace as JSON at PATH, and a plot of the traces beside it
-    (PATH with .png): the process tree, the driver and the largest worker over the run's wall time."""
+def _commit() -> str:
+    """The checkout's commit, `+dirty` when tracked files differ from it."""
     import subprocess as sp
 
     commit = sp.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     dirty = bool(sp.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
                         text=True).stdout.strip())
+    return commit + ("+dirty" if dirty else "")
+
+
+def write_rss_trace(path: Path, results: dict, dedup: bool, overrides: list[str], commit: str = "") -> None:
+    """rss --trace PATH: every run's figures and RSS trace as JSON at PATH, and a plot of the traces beside it
+    (PATH with .png): the process tree, the driver and the largest worker over the run's wall time."""
     doc = {"command": " ".join(["python", "benchmarks/corpus_throughput.py", *sys.argv[1:]]),
-           "commit": commit + ("+dirty" if dirty else ""), "cpus": os.cpu_count(), "dedup": dedup,
+           "commit": commit or _commit(), "cpus": os.cpu_count(), "dedup": dedup,
            "overrides": list(overrides), "trace_columns": ["s", "tree_mib", "driver_mib", "largest_worker_mib", "processes"],
            "runs": {f"{n}x": r for n, r in results.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
