@@ -37,5 +37,13 @@ class _NoStagedSession(logging.Filter):
 
 
 if __name__ == "__main__":
+    import gc
+
+    from preprocessing import dofn_specs_cache
+
     logging.getLogger(sdk_worker_main.__name__).addFilter(_NoStagedSession())
+    # as in the driver (runners.run_pipeline, pipeline.run_preprocess): Beam's DoFn checks once per class, and the
+    # imported modules' objects kept out of the full collections release_freed_memory runs between bundles
+    dofn_specs_cache.install()
+    gc.freeze()
     sdk_worker_main.main(sys.argv)

@@ -105,8 +105,11 @@ def measure_unk_rate(tokenizer: Tokenizer, texts: Iterator[str]) -> UnkRate:
     def encode(batch: list[str]) -> None:
         nonlocal tokens, unknown
         for text, encoding in zip(batch, tokenizer.encode_batch(batch, add_special_tokens=False)):
-            tokens += len(encoding.ids)
-            for token_id, (start, end) in zip(encoding.ids, encoding.offsets):
+            ids = encoding.ids
+            tokens += len(ids)
+            if unk_id is None or unk_id not in ids:  # most texts: no walk over every token's offsets in Python
+                continue
+            for token_id, (start, end) in zip(ids, encoding.offsets):
                 if token_id == unk_id:
                     unknown += 1
                     words[text[start:end]] += 1
