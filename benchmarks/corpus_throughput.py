@@ -204,9 +204,14 @@ class TreeRssSampler(threading.Thread):
     """Peak RSS of a process tree, sampled from /proc: the largest sum over the tree, the largest single process,
     the most processes seen at once, and the root's own high-water mark (VmHWM)."""
 
-    def __init__(self, pid: int, interval: float = 0.2, trace_every: float = 1.0):
+    def __init__(self, pid: int, interval: float = 0.2, trace_every: float = 1.0, disk_dir: Path | None = None,
+                 disk_every: float = 10.0):
         super().__init__(daemon=True)
         self.pid, self.interval, self.trace_every = pid, interval, trace_every
+        # the bytes under disk_dir (a run directory), every disk_every seconds: [seconds, MiB]; its peak
+        self.disk_dir, self.disk_every = disk_dir, disk_every
+        self.disk_trace: list[list[float]] = []
+        self.peak_disk_mib = 0.0
         self.peak_sum_kib = self.peak_one_kib = self.max_procs = self.root_hwm_kib = 0
         # the largest process other than the root (a Beam worker: where the pipeline's own code runs), and when
         self.peak_worker_kib, self.peak_worker_at_s = 0, 0.0
@@ -218,7 +223,7 @@ class TreeRssSampler(threading.Thread):
     def run(self) -> None:
         t0 = time.perf_counter()
         window = [0, 0, 0, 0]  # peaks since the last trace point: tree, driver, worker (KiB), processes
-        next_point = 0.0
+        next_point = next_disk = 0.0
         while not self.done.is_set():
             rss = {pid: _status_kib(pid, "VmRSS") for pid in _proc_tree(self.pid)}
             now = time.perf_counter() - t0
@@ -233,14 +238,31 @@ class TreeRssSampler(threading.Thread):
             if now >= next_point:
                 self.trace.append([round(now, 1), *(round(k / 1024, 1) for k in window[:3]), window[3]])
                 window, next_point = [0, 0, 0, 0], now + self.trace_every
+            if self.disk_dir is not None and now >= next_disk:
+                mib = _tree_bytes(self.disk_dir) / 2**20
+                self.disk_trace.append([round(now, 1), round(mib, 1)])
+                self.peak_disk_mib, next_disk = max(self.peak_disk_mib, mib), now + self.disk_every
             self.done.wait(self.interval)
+
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the files under root (0 if it is not there yet); files removed while it walks are skipped."""
+    total = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def in_subprocess(task: str, payload: dict) -> dict:
     """Run one measurement in a fresh Python; return its JSON result plus the tree's memory figures."""
     out = Path(payload["work"]) / f"{task}-{time.time_ns()}.json"
     proc = subprocess.Popen([sys.executable, __file__, "_child", task, json.dumps(payload), str(out)], cwd=REPO)
-    sampler = TreeRssSampler(proc.pid)
+    # rss --trace: the run directory's size on disk too (the spills live in its staging directory)
+    sampler = TreeRssSampler(proc.pid, disk_dir=Path(payload["run_dir"]) if payload.get("disk_trace") else None)
     sampler.start()
     _, status, usage = os.wait4(proc.pid, 0)  # the child's CPU and that of every process it reaped (workers)
     rc = os.waitstatus_to_exitcode(status)
@@ -253,6 +275,8 @@ def in_subprocess(task: str, payload: dict) -> dict:
                   driver_hwm_mib=sampler.root_hwm_kib / 1024, max_processes=sampler.max_procs,
                   peak_worker_rss_mib=sampler.peak_worker_kib / 1024, peak_worker_at_s=sampler.peak_worker_at_s,
                   tree_cpu_s=usage.ru_utime + usage.ru_stime, rss_trace=sampler.trace)
+    if sampler.disk_dir is not None:
+        result.update(disk_trace=sampler.disk_trace, peak_run_dir_mib=sampler.peak_disk_mib)
     return result
 
 
@@ -443,7 +467,8 @@ def mode_rss(work: Path, tokenizer: str | None, copies: int, dedup: bool = False
         run_dir = work / f"rss_run_{n}x"
         results[n] = in_subprocess("pipeline", {
             "work": str(work), "inputs": [str(inputs)], "run_dir": str(run_dir),
-            "overrides": [f"preprocess.tokenizer.path={tokenizer}", *no_dedup, *overrides]})
+            "overrides": [f"preprocess.tokenizer.path={tokenizer}", *no_dedup, *overrides],
+            "disk_trace": trace is not None})
         results[n]["run_dir_mib"] = sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file()) / 2**20
         shutil.rmtree(inputs)
         shutil.rmtree(run_dir)
@@ -459,7 +484,8 @@ def mode_rss(work: Path, tokenizer: str | None, copies: int, dedup: bool = False
         print(f"| {n}x | {r['docs_kept']} | {r['instances']} | {r['wall_s']:.1f} | {r['peak_tree_rss_mib']:,.0f} | "
               f"{r['peak_process_rss_mib']:,.0f} | {r['driver_hwm_mib']:,.0f} | {r['children_maxrss_mib']:,.0f} | "
               f"{r['peak_worker_rss_mib']:,.0f} at {r['peak_worker_at_s']:.0f} | {r['max_processes']} | "
-              f"{r['tree_cpu_s']:.0f} | {r['run_dir_mib']:,.0f} |")
+              f"{r['tree_cpu_s']:.0f} | {r['run_dir_mib']:,.0f}"
+              + (f" (peak {r['peak_run_dir_mib']:,.0f})" if "peak_run_dir_mib" in r else "") + " |")
     one, many = results[1], results[copies]
     print(f"\n{copies}x / 1x: peak tree RSS {many['peak_tree_rss_mib'] / one['peak_tree_rss_mib']:.2f}x, peak single "
           f"process {many['peak_process_rss_mib'] / one['peak_process_rss_mib']:.2f}x, largest worker "
@@ -483,6 +509,7 @@ def write_rss_trace(path: Path, results: dict, dedup: bool, overrides: list[str]
     doc = {"command": " ".join(["python", "benchmarks/corpus_throughput.py", *sys.argv[1:]]),
            "commit": commit or _commit(), "cpus": os.cpu_count(), "dedup": dedup,
            "overrides": list(overrides), "trace_columns": ["s", "tree_mib", "driver_mib", "largest_worker_mib", "processes"],
+           "disk_trace_columns": ["s", "run_dir_mib"],
            "runs": {f"{n}x": r for n, r in results.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
@@ -496,7 +523,13 @@ def write_rss_trace(path: Path, results: dict, dedup: bool, overrides: list[str]
         t = [p[0] for p in r["rss_trace"]]
         for column, label in ((1, "process tree"), (2, "driver"), (3, "largest worker")):
             ax.plot(t, [p[column] for p in r["rss_trace"]], label=label)
-        ax.set_title(f"{n}x sotu: {r['wall_s']:.0f} s, peak tree {r['peak_tree_rss_mib']:,.0f} MiB")
+        title = f"{n}x sotu: {r['wall_s']:.0f} s, peak tree {r['peak_tree_rss_mib']:,.0f} MiB"
+        if r.get("disk_trace"):
+            disk = ax.twinx()
+            disk.plot([p[0] for p in r["disk_trace"]], [p[1] / 1024 for p in r["disk_trace"]], "k:", label="run dir")
+            disk.set_ylabel("run directory GiB (dotted)")
+            title += f", disk peak {r['peak_run_dir_mib'] / 1024:,.1f} GiB"
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("seconds")
         ax.set_ylabel("RSS MiB")
         ax.grid(alpha=0.3)

@@ -66,7 +66,7 @@ def test_fixed_cost_measure_returns_medians_minus_bare(load_benchmark, tmp_path,
     assert result["given"]["fixed_wall_s"] == pytest.approx(3.8) and result["given"]["fixed_cpu_s"] == pytest.approx(2.16)
 
 
-def test_rss_sampler_traces_the_process_tree_once_a_second(throughput):
+def test_rss_sampler_traces_the_process_tree_once_a_second(throughput, tmp_path):
     import subprocess
     import sys
 
@@ -74,7 +74,10 @@ def test_rss_sampler_traces_the_process_tree_once_a_second(throughput):
     code = ("import subprocess, sys, time; subprocess.run([sys.executable, '-c', "
             "'import time; b = bytearray(64 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(1.6)'])")
     proc = subprocess.Popen([sys.executable, "-c", code])
-    sampler = throughput.TreeRssSampler(proc.pid, interval=0.05, trace_every=0.5)
+    run_dir = tmp_path / "run"
+    (run_dir / "a").mkdir(parents=True)
+    (run_dir / "a" / "f.bin").write_bytes(b"x" * (3 << 20))
+    sampler = throughput.TreeRssSampler(proc.pid, interval=0.05, trace_every=0.5, disk_dir=run_dir, disk_every=0.5)
     sampler.start()
     proc.wait()
     sampler.done.set()
@@ -84,6 +87,7 @@ def test_rss_sampler_traces_the_process_tree_once_a_second(throughput):
     assert all(point[1] >= point[2] and point[1] >= point[3] for point in sampler.trace)  # tree >= any process
     assert max(point[3] for point in sampler.trace) >= 64  # the child's bytearray, in MiB
     assert max(point[4] for point in sampler.trace) == 2
+    assert len(sampler.disk_trace) >= 2 and sampler.disk_trace[0][1] == 3.0 and sampler.peak_disk_mib == 3.0
 
 
 def test_rss_trace_is_written_as_json_and_a_plot(throughput, tmp_path):
@@ -91,8 +95,10 @@ def test_rss_trace_is_written_as_json_and_a_plot(throughput, tmp_path):
 
     run = {"wall_s": 3.0, "peak_tree_rss_mib": 120.0, "rss_trace": [[0.0, 100.0, 60.0, 40.0, 3], [1.0, 120.0, 70.0, 50.0, 3]]}
     path = tmp_path / "trace.json"
-    throughput.write_rss_trace(path, {1: run, 10: dict(run, wall_s=9.0)}, dedup=False, overrides=["a=b"])
+    large = dict(run, wall_s=9.0, disk_trace=[[0.0, 1.0], [10.0, 2048.0]], peak_run_dir_mib=2048.0)
+    throughput.write_rss_trace(path, {1: run, 10: large}, dedup=False, overrides=["a=b"], commit="abc1234")
     doc = json.loads(path.read_text())
     assert set(doc["runs"]) == {"1x", "10x"} and doc["runs"]["10x"]["wall_s"] == 9.0
-    assert doc["trace_columns"][:2] == ["s", "tree_mib"] and doc["overrides"] == ["a=b"] and doc["commit"]
+    assert doc["trace_columns"][:2] == ["s", "tree_mib"] and doc["overrides"] == ["a=b"] and doc["commit"] == "abc1234"
+    assert doc["runs"]["10x"]["peak_run_dir_mib"] == 2048.0
     assert path.with_suffix(".png").stat().st_size > 1000
