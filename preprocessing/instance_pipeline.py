@@ -415,8 +415,8 @@ class WriteShardFn(beam.DoFn):
     """All parts of one shard (their spill files; the sort keys beside them: keys_path) -> the shard file (rows
     sorted by their sort key) -> a summary line. Each part is sorted by key and a pre-shard's parts cover
     consecutive key ranges, so the pre-shards' runs are merged by key into the shard (shards.merge_runs): the
-    worker holds the sort keys while it orders the runs, then a few bytes a row and a few hundred rows per
-    pre-shard, not the shard."""
+    worker holds a block of each run's sort keys and a few hundred rows per pre-shard, nothing per row of the
+    shard."""
 
     def __init__(self, shard_dir: str, vocab_size: int, batch_rows: int, span_bounds: bool = False):
         self.shard_dir = shard_dir
@@ -436,8 +436,7 @@ class WriteShardFn(beam.DoFn):
             runs.setdefault(pre, []).append((start, Path(part), rows))
             tokens, masked, nsp_random = tokens + n_tokens, masked + n_masked, nsp_random + n_random
         ordered = [sorted(runs[pre], key=lambda part: part[0]) for pre in sorted(runs)]
-        # the keys are loaded by merge_runs itself (from the files), so that it can free them once it has ordered
-        # the runs
+        # the keys are read by merge_runs itself (from the files), a block at a time
         info = merge_runs(path, shard_schema(self.vocab_size, self.span_bounds),
                           [([(keys_path(p), rows) for _, p, rows in run], [p for _, p, _ in run]) for run in ordered],
                           self.batch_rows)

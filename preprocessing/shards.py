@@ -245,34 +245,120 @@ class _RunReader:
 # a run's sort keys: an [n, 3] uint64 array, or [(.npy file of an [rows, 3] uint64 array, rows)] in order
 RunKeys = np.ndarray | Sequence[tuple[Path, int]]
 
-
-def _run_key_parts(keys: RunKeys) -> Iterator[np.ndarray]:
-    if isinstance(keys, np.ndarray):
-        yield keys.reshape(-1, 3)
-        return
-    for file, rows in keys:
-        part = np.load(file, allow_pickle=False)
-        if part.shape != (rows, 3) or part.dtype != np.uint64:
-            raise ValueError(f"{file}: sort keys of shape {part.shape} {part.dtype}, expected ({rows}, 3) uint64 "
-                             "(the key file was cut short or replaced while the job ran)")
-        yield part
+# sort keys the merge holds at a time over all runs (24 bytes each): each run holds a block of
+# MERGE_KEY_ROWS // runs keys, but at least MIN_KEY_BLOCK_ROWS so that a merge of many runs still moves whole blocks
+MERGE_KEY_ROWS = 1 << 18
+MIN_KEY_BLOCK_ROWS = 256
 
 
-def _merge_source(keys_of_runs: Sequence[RunKeys]) -> np.ndarray:
-    """Which run each row of the merged shard comes from, in shard order (int16 or int32: 2-4 bytes a row)."""
-    sizes = [keys.size // 3 if isinstance(keys, np.ndarray) else sum(rows for _, rows in keys) for keys in keys_of_runs]
-    # one key per row of a column-major array: lexsort reads each key contiguously, and no per-run copy stays
-    columns = np.empty((3, sum(sizes)), dtype=np.uint64)
-    at = 0
-    for keys in keys_of_runs:
-        for part in _run_key_parts(keys):
-            columns[:, at:at + len(part)] = part.T
-            at += len(part)
-    order = np.lexsort(columns[::-1])  # stable: ties keep run order
-    del columns
-    run_of = np.repeat(np.arange(len(sizes), dtype=np.int16 if len(sizes) <= np.iinfo(np.int16).max else np.int32),
-                       sizes)
-    return run_of[order]
+def _key_file_layout(file: Path, rows: int) -> int:
+    """The byte offset of the keys in a .npy file of an [rows, 3] uint64 array (C order); raises naming the file
+    when it holds anything else. Reads the header only."""
+    with open(file, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            raise ValueError(f"{file}: a .npy file of format version {version}, expected 1.0 or 2.0")
+        shape, fortran_order, dtype = read_header(f)
+        offset = f.tell()
+    if shape != (rows, 3) or dtype != np.uint64 or fortran_order:
+        raise ValueError(f"{file}: sort keys of shape {shape} {dtype}, expected ({rows}, 3) uint64 "
+                         "(the key file was cut short or replaced while the job ran)")
+    if Path(file).stat().st_size < offset + rows * 24:
+        raise ValueError(f"{file}: sort keys of shape {shape} {dtype} but only {Path(file).stat().st_size - offset} "
+                         "bytes of them (the key file was cut short while the job ran)")
+    return offset
+
+
+class _RunKeyReader:
+    """The sort keys of one run, read a block at a time (from the array, or from its .npy files by offset, with no
+    file held open between blocks)."""
+
+    def __init__(self, keys: RunKeys):
+        if isinstance(keys, np.ndarray):
+            self.parts: list[tuple[Path | np.ndarray, int, int]] = [(keys.reshape(-1, 3), len(keys.reshape(-1, 3)), 0)]
+        else:
+            self.parts = [(Path(file), rows, _key_file_layout(Path(file), rows)) for file, rows in keys]
+        self.rows = sum(rows for _, rows, _ in self.parts)
+        self.part = 0
+        self.at = 0  # the next row to read of the current part
+
+    def read(self, n: int) -> np.ndarray:
+        """The next (at most) n keys of the run, [m, 3] uint64; empty once the run is spent."""
+        while self.part < len(self.parts) and self.at == self.parts[self.part][1]:
+            self.part, self.at = self.part + 1, 0
+        if self.part == len(self.parts):
+            return np.empty((0, 3), dtype=np.uint64)
+        source, rows, offset = self.parts[self.part]
+        n = min(n, rows - self.at)
+        if isinstance(source, np.ndarray):
+            block = np.ascontiguousarray(source[self.at:self.at + n], dtype=np.uint64)
+        else:
+            with open(source, "rb") as f:
+                f.seek(offset + self.at * 24)
+                block = np.frombuffer(f.read(n * 24), dtype=np.uint64).reshape(-1, 3)
+            if len(block) != n:
+                raise ValueError(f"{source}: sort keys cut short at row {self.at + len(block)} of {rows} "
+                                 "(the key file was replaced while the job ran)")
+        self.at += n
+        return block
+
+
+def _rows_not_after(block: np.ndarray, bound: np.ndarray, inclusive: bool) -> int:
+    """How many rows of `block` (sorted by key) come before `bound` (a key) - or equal it, when inclusive."""
+    k0, k1, k2 = block[:, 0], block[:, 1], block[:, 2]
+    b0, b1, b2 = bound
+    last = (k2 <= b2) if inclusive else (k2 < b2)
+    return int(np.count_nonzero((k0 < b0) | ((k0 == b0) & ((k1 < b1) | ((k1 == b1) & last)))))
+
+
+def _merged_sources(readers: Sequence[_RunKeyReader]) -> Iterator[np.ndarray]:
+    """Which run each row of the merged shard comes from, in shard order, a block at a time (a vectorised k-way
+    merge). Rows are ordered by (key, run, position in the run): np.lexsort of every key at once, stable, in run
+    order. Each run holds one block of its keys; the bound is the smallest (last key of a block, run) over the runs,
+    and every row not after it is emitted: rows of a later block of any run come after their block's last row,
+    which is not before the bound, so nothing is emitted out of order; the block that gave the bound is spent, so
+    each round moves on."""
+    block_rows = max(MIN_KEY_BLOCK_ROWS, MERGE_KEY_ROWS // max(1, len(readers)))
+    run_type = np.int16 if len(readers) <= np.iinfo(np.int16).max else np.int32
+    blocks = [reader.read(block_rows) for reader in readers]
+    while True:
+        live = [run for run, block in enumerate(blocks) if len(block)]
+        if not live:
+            return
+        lasts = np.stack([blocks[run][-1] for run in live])
+        # the smallest last key; among equal ones the first run (lexsort is stable)
+        bound_run = live[int(np.lexsort(lasts.T[::-1])[0])]
+        bound = blocks[bound_run][-1].copy()
+        taken_keys, taken_runs = [], []
+        for run in live:
+            # rows equal to the bound come before it from the runs before bound_run (ties in run order)
+            count = _rows_not_after(blocks[run], bound, inclusive=run <= bound_run)
+            if count:
+                taken_keys.append(blocks[run][:count])
+                taken_runs.append(np.full(count, run, dtype=run_type))
+                rest = blocks[run][count:]
+                blocks[run] = rest if len(rest) else readers[run].read(block_rows)
+        keys = np.concatenate(taken_keys)
+        yield np.concatenate(taken_runs)[np.lexsort(keys.T[::-1])]  # stable: ties keep run order
+
+
+def _in_batches(sources: Iterator[np.ndarray], batch_rows: int) -> Iterator[np.ndarray]:
+    """The merged run ids regrouped into arrays of batch_rows (the last one shorter)."""
+    pending: list[np.ndarray] = []
+    held = 0
+    for block in sources:
+        pending.append(block)
+        held += len(block)
+        if held >= batch_rows:
+            joined = np.concatenate(pending)
+            full = len(joined) - len(joined) % batch_rows
+            for start in range(0, full, batch_rows):
+                yield joined[start:start + batch_rows]
+            pending, held = [joined[full:]], len(joined) - full
+    if held:
+        yield np.concatenate(pending)
 
 
 def merge_runs(path: Path, schema: pa.Schema, runs: Sequence[tuple[RunKeys, Sequence[Path]]],
@@ -280,17 +366,16 @@ def merge_runs(path: Path, schema: pa.Schema, runs: Sequence[tuple[RunKeys, Sequ
     """Write one shard, atomically, from sorted runs of rows: each run is its sort keys ([n, 3] uint64, ascending
     in lexicographic order: an array, or the .npy files holding them in order with their row counts) and the
     spilled parts holding its rows in that order (spill_part). The shard's rows are the runs' rows merged by key
-    (ties in run order). The keys are in memory only while the runs are ordered (given as files, they are loaded
-    here and freed then); the merge itself holds 2 bytes a row (which run each comes from) and about
-    SPILL_BATCH_ROWS rows per run plus one output batch, however large the shard."""
-    source = _merge_source([keys for keys, _ in runs])
+    (ties in run order). Every key file is checked before anything is written; the merge then holds about
+    MERGE_KEY_ROWS keys, SPILL_BATCH_ROWS rows per run and one output batch, however large the shard."""
+    key_readers = [_RunKeyReader(keys) for keys, _ in runs]
+    rows = sum(reader.rows for reader in key_readers)
     readers = [_RunReader(paths) for _, paths in runs]
     with AtomicFile(path) as tmp:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            if not len(source):  # an empty shard still holds one (empty) batch, as readers of schema v1 expect
+            if not rows:  # an empty shard still holds one (empty) batch, as readers of schema v1 expect
                 writer.write_batch(pa.RecordBatch.from_pylist([], schema))
-            for start in range(0, len(source), batch_rows):
-                src = source[start:start + batch_rows]
+            for src in _in_batches(_merged_sources(key_readers), batch_rows):
                 index = np.empty(len(src), dtype=np.int64)
                 pieces: list[pa.RecordBatch] = []
                 for run in np.unique(src).tolist():
@@ -301,7 +386,7 @@ def merge_runs(path: Path, schema: pa.Schema, runs: Sequence[tuple[RunKeys, Sequ
                 table = pa.Table.from_batches(pieces, schema=schema).take(pa.array(index)).combine_chunks()
                 for batch in table.to_batches(max_chunksize=batch_rows):
                     writer.write_batch(batch)
-    return ShardInfo(path=Path(path).name, rows=len(source), sha256=sha256_file(path))
+    return ShardInfo(path=Path(path).name, rows=rows, sha256=sha256_file(path))
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray, value_type: pa.DataType) -> pa.ListArray:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
+from preprocessing import shards
 from preprocessing.instance_pipeline import WriteShardFn, keys_path, spill_dir
 from preprocessing.shards import merge_runs, shard_batch, shard_schema, spill_part, write_shard
 
@@ -83,3 +85,48 @@ def test_a_retried_write_shards_bundle_finds_its_parts_and_writes_the_same_shard
     second = json.loads(next(iter(fn.process((("train", 0), parts)))))
     assert first == second and first["rows"] == 80
     assert all(Path(p).exists() and keys_path(p).exists() for _, _, p, _, _ in parts)
+
+
+def _reference_shard(path, tables, keys, batch_rows: int) -> bytes:
+    """The merge done by one stable sort of every key in memory (ties in run order), written batch by batch."""
+    everything = pa.concat_tables(tables)
+    order = np.lexsort(np.concatenate(keys).T[::-1]) if len(everything) else np.empty(0, dtype=np.int64)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, shard_schema(VOCAB)) as writer:
+        if not len(order):
+            writer.write_batch(pa.RecordBatch.from_pylist([], shard_schema(VOCAB)))
+        for start in range(0, len(order), batch_rows):
+            for batch in everything.take(order[start:start + batch_rows]).combine_chunks().to_batches():
+                writer.write_batch(batch)
+    return Path(path).read_bytes()
+
+
+@pytest.mark.parametrize("key_rows, min_block", [(1 << 18, 256), (40, 1), (7, 3)])
+def test_a_blockwise_merge_of_many_runs_writes_the_bytes_of_one_sort(tmp_path, monkeypatch, key_rows, min_block):
+    # many runs, empty ones, keys with ties inside and across runs, key files of several parts; blocks of keys from
+    # one row up: the merge must never emit a row before an equal key of an earlier run
+    monkeypatch.setattr(shards, "MERGE_KEY_ROWS", key_rows)
+    monkeypatch.setattr(shards, "MIN_KEY_BLOCK_ROWS", min_block)
+    largest_read = []
+    read = shards._RunKeyReader.read
+    monkeypatch.setattr(shards._RunKeyReader, "read", lambda self, n: largest_read.append(n) or read(self, n))
+    rng = np.random.default_rng(11)
+    runs, tables, all_keys = [], [], []
+    for run in range(23):
+        n = 0 if run % 5 == 2 else int(rng.integers(1, 120))
+        keys = np.stack([rng.integers(0, 4, size=n), rng.integers(0, 3, size=n), rng.integers(0, 2, size=n)], 1)
+        keys = keys[np.lexsort(keys.T[::-1])].astype(np.uint64)
+        table = pa.Table.from_batches([_batch(rng, n)]) if n else shard_schema(VOCAB).empty_table()
+        cuts = sorted({0, n, *rng.integers(0, n + 1, size=2).tolist()})
+        key_files = []
+        for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+            np.save(tmp_path / f"{run}-{i}.keys.npy", keys[a:b])
+            key_files.append((tmp_path / f"{run}-{i}.keys.npy", b - a))
+        paths = [spill_part(tmp_path / f"{run}-{i}.arrow", b) for i, b in enumerate(table.to_batches(max_chunksize=50))]
+        # a run's keys given as files or, for every third run, as an array
+        runs.append((keys if run % 3 == 0 else key_files, paths))
+        tables.append(table)
+        all_keys.append(keys)
+    info = merge_runs(tmp_path / "shard.arrow", shard_schema(VOCAB), runs, batch_rows=64)
+    assert info.rows == sum(map(len, all_keys))
+    assert (tmp_path / "shard.arrow").read_bytes() == _reference_shard(tmp_path / "ref.arrow", tables, all_keys, 64)
+    assert max(largest_read) == max(min_block, key_rows // len(runs))
