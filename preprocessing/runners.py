@@ -31,7 +31,7 @@ from apache_beam.runners.runner import PipelineRunner, PipelineState, create_run
 from bertfactory.config import load_yaml, validate
 from bertfactory.errors import BertfactoryError
 
-from . import dofn_specs_cache
+from . import dofn_specs_cache, options_view_cache
 from .config import RunnerConfig, SdkEnvironmentConfig
 from .dead_workers import WorkerDied, death_after, death_in_text, deaths_seen, install as install_dead_worker_watch
 from .worker_errors import quiet_user_errors, recover_input_error
@@ -159,6 +159,7 @@ def run_pipeline(build, cfg: RunnerConfig, name: str) -> None:
     raised inside a worker comes out as that InputError, not as Beam's wrapper around it; a worker process that
     died (preprocessing.dead_workers) as one WorkerDied line naming the job."""
     dofn_specs_cache.install()  # Beam's per-DoFn signature checks once per class: ~0.2 CPU-s a job
+    options_view_cache.install()  # its options views once per class, not an argparse parser each: ~0.2 CPU-s
     pipeline = beam.Pipeline(runner=make_runner(cfg), options=pipeline_options(cfg))
     build(pipeline)
     logger.info("%s: running on %s (%s)", name, RUNNER_NAMES[cfg.preset], describe(cfg))

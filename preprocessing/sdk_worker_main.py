@@ -39,11 +39,12 @@ class _NoStagedSession(logging.Filter):
 if __name__ == "__main__":
     import gc
 
-    from preprocessing import dofn_specs_cache
+    from preprocessing import dofn_specs_cache, options_view_cache
 
     logging.getLogger(sdk_worker_main.__name__).addFilter(_NoStagedSession())
-    # as in the driver (runners.run_pipeline, pipeline.run_preprocess): Beam's DoFn checks once per class, and the
-    # imported modules' objects kept out of the full collections release_freed_memory runs between bundles
+    # as in the driver (runners.run_pipeline, pipeline.run_preprocess): Beam's DoFn checks and options views once
+    # per class, and the imported modules' objects kept out of the full collections release_freed_memory runs
     dofn_specs_cache.install()
+    options_view_cache.install()
     gc.freeze()
     sdk_worker_main.main(sys.argv)
