@@ -41,7 +41,7 @@ from .masking import Masker
 from .masking_policies import SPAN_BOUND_POLICIES
 from .memory import release_freed_memory
 from .segments import Row, RowBlock, build_rows, pack_sentences, rows_to_block, token_rows, unpack_sentences
-from .shards import merge_runs, shard_batch, shard_schema, spill_part
+from .shards import merge_runs, shard_batch, shard_schema, spill_batch_rows, spill_part
 from .sinks import WriteSmallLines
 from .text_spill import SpillReader, SpillRef, SpillWriter, decode_int32_arrays, encode_int32_arrays
 
@@ -357,6 +357,8 @@ class DealAndMask(beam.DoFn):
         order = np.lexsort(block.keys.T[::-1])
         offset = sum(n for (s, p), n in sizes.items() if s == split and p < pre)
         shards = self.num_shards[split]
+        # each pre-shard is a run of every shard's merge, which holds one spilled batch per run
+        batch_rows = spill_batch_rows(sum(1 for s, _ in sizes if s == split))
         for shard in range(shards):
             mine = order[(shard - offset) % shards::shards]
             for start in range(0, len(mine), MASK_BATCH_ROWS):
@@ -370,7 +372,7 @@ class DealAndMask(beam.DoFn):
                 # a retried bundle rewrites the same bytes; not synced to disk: a crash reruns the job, and
                 # WriteShardFn's shard file (synced) is what survives it
                 with AtomicFile(path, durable=False) as tmp:
-                    spill_part(tmp, batch)
+                    spill_part(tmp, batch, batch_rows)
                 with AtomicFile(keys_path(path), durable=False) as tmp:
                     with open(tmp, "wb") as f:
                         np.save(f, np.ascontiguousarray(chunk.keys, dtype=np.uint64), allow_pickle=False)

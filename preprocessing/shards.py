@@ -188,16 +188,25 @@ def write_shard_table(path: Path, table: pa.Table, batch_rows: int = 4096) -> Sh
     return ShardInfo(path=Path(path).name, rows=table.num_rows, sha256=sha256_file(path))
 
 
-# rows per record batch of a spilled part: the merge holds about this many rows per run at a time
+# rows per record batch of a spilled part: the merge holds about one such batch per run at a time, so a shard
+# merged from many runs gets smaller batches (spill_batch_rows): about SPILL_BUDGET_ROWS rows over all its runs, but
+# not under MIN_SPILL_BATCH_ROWS (each batch costs its IPC framing, some hundreds of bytes, and a read call)
 SPILL_BATCH_ROWS = 256
+SPILL_BUDGET_ROWS = 8192
+MIN_SPILL_BATCH_ROWS = 16
 
 
-def spill_part(path: Path, batch: pa.RecordBatch) -> Path:
-    """Write one part of a shard (rows sorted by key) to `path` as an Arrow stream of small record batches, for
-    merge_runs to read back a few rows at a time."""
+def spill_batch_rows(runs: int) -> int:
+    """Rows per record batch of the parts of a shard that merge_runs will merge from `runs` runs."""
+    return max(MIN_SPILL_BATCH_ROWS, min(SPILL_BATCH_ROWS, SPILL_BUDGET_ROWS // max(1, runs)))
+
+
+def spill_part(path: Path, batch: pa.RecordBatch, batch_rows: int = SPILL_BATCH_ROWS) -> Path:
+    """Write one part of a shard (rows sorted by key) to `path` as an Arrow stream of record batches of batch_rows
+    rows (spill_batch_rows), for merge_runs to read back a few rows at a time."""
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, batch.schema) as writer:
-        for start in range(0, batch.num_rows, SPILL_BATCH_ROWS):
-            writer.write_batch(batch.slice(start, SPILL_BATCH_ROWS))
+        for start in range(0, batch.num_rows, batch_rows):
+            writer.write_batch(batch.slice(start, batch_rows))
     return path
 
 
@@ -367,7 +376,8 @@ def merge_runs(path: Path, schema: pa.Schema, runs: Sequence[tuple[RunKeys, Sequ
     in lexicographic order: an array, or the .npy files holding them in order with their row counts) and the
     spilled parts holding its rows in that order (spill_part). The shard's rows are the runs' rows merged by key
     (ties in run order). Every key file is checked before anything is written; the merge then holds about
-    MERGE_KEY_ROWS keys, SPILL_BATCH_ROWS rows per run and one output batch, however large the shard."""
+    MERGE_KEY_ROWS keys, one spilled batch per run (spill_batch_rows) and one output batch, however large
+    the shard."""
     key_readers = [_RunKeyReader(keys) for keys, _ in runs]
     rows = sum(reader.rows for reader in key_readers)
     readers = [_RunReader(paths) for _, paths in runs]

@@ -130,3 +130,23 @@ def test_a_blockwise_merge_of_many_runs_writes_the_bytes_of_one_sort(tmp_path, m
     assert info.rows == sum(map(len, all_keys))
     assert (tmp_path / "shard.arrow").read_bytes() == _reference_shard(tmp_path / "ref.arrow", tables, all_keys, 64)
     assert max(largest_read) == max(min_block, key_rows // len(runs))
+
+
+def test_spilled_batches_shrink_with_the_runs_and_leave_the_shard_unchanged(tmp_path):
+    # the merge holds one spilled batch per run: about SPILL_BUDGET_ROWS rows in all, within the bounds
+    assert shards.spill_batch_rows(1) == shards.SPILL_BATCH_ROWS
+    assert shards.spill_batch_rows(320) == shards.SPILL_BUDGET_ROWS // 320
+    assert shards.spill_batch_rows(10**6) == shards.MIN_SPILL_BATCH_ROWS
+    rng = np.random.default_rng(12)
+    batches = [_batch(rng, n) for n in (90, 0, 41)]
+    keys = [np.stack([rng.integers(0, 3, size=len(b))] * 3, 1).astype(np.uint64) for b in batches]
+    keys = [k[np.lexsort(k.T[::-1])] for k in keys]
+    written = []
+    for batch_rows in (7, 256):
+        runs = [(k, [spill_part(tmp_path / f"{batch_rows}-{run}.arrow", b, batch_rows)])
+                for run, (k, b) in enumerate(zip(keys, batches))]
+        with pa.OSFile(str(runs[0][1][0])) as f:
+            assert max(b.num_rows for b in pa.ipc.open_stream(f)) == min(batch_rows, 90)
+        merge_runs(tmp_path / f"{batch_rows}.arrow", shard_schema(VOCAB), runs, batch_rows=32)
+        written.append((tmp_path / f"{batch_rows}.arrow").read_bytes())
+    assert written[0] == written[1]
