@@ -314,43 +314,66 @@ class _RunKeyReader:
         return block
 
 
-def _rows_not_after(block: np.ndarray, bound: np.ndarray, inclusive: bool) -> int:
-    """How many rows of `block` (sorted by key) come before `bound` (a key) - or equal it, when inclusive."""
-    k0, k1, k2 = block[:, 0], block[:, 1], block[:, 2]
-    b0, b1, b2 = bound
-    last = (k2 <= b2) if inclusive else (k2 < b2)
-    return int(np.count_nonzero((k0 < b0) | ((k0 == b0) & ((k1 < b1) | ((k1 == b1) & last)))))
+def _rows_not_after(columns: np.ndarray, b0: np.uint64, b1: np.uint64, b2: np.uint64, inclusive: bool) -> int:
+    """How many rows of a block (its keys as [3, m] columns, sorted) come before the key (b0, b1, b2) - or equal
+    it, when inclusive. Binary search on the first key; only the rows that share it with the bound are compared."""
+    first = columns[0]
+    lo = int(first.searchsorted(b0, "left"))
+    if lo == len(first) or first[lo] != b0:
+        return lo
+    hi = int(first.searchsorted(b0, "right"))
+    second, third = columns[1, lo:hi], columns[2, lo:hi]
+    last = (third <= b2) if inclusive else (third < b2)
+    return lo + int(np.count_nonzero((second < b1) | ((second == b1) & last)))
 
 
 def _merged_sources(readers: Sequence[_RunKeyReader]) -> Iterator[np.ndarray]:
     """Which run each row of the merged shard comes from, in shard order, a block at a time (a vectorised k-way
     merge). Rows are ordered by (key, run, position in the run): np.lexsort of every key at once, stable, in run
     order. Each run holds one block of its keys; the bound is the smallest (last key of a block, run) over the runs,
-    and every row not after it is emitted: rows of a later block of any run come after their block's last row,
-    which is not before the bound, so nothing is emitted out of order; the block that gave the bound is spent, so
-    each round moves on."""
+    and every row not after it is emitted: the keys a run has not read yet come after its held ones, whose last is
+    not before the bound, so nothing is emitted out of order; the run that gave the bound is spent, so each round
+    moves on."""
     block_rows = max(MIN_KEY_BLOCK_ROWS, MERGE_KEY_ROWS // max(1, len(readers)))
     run_type = np.int16 if len(readers) <= np.iinfo(np.int16).max else np.int32
-    blocks = [reader.read(block_rows) for reader in readers]
+    blocks: list[np.ndarray] = [np.empty((3, 0), dtype=np.uint64)] * len(readers)  # [3, m] columns of each run
+    lasts = np.zeros((len(readers), 3), dtype=np.uint64)  # the last key of each run's block
+    live = np.zeros(len(readers), dtype=bool)  # the runs with keys left
+
+    def refill(run: int) -> None:
+        # column-major: the binary search and the comparisons read each key contiguously
+        more = np.ascontiguousarray(readers[run].read(block_rows - blocks[run].shape[1]).T)
+        if more.shape[1]:
+            blocks[run] = np.concatenate([blocks[run], more], axis=1) if blocks[run].shape[1] else more
+        live[run] = blocks[run].shape[1] > 0
+        if live[run]:
+            lasts[run] = blocks[run][:, -1]
+
+    for run in range(len(readers)):
+        refill(run)
     while True:
-        live = [run for run, block in enumerate(blocks) if len(block)]
-        if not live:
+        runs = np.flatnonzero(live)
+        if not len(runs):
             return
-        lasts = np.stack([blocks[run][-1] for run in live])
         # the smallest last key; among equal ones the first run (lexsort is stable)
-        bound_run = live[int(np.lexsort(lasts.T[::-1])[0])]
-        bound = blocks[bound_run][-1].copy()
+        bound_run = int(runs[np.lexsort(lasts[runs].T[::-1])[0]])
+        b0, b1, b2 = lasts[bound_run]  # numpy scalars: copies
         taken_keys, taken_runs = [], []
-        for run in live:
+        for run in runs.tolist():
             # rows equal to the bound come before it from the runs before bound_run (ties in run order)
-            count = _rows_not_after(blocks[run], bound, inclusive=run <= bound_run)
+            count = _rows_not_after(blocks[run], b0, b1, b2, inclusive=run <= bound_run)
             if count:
-                taken_keys.append(blocks[run][:count])
+                taken_keys.append(blocks[run][:, :count])
                 taken_runs.append(np.full(count, run, dtype=run_type))
-                rest = blocks[run][count:]
-                blocks[run] = rest if len(rest) else readers[run].read(block_rows)
-        keys = np.concatenate(taken_keys)
-        yield np.concatenate(taken_runs)[np.lexsort(keys.T[::-1])]  # stable: ties keep run order
+                blocks[run] = blocks[run][:, count:]
+                # topped up once half spent, not only when empty: then every run's last key stays about half a
+                # block ahead, and a round emits about half a block of every run (refilled only when empty, the
+                # runs' block ends spread out and a round emits about one block in all, at the cost of a pass
+                # over every run)
+                if 2 * blocks[run].shape[1] < block_rows:
+                    refill(run)
+        keys = np.concatenate(taken_keys, axis=1)
+        yield np.concatenate(taken_runs)[np.lexsort(keys[::-1])]  # stable: ties keep run order
 
 
 def _in_batches(sources: Iterator[np.ndarray], batch_rows: int) -> Iterator[np.ndarray]:
@@ -388,11 +411,13 @@ def merge_runs(path: Path, schema: pa.Schema, runs: Sequence[tuple[RunKeys, Sequ
             for src in _in_batches(_merged_sources(key_readers), batch_rows):
                 index = np.empty(len(src), dtype=np.int64)
                 pieces: list[pa.RecordBatch] = []
+                gathered = 0  # rows in pieces
                 for run in np.unique(src).tolist():
                     mine = src == run
                     count = int(mine.sum())
-                    index[mine] = sum(b.num_rows for b in pieces) + np.arange(count)
+                    index[mine] = gathered + np.arange(count)
                     pieces += readers[run].take(count)
+                    gathered += count
                 table = pa.Table.from_batches(pieces, schema=schema).take(pa.array(index)).combine_chunks()
                 for batch in table.to_batches(max_chunksize=batch_rows):
                     writer.write_batch(batch)
