@@ -177,7 +177,8 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
     sources = [SourceInfo(path=f.name, sha256=shas[f], bytes=f.size()) for f in inputs]
     input_bytes = input_size([(f.location, s.bytes) for f, s in zip(inputs, sources)])
     # raw documents packed by tokens: the tokenizer's threads do the work, on every core from this process
-    tokenizer_bound = corpus.documents == "raw" and cfg.instances.packing == "tokens"
+    # the jobs that need no sentence ends (raw documents packed by tokens) are the tokenizer-bound ones
+    tokenizer_bound = not sentence_ends_needed(corpus, cfg.instances.packing)
     runner = runner_for_input(cfg.runner, input_bytes, tokenizer_bound)  # or a small input: no workers to start
     staging = Staging(run_dir / STAGING)
     staging.create()
