@@ -36,6 +36,8 @@ import traceback
 from pathlib import Path
 
 from bertfactory import __version__
+from bertfactory.run_location import resolve_run_dir
+from bertfactory.storage import is_url
 
 from .user_errors import is_user_error, quiet_prefect_user_errors, user_error_line
 
@@ -52,6 +54,11 @@ def _prefect_environment() -> None:
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "preprocessing,training,evaluation,distillation,bertfactory,flows")
     os.environ.setdefault("PREFECT_UI_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+
+
+def _flow_location(location: str, run_dir: Path) -> str:
+    """What a flow is given: the URL of a run on object storage, else the local path."""
+    return location if is_url(location) else str(run_dir)
 
 
 def _default_run_dir(config: str) -> str:
@@ -274,28 +281,62 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
+def _local_output(out: str, overwrite: bool):
+    """(the local directory a command writes, the URL it is published to afterwards or None): an output URL is
+    checked first, written to a temporary directory, then uploaded whole with its marker last."""
+    from bertfactory.storage import StorageError, check_location, delete, list_files
+
+    if not is_url(out):
+        return Path(out), None
+    import tempfile
+
+    check_location(out, "output directory")
+    if list_files(out):
+        if not overwrite:
+            raise StorageError(f"{out} is not empty; choose a new location or pass --overwrite to replace it")
+        delete(out, recursive=True)
+    return Path(tempfile.mkdtemp(prefix="bertfactory-out-")) / "out", out
+
+
+def _publish_output(local: Path, url: str | None) -> None:
+    if url is not None:
+        import shutil
+
+        from bertfactory.run_location import publish_local_dir
+
+        publish_local_dir(local, url)
+        shutil.rmtree(local.parent, ignore_errors=True)
+        print(f"published {url}")
+
+
 def _cmd_export(args) -> int:
     from bertfactory.io import read_json_file
+    from bertfactory.run_location import localize
     from training.hf import export_to_hf
 
-    source = Path(args.checkpoint)
+    source = localize(args.checkpoint)  # a URL: checked, its model files pulled into the working copy
     if not (source / "config.json").is_file() and (source / "pretrain" / "final" / "config.json").is_file():
         source = source / "pretrain" / "final"  # a run directory: its trained model
-    out = export_to_hf(source, Path(args.out), overwrite=args.overwrite, layout=args.layout)
+    local_out, out_url = _local_output(args.out, args.overwrite)
+    out = export_to_hf(source, local_out, overwrite=args.overwrite, layout=args.layout)
     hf_class = read_json_file(out / "config.json", f"no config.json in {out}")["architectures"][0]
     auto = "AutoModel" if hf_class.endswith("Model") else \
         f"AutoModelFor{'MaskedLM' if 'MaskedLM' in hf_class else 'PreTraining'}"
-    print(f"exported {source} -> {out} (transformers {hf_class}; load with transformers.{auto}"
-          f".from_pretrained({str(out)!r}))")
+    print(f"exported {args.checkpoint} -> {args.out} (transformers {hf_class}; load with transformers.{auto}"
+          f".from_pretrained({str(out if out_url is None else args.out)!r}))")
+    _publish_output(out, out_url)
     return 0
 
 
 def _cmd_import_hf(args) -> int:
+    from bertfactory.run_location import localize
     from training.hf import import_from_hf
 
-    result = import_from_hf(Path(args.hf_dir), Path(args.out), seed=args.seed, overwrite=args.overwrite,
-                            treat_as=args.treat_as, drop=tuple(args.drop))
-    print(f"imported {args.hf_dir} ({result.architecture}) -> {result.path}")
+    local_out, out_url = _local_output(args.out, args.overwrite)
+    result = import_from_hf(localize(args.hf_dir, "Hugging Face directory"), local_out, seed=args.seed,
+                            overwrite=args.overwrite, treat_as=args.treat_as, drop=tuple(args.drop))
+    print(f"imported {args.hf_dir} ({result.architecture}) -> {args.out if out_url else result.path}")
+    _publish_output(local_out, out_url)
     if result.dropped:
         print(f"left out: {', '.join(result.dropped)}")
     if result.initialised:
@@ -315,8 +356,11 @@ def _cmd_stages(args) -> int:
     # elsewhere) are given the path
     args.config = str(resolve_recipe(args.config))
 
-    run_dir = Path(args.run_dir or _default_run_dir(args.config))
+    location = args.run_dir or _default_run_dir(args.config)
     recipe = load_recipe(args.config, args.overrides)  # validate before starting anything
+    # a URL (s3://, gs://) is checked before any work (one error line) and worked on in its local working copy;
+    # the flows are given the URL itself (parameters stay strings) and resolve it the same way
+    run_dir = resolve_run_dir(location)
     if args.command == "run":
         from .stage_runner import recipe_stages
 
@@ -335,17 +379,19 @@ def _cmd_stages(args) -> int:
         if args.command == "run":
             from .pipeline import pipeline
 
-            results = pipeline(args.config, str(run_dir), args.overrides)
+            results = pipeline(args.config, _flow_location(location, run_dir), args.overrides)
         else:
             from .stages import FLOWS
 
-            results = {args.command: FLOWS[args.command](args.config, str(run_dir), args.overrides)}
+            results = {args.command: FLOWS[args.command](args.config, _flow_location(location, run_dir),
+                                                          args.overrides)}
     from .summary import summary_table
 
     print()
     for stage, r in results.items():
         print(f"{stage:<11} {r['status']:<11} {r['seconds']:>8.1f} s")
-    print(f"\nRun directory: {run_dir}\n")
+    where = f"{location} (working copy {run_dir})" if is_url(location) else str(run_dir)
+    print(f"\nRun directory: {where}\n")
     print(summary_table(run_dir))
     report = run_dir / "eval" / "report.md"
     if report.is_file():
@@ -364,7 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.verbose or debug):
         # Beam relays every worker's INFO lines and httpx logs each call to the Prefect API: useful only when
         # debugging, so they show with --verbose.
-        for noisy in ("apache_beam", "httpx", "httpcore", "__main__"):
+        # botocore and the storage clients log each credential lookup (docs/cluster.md)
+        for noisy in ("apache_beam", "httpx", "httpcore", "__main__", "botocore", "aiobotocore", "s3fs", "gcsfs",
+                      "google"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         if debug:

@@ -21,6 +21,7 @@ from pathlib import Path
 from bertfactory.errors import ContractError
 
 from .recipe import Recipe
+from .run_sync import working_copy
 from .stages import run_stage
 
 logger = logging.getLogger("flows")
@@ -34,6 +35,9 @@ def continued_dir(run_dir: Path, version: int) -> Path:
 
 def latest_checkpoint(run_dir: Path, before: int) -> Path | None:
     """The model to continue from for version `before` (see the module docstring), None for none."""
+    if (wc := working_copy(run_dir)) is not None:  # a run on object storage: the candidates' final models
+        for rel in [f"{CONTINUED}/v{k}/pretrain/final" for k in range(before - 1, 0, -1)] + ["pretrain/final"]:
+            wc.pull_tree(rel)
     for k in range(before - 1, 0, -1):
         final = continued_dir(run_dir, k) / "pretrain" / "final"
         if (final / "model.safetensors").is_file():

@@ -34,9 +34,11 @@ def cmd_distill(args) -> int:
 
     args.config = str(resolve_recipe(args.config))  # a bundled config's name (distill-local) works from anywhere
     cfg = load_distill_config(args.config, args.overrides)  # validate before starting anything
-    run_dir = Path(args.run_dir)
+    from bertfactory.run_location import resolve_run_dir
+
+    run_dir = resolve_run_dir(args.run_dir)  # a URL: checked, then its working copy (docs/cluster.md)
     if args.prefect:
-        result = distill(args.config, str(run_dir), args.overrides)
+        result = distill(args.config, args.run_dir if run_dir != Path(args.run_dir) else str(run_dir), args.overrides)
     else:
         with run_dir_lock(run_dir, "distill"):
             result = run_distill_stage(cfg, run_dir)

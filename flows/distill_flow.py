@@ -51,6 +51,12 @@ def run_distill_stage(cfg, run_dir: Path, force: bool = False) -> dict:
     from distillation.stage import run_distill
 
     run_dir = Path(run_dir)
+    from .run_sync import working_copy
+
+    if (wc := working_copy(run_dir)) is not None:  # a run on object storage: the teacher and what it read
+        wc.pull_tree("pretrain/final")
+        wc.pull(["shards/manifest.json", "tokenizer/tokenizer.json", ".bertfactory/distill.json",
+                 ".bertfactory/distill.started.json"])
     files = distill_inputs(cfg, run_dir)
     missing = [f for f in files if not f.is_file()]
     if missing:

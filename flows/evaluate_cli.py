@@ -171,7 +171,11 @@ def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
 
 def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner). Checkpoint: here."""
-    target = Path(args.target)
+    from bertfactory.run_location import localize, resolve_run_dir
+    from bertfactory.storage import is_url
+
+    # a model or run directory on object storage: checked, then its model files pulled into the working copy
+    target = localize(args.target) if is_url(args.target) else Path(args.target)
     from .recipe import bundled_recipe
 
     # a recipe file, or a bundled recipe's name (`bertfactory evaluate local`) that no path here shadows
@@ -190,7 +194,7 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     from .summary import summary_table
 
     checkpoint, own_run = _checkpoint_of(target)
-    run_dir = Path(args.run_dir) if args.run_dir else own_run or Path("runs") / f"eval-{checkpoint.name}"
+    run_dir = resolve_run_dir(args.run_dir) if args.run_dir else own_run or Path("runs") / f"eval-{checkpoint.name}"
     run_dir.mkdir(parents=True, exist_ok=True)
     base = {"evaluate": {"checkpoint": str(checkpoint.resolve()),
                          "intrinsic": {"enabled": (run_dir / "shards" / "manifest.json").is_file()}}}

@@ -14,7 +14,33 @@ Under `torchrun` only rank 0 takes the lock: the ranks of one job write one run 
 checkpoints and stamps), so ranks 1..N-1 (RANK > 0 with WORLD_SIZE set, as torchrun sets them) enter without it.
 
 On a network file system `flock` is only as good as the file system's lock support (NFSv4 and Lustre with
-`flock` mounted honour it); run directories on object storage are not supported as lock targets.
+`flock` mounted honour it).
+
+A run directory on object storage (a working copy of `s3://bucket/runs/x`, bertfactory.run_location) is worked on
+from a different local directory on every machine, so the flock alone protects nothing across machines. Its lock is
+then also a *lease*: the object `<url>/.bertfactory/lease.json` = {"owner" (a uuid per acquisition), "pid", "host",
+"flow", "flow_run", "since", "expires" (epoch seconds)}, taken after the local flock:
+
+- an existing lease that is not ours and has not expired refuses the flow (RunDirLocked naming the holder and when
+  its lease expires; the local flock is let go again); an expired one (its holder died or lost the bucket for a
+  whole TTL) is taken over with a warning, and so at once is the lease of the process whose record is still in
+  this working copy's lock file (it held the flock that is free now, so it ended without releasing either);
+- ours is written with one PUT, read back after a short settle (SETTLE_S) and kept only if it is still ours;
+- a daemon heartbeat renews `expires` every TTL/3 (TTL: $BERTFACTORY_LEASE_TTL seconds, default 120) while the
+  lock is held; a renewal that finds another owner's lease logs an ERROR and stops renewing. It cannot stop the
+  flow safely from a background thread (a stage half-way through writing would leave worse than a duplicate
+  writer), so the flow runs on and the error says what happened;
+- release stops the heartbeat and deletes the lease object if it is still ours.
+
+What the read-back guarantees: object stores have last-writer-wins PUTs and no compare-and-swap here, so two
+machines that both read "no lease" both write theirs. S3 and GCS read-after-write are strongly consistent, so the
+last PUT is the one every later GET returns: of two such acquirers the one whose PUT landed first sees the other's
+lease on its read-back and is refused. Both can proceed only when one acquirer's read-to-PUT gap spans the other's
+whole PUT + settle + read-back (that is, more than SETTLE_S), e.g. a process stalled between its read and its
+write. Renewal (read, then write) and release (read, then delete) have the same narrow window. Conditional writes
+(S3 `If-None-Match: *` on create and `If-Match: <etag>` on renewal, GCS `ifGenerationMatch`) would close it; they
+are not used in this version. `expires` is the writer's clock: machines whose clocks differ by a sizeable part of
+the TTL can see a live lease as expired.
 """
 
 from __future__ import annotations
@@ -27,17 +53,24 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from bertfactory.errors import BertfactoryError
+from bertfactory import storage
+from bertfactory.errors import BertfactoryError, ConfigError
+from bertfactory.run_location import remote_of
 
 from .stamps import STAMP_DIR
 
 logger = logging.getLogger("flows")
 
 LOCK_NAME = "lock"
+LEASE_NAME = "lease.json"
+LEASE_TTL_ENV = "BERTFACTORY_LEASE_TTL"
+DEFAULT_LEASE_TTL = 120.0
+SETTLE_S = 0.2  # between writing the lease and reading it back
 
 
 class RunDirLocked(BertfactoryError):
@@ -45,6 +78,7 @@ class RunDirLocked(BertfactoryError):
 
 
 _held: dict[str, tuple[int, int]] = {}  # real lock path -> (fd, depth) for this process
+_leases: dict[str, "Lease"] = {}  # real lock path -> the lease held with it (run directories on object storage)
 _guard = threading.Lock()
 
 
@@ -79,6 +113,134 @@ def _current_flow_run() -> str | None:
         return None
 
 
+def lease_ttl() -> float:
+    """The lease's time to live in seconds: $BERTFACTORY_LEASE_TTL, default 120."""
+    text = os.environ.get(LEASE_TTL_ENV, "").strip()
+    if not text:
+        return DEFAULT_LEASE_TTL
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = 0.0
+    if not ttl > 0:
+        raise ConfigError(f"{LEASE_TTL_ENV}={text!r}: expected a positive number of seconds (default "
+                          f"{DEFAULT_LEASE_TTL:g})")
+    return ttl
+
+
+def lease_url(run_dir: str | os.PathLike) -> str | None:
+    """Where the lease of `run_dir` lives: `<its run location>/.bertfactory/lease.json`, or None for a local run."""
+    url = remote_of(run_dir)
+    return storage.join(url, STAMP_DIR, LEASE_NAME) if url else None
+
+
+def read_lease(url: str) -> dict | None:
+    """The lease object at `url`; None when there is none, {} when it is unreadable (taken over as expired)."""
+    try:
+        data = storage.read_bytes(url)
+    except FileNotFoundError:
+        return None
+    try:
+        lease = json.loads(data or b"{}")
+    except ValueError:
+        return {}
+    return lease if isinstance(lease, dict) else {}
+
+
+def _settle() -> None:
+    time.sleep(SETTLE_S)
+
+
+class Lease:
+    """This process's lease on one run location (see the module docstring): taken by `take`, renewed by a
+    heartbeat thread, let go by `release`."""
+
+    def __init__(self, url: str, run_dir: str | os.PathLike, flow: str, ttl: float):
+        self.url = url
+        self.run_dir = run_dir
+        self.ttl = ttl
+        self.record = {"owner": uuid.uuid4().hex, "pid": os.getpid(), "host": socket.gethostname(), "flow": flow,
+                       "flow_run": _current_flow_run(), "since": round(time.time(), 3)}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def owner(self) -> str:
+        return self.record["owner"]
+
+    def _write(self) -> None:
+        self.record["expires"] = round(time.time() + self.ttl, 3)
+        storage.write_bytes(self.url, json.dumps(self.record).encode("utf-8"))
+
+    def _refuse(self, holder: dict) -> RunDirLocked:
+        expires = holder.get("expires")
+        left = expires - time.time() if isinstance(expires, (int, float)) else 0
+        return RunDirLocked(
+            f"run directory {remote_of(self.run_dir)} is in use by {_describe(holder)}, whose lease expires in "
+            f"{max(0, round(left))} s unless renewed; two flows must not write the same outputs. Wait for it to "
+            f"finish, or use another --run-dir (lease: {self.url})")
+
+    def take(self, dead_owner: str | None = None) -> None:
+        """Write our lease (RunDirLocked when another live holder has it), confirm it by reading it back, and
+        start the heartbeat. `dead_owner`: the lease of the process that last held this working copy's flock and
+        ended without releasing it (its record is still in the lock file); a lease of that owner is taken over at
+        once instead of after its TTL (a flow restarted on the machine where it crashed)."""
+        current = read_lease(self.url)
+        if current is not None and current.get("owner") != self.owner:
+            expires = current.get("expires")
+            if dead_owner is not None and current.get("owner") == dead_owner:
+                why = ", whose process ended without releasing it (it held this working copy's lock)"
+            elif isinstance(expires, (int, float)) and expires > time.time():
+                raise self._refuse(current)
+            elif isinstance(expires, (int, float)):
+                why = f", which expired {round(time.time() - expires)} s ago"
+            else:
+                why = " (unreadable)"
+            logger.warning("%s: taking over the lease of %s%s", self.url, _describe(current), why)
+        self._write()
+        _settle()
+        confirmed = read_lease(self.url)
+        if confirmed is None or confirmed.get("owner") != self.owner:
+            # another acquirer's PUT landed after ours: last writer wins, so it holds the lease, not us
+            raise self._refuse(confirmed or {})
+        self._thread = threading.Thread(target=self._heartbeat, name=f"lease-heartbeat {self.url}", daemon=True)
+        self._thread.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                current = read_lease(self.url)
+                if current is not None and current.get("owner") != self.owner:
+                    logger.error(
+                        "%s: the lease of this run directory was taken by %s while %s (pid %s) still holds its lock "
+                        "(its renewals were late by more than the %g s TTL); two flows may now be writing the same "
+                        "outputs. This flow cannot be stopped safely from here and runs on: stop one of them, and "
+                        "check the run directory's outputs", self.url, _describe(current), self.record["flow"],
+                        self.record["pid"], self.ttl)
+                    return  # never overwrite the new holder's lease
+                if current is None:
+                    logger.warning("%s: the lease object of this run was deleted while held; writing it again",
+                                   self.url)
+                self._write()
+            except Exception as err:  # noqa: BLE001 - a failed renewal is retried at the next beat
+                logger.warning("%s: renewing the lease failed (%s); retrying in %.0f s", self.url, err, self.ttl / 3)
+
+    def release(self) -> bool:
+        """Stop the heartbeat, then delete the lease object if it is still ours. False when the run location could
+        not be reached: the lease is still there (it expires on its own)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(self.ttl, 5.0))
+        try:
+            current = read_lease(self.url)
+            if current is not None and current.get("owner") == self.owner:
+                storage.delete(self.url)
+        except storage.StorageError as err:  # it expires on its own
+            logger.warning("%s: could not delete the lease (%s); it expires within %g s", self.url, err, self.ttl)
+            return False
+        return True
+
+
 def acquire(run_dir: str | os.PathLike, flow: str) -> Path:
     """Take the lock of `run_dir` for `flow` (RunDirLocked at once when a live process holds it)."""
     path = lock_path(run_dir)
@@ -99,14 +261,27 @@ def acquire(run_dir: str | os.PathLike, flow: str) -> Path:
                 f"the same outputs. Wait for it to finish, or use another --run-dir (lock file: {path})"
             ) from None
         previous = read_holder(path)
+        lease = None
+        try:
+            if (url := lease_url(run_dir)) is not None:  # a working copy: the lock holds across machines too
+                lease = Lease(url, run_dir, flow, lease_ttl())
+                lease.take(dead_owner=previous.get("lease"))
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
         if previous:  # its process is gone (the kernel released its lock): a stale lock, taken over
             logger.warning("%s: taking over the lock of %s, which ended without releasing it", run_dir, _describe(previous))
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "flow": flow, "flow_run": _current_flow_run(),
                   "since": round(time.time(), 3)}
+        if lease is not None:
+            holder["lease"] = lease.owner
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode("utf-8"), 0)
         os.fsync(fd)
         _held[key] = (fd, 1)
+        if lease is not None:
+            _leases[key] = lease
         return path
 
 
@@ -119,7 +294,12 @@ def release(run_dir: str | os.PathLike) -> None:
             _held[key] = (fd, depth - 1)
             return
         del _held[key]
-        os.ftruncate(fd, 0)  # an empty file: released cleanly, nothing to take over
+        lease = _leases.pop(key, None)
+        # the lease before the local lock goes: no moment where a local flow has it but not the lease
+        if lease is None or lease.release():
+            os.ftruncate(fd, 0)  # an empty file: released cleanly, nothing to take over
+        # else the record stays: the lease this process could not delete (the storage was unreachable) is taken
+        # over at once by the next flow on this working copy, instead of after its TTL
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 

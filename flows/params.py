@@ -19,6 +19,8 @@ from pydantic import Field, field_validator
 
 from bertfactory.config import StrictModel, validate
 
+from bertfactory.run_location import resolve_run_dir
+
 from .lock import run_dir_lock
 from .logs import forward_stage_logs
 
@@ -75,6 +77,11 @@ def flow_guard(flow: str, model: type[P], **params) -> Iterator[P]:
     """Validate `params` (ConfigError naming the parameter), forward stage logs, hold the run directory's lock."""
     checked = validate(model, params, f"the parameters of flow {flow!r}")
     forward_stage_logs()
-    Path(checked.run_dir).mkdir(parents=True, exist_ok=True)
+    # a URL run directory (s3://, gs://) is checked (one line naming it and what to install or set) and worked on
+    # in its local working copy, synced around each stage (docs/cluster.md); the flow run keeps the URL it was given
+    work = resolve_run_dir(checked.run_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    if str(work) != checked.run_dir:
+        checked = checked.model_copy(update={"run_dir": str(work)})
     with run_dir_lock(checked.run_dir, flow):
         yield checked

@@ -30,13 +30,16 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from bertfactory import storage
 from bertfactory.errors import ContractError
 from bertfactory.io import atomic_write_json, publish_dir, sha256_file
 from preprocessing.lineage import NothingNew, plan_increment
 from preprocessing.shards import MANIFEST_NAME
 
+from .lock import secondary_rank
 from .params import RefreshParams, flow_guard
 from .recipe import Recipe, load_recipe
+from .run_sync import working_copy
 from .stages import _flow_run_name, _is_transient
 from .watch import discover_all
 
@@ -106,6 +109,16 @@ def check_versions(run_dir: Path) -> int:
     return latest
 
 
+def _pull_corpora(wc) -> None:
+    """What a refresh reads of the versions so far: the ledger, the shared tokenizer, the run's own tokenizer, and
+    each published version's manifest and dedup index (the next version deduplicates against them); not shards."""
+    wc.pull([f"{CORPORA}/{LEDGER}", f"{CORPORA}/tokenizer/tokenizer.json", "tokenizer/tokenizer.json"])
+    names = storage.list_files(wc.remote(CORPORA))
+    wc.pull(sorted(f"{CORPORA}/{name}" for name in names
+                   if _VERSION_DIR.match(name.split("/", 1)[0]) and name.count("/") == 1
+                   and name.split("/", 1)[1] in (MANIFEST_NAME, "dedup_index.arrow")))
+
+
 def _record(root: Path, ledger: list[dict], version: int, manifest: Path, new_inputs: list[str]) -> None:
     ledger.append({"version": version, "manifest_sha256": sha256_file(manifest), "new_inputs": new_inputs,
                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
@@ -123,6 +136,9 @@ def refresh_corpus(recipe: Recipe, run_dir: Path, sources: list[str] | None = No
     """The refresh itself, without Prefect (the flow adds the lock, artifacts and continued pretraining)."""
     run_dir = Path(run_dir)
     root = run_dir / CORPORA
+    wc = working_copy(run_dir)
+    if wc is not None:  # a run on object storage: the ledger, the shared tokenizer, each version's manifest
+        _pull_corpora(wc)
     latest = check_versions(run_dir)
     watched = list(sources) if sources else list(recipe.corpus.inputs)
     found = discover_all(watched, recipe.corpus, recipe.refresh)
@@ -165,6 +181,10 @@ def refresh_corpus(recipe: Recipe, run_dir: Path, sources: list[str] | None = No
     publish_dir(build / "shards", version_dir(run_dir, version))
     shutil.rmtree(build, ignore_errors=True)
     _record(root, _read_ledger(root), version, version_dir(run_dir, version) / MANIFEST_NAME, new_inputs)
+    if wc is not None and not secondary_rank():  # the version (manifest last), then the ledger that records it
+        wc.push_tree(f"{CORPORA}/tokenizer")
+        wc.push_tree(f"{CORPORA}/v{version}", last=(MANIFEST_NAME,))
+        wc.push([f"{CORPORA}/{LEDGER}"])
     logger.info("corpus_refresh: corpus version %d written to %s (%s documents kept)", version,
                 version_dir(run_dir, version), manifest["counts"].get("docs_kept"))
     return {"status": "new_version", "version": version, "corpus_dir": str(version_dir(run_dir, version)),

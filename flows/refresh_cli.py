@@ -33,7 +33,9 @@ def cmd_refresh(args, prefect_environment) -> int:
 
     args.config = str(resolve_recipe(args.config))  # a bundled recipe's name -> the file the flow is given
     recipe = load_recipe(args.config, args.overrides)  # validate before starting anything
-    run_dir = Path(args.run_dir)
+    from bertfactory.run_location import resolve_run_dir
+
+    run_dir = resolve_run_dir(args.run_dir)  # a URL: checked, then its working copy (docs/cluster.md)
     if args.no_prefect:
         from .lock import run_dir_lock
         from .refresh import refresh_corpus
@@ -48,7 +50,8 @@ def cmd_refresh(args, prefect_environment) -> int:
         prefect_environment()
         from .refresh import corpus_refresh
 
-        result = corpus_refresh(args.config, str(run_dir), args.sources, args.overrides, args.continue_pretraining)
+        location = args.run_dir if run_dir != Path(args.run_dir) else str(run_dir)  # a flow gets the URL itself
+        result = corpus_refresh(args.config, location, args.sources, args.overrides, args.continue_pretraining)
     if result["status"] == "nothing_new":
         print(result["message"])
         if result["pretrain"]:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from bertfactory.errors import BertfactoryError, InputError
 
-from . import stamps
+from . import run_sync, stamps
 from .recipe import Recipe
 
 logger = logging.getLogger("flows")
@@ -108,6 +108,7 @@ def _stage_entry_point(stage: str) -> Callable[[Recipe, Path], dict]:
 
 
 def compute_key(stage: str, recipe: Recipe, run_dir: Path) -> str:
+    run_sync.pull_inputs(stage, recipe, run_dir)  # a run on object storage: what the key hashes (flows/run_sync.py)
     config, files = stage_inputs(stage, recipe, run_dir)
     for f in files:
         if not f.is_file():
@@ -125,17 +126,25 @@ def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None,
 
 def run_cached(stage: str, run_dir: Path, key: str, action: Callable[[], dict], force: bool = False) -> dict:
     """The stamp protocol around any stage (flows.stamps.STAGES): skip when `key` is fresh, else begin, `action()`,
-    finish. Every flow's caching goes through here, so a result persists across processes and Prefect homes."""
+    finish. Every flow's caching goes through here, so a result persists across processes and Prefect homes.
+    For a run directory on object storage (the working copy of a URL) the stamps and outputs are pulled first
+    and pushed after, the stamp last (flows/run_sync.py); for a local one those calls do nothing."""
+    published = run_sync.pull_state(stage, run_dir)
     if not force and stamps.is_fresh(run_dir, stage, key):
+        if published is False:  # finished here, but the run location never got it (unreachable then): publish
+            run_sync.push_outputs(stage, run_dir)
         logger.info("%s: up to date (key %s), skipping", stage, key[:12])
         return {"stage": stage, "status": "up-to-date", "key": key, "seconds": 0.0,
                 "summary": stamps.recorded_summary(run_dir, stage)}
+    run_sync.clear_stale(stage, run_dir, key)
     stamps.begin(run_dir, stage, key, log=logger.warning)
+    run_sync.after_begin(stage, run_dir)
     logger.info("%s: running (key %s) in %s", stage, key[:12], run_dir)
     t0 = time.perf_counter()
     summary = action()
     seconds = time.perf_counter() - t0
     summary = json.loads(json.dumps(summary, default=str))
     stamps.finish(run_dir, stage, key, summary, seconds)
+    run_sync.push_outputs(stage, run_dir)
     logger.info("%s: done in %.1f s", stage, seconds)
     return {"stage": stage, "status": "ran", "key": key, "seconds": round(seconds, 2), "summary": summary}

@@ -113,11 +113,39 @@ def is_fresh(run_dir: Path, stage: str, key: str) -> bool:
     if stamp.get("key") != key:
         return False
     recorded = stamp.get("outputs", {})
+    remote = None
     for f in _outputs(run_dir, stage):
         rel = str(f.relative_to(run_dir))
+        if not f.is_file() and stage == "preprocess" and rel.startswith("shards/"):
+            # a run on object storage keeps its shards there, not in the working copy: each must still be there
+            # with the bytes the stamp recorded (sha256 = the manifest's, which every download verifies)
+            remote = _remote_shards(run_dir) if remote is None else remote
+            if rel[len("shards/"):] in remote and _recorded_matches(recorded.get(rel), rel, run_dir, remote):
+                continue
+            return False
         if not f.is_file() or recorded.get(rel) != file_fingerprint(f):
             return False
     return True
+
+
+def _remote_shards(run_dir: Path) -> dict[str, int]:
+    from bertfactory import storage
+    from bertfactory.run_location import remote_of
+
+    url = remote_of(run_dir)
+    return storage.list_files(storage.join(url, "shards")) if url else {}
+
+
+def _recorded_matches(recorded: str | None, rel: str, run_dir: Path, remote: dict[str, int]) -> bool:
+    """A shard's recorded fingerprint against what the run location and the manifest say of it."""
+    if recorded is None:
+        return False
+    if recorded.startswith("size:"):
+        return recorded == f"size:{remote[rel[len('shards/'):]]}"
+    manifest = json.loads((run_dir / "shards/manifest.json").read_text(encoding="utf-8"))
+    name = rel[len("shards/"):]
+    return any(s["path"] == name and s["sha256"] == recorded
+               for split in manifest.get("splits", {}).values() for s in split.get("shards", []))
 
 
 def begin(run_dir: Path, stage: str, key: str, log=None) -> None:

@@ -16,8 +16,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertfactory import run_location
 from bertfactory.errors import BertfactoryError, ContractError
 from bertfactory.io import sha256_file
+from bertfactory.shard_cache import ShardCache
 
 from .shards import MANIFEST_NAME, Manifest, ParentInfo, read_manifest
 
@@ -62,6 +64,11 @@ def seen_inputs(manifest: Manifest) -> list[str]:
 
 
 def _check_file(path: Path, sha256: str, what: str, parent_dir: Path) -> None:
+    if not path.is_file() and (url := run_location.remote_of(path)) is not None:
+        # a parent on object storage keeps its shards there, not in the working copy: fetched through the shard
+        # cache, which verifies the manifest's sha256 (StorageError naming the URL when it is gone)
+        ShardCache().fetch(url, sha256)
+        return
     if not path.is_file():
         raise ContractError(f"parent corpus {parent_dir}: its {what} {path} is missing")
     got = sha256_file(path)

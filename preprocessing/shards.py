@@ -31,8 +31,10 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bertfactory import run_location, storage
 from bertfactory.errors import ContractError
 from bertfactory.io import AtomicFile, atomic_write_json, read_json_file, sha256_file
+from bertfactory.shard_cache import ShardCache
 
 SCHEMA_VERSION = 2
 SUPPORTED_SCHEMA_VERSIONS = (1, 2)
@@ -596,7 +598,20 @@ class ShardSet:
         verify: bool = True,
     ) -> "ShardSet":
         """Open a split. `tokenizer_sha256`: refuse shards built with another tokenizer. `verify`: check every
-        shard's sha256 against the manifest (cheap next to training; turn off only for huge corpora)."""
+        shard's sha256 against the manifest (cheap next to training; turn off only for huge corpora).
+
+        `directory` may be a URL (s3://, gs://): the manifest is read from there and the shards through the local
+        shard cache (bertfactory.shard_cache). So are the shards missing from a directory inside the working copy
+        of a remote run (bertfactory.run_location). A shard from the cache was verified when it was downloaded
+        and is not hashed again. For a URL, `directory` of the result is the manifest's local copy in the cache."""
+        url = storage.normalize(str(directory)) if storage.is_url(str(directory)) else None
+        cache = ShardCache() if url is not None else None
+        if url is not None:
+            try:
+                directory = cache.manifest_dir(url)
+            except FileNotFoundError:
+                raise ContractError(f"no shard manifest at {url}/{MANIFEST_NAME}; run `bertfactory preprocess` "
+                                    "first") from None
         directory = Path(directory)
         manifest = read_manifest(directory)
         if split not in manifest.splits:
@@ -606,22 +621,55 @@ class ShardSet:
                 f"{directory}/{MANIFEST_NAME} was built with tokenizer sha256 {manifest.tokenizer.sha256}, "
                 f"but the tokenizer given has sha256 {tokenizer_sha256}; the token ids would not match"
             )
+        infos = manifest.splits[split].shards
+        # the shards to fetch from a run location: all of them for a URL; for a local directory those missing
+        # from it when it is in a remote run's working copy (an ordinary local run keeps its errors below)
+        remote, fetch = url, set()
+        if url is not None:
+            fetch = set(range(len(infos)))
+        else:
+            missing = {i for i, info in enumerate(infos) if not (directory / info.path).is_file()}
+            if missing and (remote := run_location.remote_of(directory)) is not None:
+                fetch, cache = missing, ShardCache()
+        fetched = cache.fetch_all([(storage.join(remote, info.path), info.sha256, None)
+                                   for i, info in enumerate(infos) if i in fetch]) if fetch else None
         shards = []
-        for info in manifest.splits[split].shards:
-            path = directory / info.path
-            if not path.is_file():
-                raise ContractError(f"shard {path} listed in the manifest is missing")
-            if verify:
-                got = sha256_file(path)
-                if got != info.sha256:
-                    raise ContractError(
-                        f"shard {path} changed since the manifest was written (sha256 {got}, manifest {info.sha256})"
-                    )
-            arrays = _load_shard(path, manifest.mask_variants)
-            if arrays.rows != info.rows:
-                raise ContractError(f"shard {path} has {arrays.rows} rows, manifest says {info.rows}")
-            shards.append(arrays)
+        try:
+            for i, info in enumerate(infos):
+                if i in fetch:
+                    arrays = cls._load_fetched(cache, next(fetched), storage.join(remote, info.path), info.sha256,
+                                               manifest.mask_variants)
+                    path = f"{storage.join(remote, info.path)} (cached as {cache.path_for(info.sha256)})"
+                else:
+                    path = directory / info.path
+                    if not path.is_file():
+                        raise ContractError(f"shard {path} listed in the manifest is missing")
+                    if verify:
+                        got = sha256_file(path)
+                        if got != info.sha256:
+                            raise ContractError(f"shard {path} changed since the manifest was written "
+                                                f"(sha256 {got}, manifest {info.sha256})")
+                    arrays = _load_shard(path, manifest.mask_variants)
+                if arrays.rows != info.rows:
+                    raise ContractError(f"shard {path} has {arrays.rows} rows, manifest says {info.rows}")
+                shards.append(arrays)
+        finally:
+            if fetched is not None:
+                fetched.close()  # stops the prefetching when a shard was refused
         return cls(directory, manifest, split, shards)
+
+    @staticmethod
+    def _load_fetched(cache: ShardCache, path: Path, url: str, sha256: str, expect_k: int) -> _ShardArrays:
+        """Memory-map a shard the cache just handed out. Another process sharing the cache (a torchrun rank) may
+        have evicted it between that fetch and this open: then it is fetched again, once. After the mapping is
+        made, eviction is harmless: on Linux an unlinked file's mapping stays valid (its disk space is freed when
+        the ShardSet is dropped)."""
+        try:
+            return _load_shard(path, expect_k)
+        except ContractError:
+            if path.is_file():
+                raise
+        return _load_shard(cache.fetch(url, sha256), expect_k)
 
     def __len__(self) -> int:
         return int(self._starts[-1])

@@ -24,7 +24,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from safetensors.torch import load_file, save_file
 
 from bertfactory.errors import ContractError
 from bertfactory.io import publish_dir, read_json_file, sha256_file
+from bertfactory.run_location import publish_checkpoint
 
 from .fsdp import is_sharded, load_full_model_state
 from .models.registry import architecture_of, get_architecture
@@ -266,10 +267,14 @@ CHECKSUMMED = (MODEL_FILE, STATE_FILE)
 def save_checkpoint(checkpoints_dir: Path, step: int, model: torch.nn.Module, config: Any,
                     tokenizer_path: Path, training: Mapping[str, Any], state: Mapping[str, Any],
                     keep_last: int, keep_best_by: str | None = None,
-                    weights: Mapping[str, torch.Tensor] | None = None) -> Path:
+                    weights: Mapping[str, torch.Tensor] | None = None, also: Sequence[Path] = ()) -> Path:
     """Write checkpoints_dir/step-N atomically (model files + training_state.pt, their sha256 in config.json's
     `checksums`), then delete all but the newest `keep_last` checkpoints and, with `keep_best_by`, the best one
-    by that metric of `training["metrics"]` (see best_checkpoint). `weights`: as in save_pretrained."""
+    by that metric of `training["metrics"]` (see best_checkpoint). `weights`: as in save_pretrained.
+
+    In the working copy of a run on object storage (bertfactory.run_location) the checkpoint then goes up to the run
+    location with the files of `also` (the metrics through this step), its `.complete` marker last, and the pruned
+    ones are removed there: a checkpoint exists remotely only once its marker does."""
     final = step_dir(checkpoints_dir, step)
     staging = _staging_dir(final)
     try:
@@ -285,9 +290,12 @@ def save_checkpoint(checkpoints_dir: Path, step: int, model: torch.nn.Module, co
         shutil.rmtree(staging, ignore_errors=True)
         raise
     best = best_checkpoint(checkpoints_dir, keep_best_by) if keep_best_by else None
+    pruned = []
     for old_step, old in list_checkpoints(checkpoints_dir)[:-keep_last]:
         if best is None or old_step != best[0]:
             shutil.rmtree(old)
+            pruned.append(old)
+    publish_checkpoint(final, pruned, also=also)
     return final
 
 

@@ -65,7 +65,7 @@ class RunSaver:
         if self.dist.is_main:
             path = save_checkpoint(self.paths.checkpoints, trainer.step, self.model, self.arch_config,
                                    self.paths.tokenizer, self.provenance(trainer), state, self.cfg.keep_last,
-                                   self.cfg.keep_best_by, weights=weights)
+                                   self.cfg.keep_best_by, weights=weights, also=(self.paths.metrics,))
             logger.info("pretrain: checkpoint %s", path)
         self.dist.barrier()  # nobody runs ahead (or resumes) while the checkpoint is being written
 

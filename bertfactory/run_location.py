@@ -1,0 +1,285 @@
+"""A run directory that lives on object storage: its local working copy, and the sync between the two.
+
+Every stage reads and writes a run directory through ordinary paths (the contracts of docs/run-directory.md). For
+a run location `s3://bucket/runs/x` (or gs://) the stages work in a local *working copy* of it
+(`$BERTFACTORY_WORK_ROOT/s3/bucket/runs/x`, default `~/.cache/bertfactory/runs/...`), and the run location is the
+truth that outlives the machine:
+
+- before a stage, what it reads is pulled: the stamps, the upstream outputs it hashes, the latest complete
+  checkpoint to resume from (flows/run_sync.py says which, per stage);
+- shards are not pulled: each process fetches the shards it opens into a bounded, content-addressed cache
+  (bertfactory.shard_cache), verified against the manifest's sha256;
+- after a stage its outputs are pushed, the stage's stamp last: on storage with no rename the stamp (and a
+  shard set's manifest.json, and a checkpoint's marker) is the commit marker, written only once everything it
+  vouches for is there, so a crash leaves nothing that looks finished;
+- each checkpoint is pushed as soon as it is written (training.checkpoint), its marker object last.
+
+The working copy is a cache: deleting it loses nothing that was pushed, and a fresh machine (a second node, a TPU
+VM) rebuilds what it needs from the run location. `.bertfactory/origin.json` in the working copy names the run
+location, so code deep in a stage can find it from any path under the working copy (origin_of / remote_of) without
+the URL being passed down.
+
+    from bertfactory.run_location import resolve_run_dir
+    work = resolve_run_dir("s3://bucket/runs/x")      # Path of the working copy (location checked first)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable
+
+from . import storage
+from .io import atomic_write_json
+
+logger = logging.getLogger("bertfactory")
+
+ORIGIN = Path(".bertfactory") / "origin.json"
+LEDGER = Path(".bertfactory") / "synced.json"
+# a directory pushed to the run location is complete once this object exists (written last)
+MARKER = ".complete"
+
+
+def work_root() -> Path:
+    """Where working copies live: $BERTFACTORY_WORK_ROOT, else $XDG_CACHE_HOME/bertfactory/runs."""
+    if root := os.environ.get("BERTFACTORY_WORK_ROOT"):
+        return Path(root).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "bertfactory" / "runs"
+
+
+def working_copy_of(url: str) -> Path:
+    url = storage.normalize(url)
+    scheme, rest = url.split("://", 1)
+    return work_root() / scheme / rest
+
+
+def resolve_run_dir(location: str | os.PathLike, what: str = "run directory", check: bool = True) -> Path:
+    """The directory the stages use for `location`: the path itself, or a URL's working copy (made, and marked
+    with its origin). `check`: refuse an unusable URL first (storage.StorageError, one line)."""
+    text = str(location)
+    if not storage.is_url(text):
+        return storage.local_path(text)
+    url = storage.normalize(text)
+    if check:
+        storage.check_location(url, what)
+    work = working_copy_of(url)
+    origin = work / ORIGIN
+    if not origin.is_file():
+        atomic_write_json(origin, {"url": url})
+    return work
+
+
+def _find_root(path: Path, limit: int = 12) -> Path | None:
+    # resolved: a symlink inside a working copy (continued/vN/shards -> ../../corpora/vN) names its target's place
+    path = Path(path).resolve()
+    for candidate in [path, *path.parents][:limit]:
+        if (candidate / ORIGIN).is_file():
+            return candidate
+    return None
+
+
+def origin_of(path: str | os.PathLike) -> str | None:
+    """The run location whose working copy holds `path`, or None for an ordinary local run."""
+    root = _find_root(Path(path))
+    if root is None:
+        return None
+    try:
+        return json.loads((root / ORIGIN).read_text(encoding="utf-8"))["url"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def remote_of(path: str | os.PathLike) -> str | None:
+    """The URL of `path` (a file or directory in a working copy) in its run location, or None."""
+    path = Path(path).resolve()
+    root = _find_root(path)
+    if root is None:
+        return None
+    url = origin_of(root)
+    rel = path.relative_to(root).as_posix()
+    return storage.join(url, rel) if rel != "." else url
+
+
+class WorkingCopy:
+    """The sync between a working copy (`root`) and its run location (`url`). Paths are relative to the root."""
+
+    def __init__(self, root: Path, url: str):
+        self.root = Path(root)
+        self.url = url
+
+    @classmethod
+    def of(cls, path: str | os.PathLike) -> "WorkingCopy | None":
+        """The working copy holding `path` (its whole run location), or None for a local path."""
+        root = _find_root(Path(path))
+        url = origin_of(root) if root is not None else None
+        return cls(root.resolve(), url) if url else None
+
+    def remote(self, rel: str | Path) -> str:
+        return storage.join(self.url, Path(rel).as_posix())
+
+    # -- the ledger: what was last pulled or pushed, so unchanged files are not transferred again ---------------
+
+    def _ledger(self) -> dict[str, list]:
+        try:
+            return json.loads((self.root / LEDGER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def _record(self, entries: dict[str, list]) -> None:
+        if entries:
+            ledger = self._ledger()
+            ledger.update(entries)
+            atomic_write_json(self.root / LEDGER, ledger)
+
+    @staticmethod
+    def _stamp(path: Path) -> list:
+        st = path.stat()
+        return [st.st_size, st.st_mtime_ns]
+
+    # -- pull ----------------------------------------------------------------------------------------------------
+
+    def pull(self, rels: Iterable[str | Path], missing_ok: bool = True) -> list[str]:
+        """Download each file (when the remote has it and the local copy is not the one last synced); returns the
+        relative paths present locally afterwards."""
+        ledger, done, present = self._ledger(), {}, []
+        for rel in rels:
+            rel = Path(rel).as_posix()
+            local = self.root / rel
+            remote = self.remote(rel)
+            try:
+                if local.is_file() and ledger.get(rel) == self._stamp(local) and storage.exists(remote):
+                    present.append(rel)
+                    continue
+                storage.download_file(remote, local)
+            except FileNotFoundError:
+                if not missing_ok:
+                    raise storage.StorageError(f"{remote}: not found in the run location") from None
+                if local.is_file() and rel in ledger:
+                    local.unlink()  # removed from the run location since it was last synced
+                continue
+            done[rel] = self._stamp(local)
+            present.append(rel)
+        self._record(done)
+        return present
+
+    def pull_tree(self, rel: str | Path, exclude: tuple[str, ...] = ()) -> list[str]:
+        """Every file under `rel` in the run location (but those under an `exclude` prefix), pulled."""
+        rel = Path(rel).as_posix() if str(rel) not in ("", ".") else ""
+        names = storage.list_files(self.remote(rel) if rel else self.url)
+        full = [f"{rel}/{name}" if rel else name for name in sorted(names)]
+        wanted = [f for f in full if not any(f.startswith(prefix) for prefix in exclude)
+                  and Path(f).name != MARKER and not f.startswith(".bertfactory/")]
+        return self.pull(wanted)
+
+    # -- push ----------------------------------------------------------------------------------------------------
+
+    def push(self, rels: Iterable[str | Path]) -> int:
+        """Upload each existing local file that changed since it was last synced; returns how many went up."""
+        ledger, done = self._ledger(), {}
+        for rel in rels:
+            rel = Path(rel).as_posix()
+            local = self.root / rel
+            if not local.is_file():
+                continue
+            stamp = self._stamp(local)
+            if ledger.get(rel) == stamp:
+                continue
+            storage.upload_file(local, self.remote(rel))
+            done[rel] = stamp
+        self._record(done)
+        return len(done)
+
+    def push_tree(self, rel: str | Path, last: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
+                  mirror: bool = False) -> int:
+        """Upload the files under `rel`; the names in `last` (relative to `rel`) after every other file, so that
+        they commit the rest. `mirror`: afterwards delete remote files under `rel` that are gone locally (before
+        the `last` files go up, so that a reader never sees a committed set with stale files in it)."""
+        rel = Path(rel).as_posix()
+        base = self.root / rel
+        if not base.is_dir():
+            return 0
+        # dot files are writers' temporaries (bertfactory.io's atomic writes), never outputs
+        files = sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*")
+                       if p.is_file() and not p.name.startswith("."))
+        files = [f for f in files if not any(f.startswith(prefix) for prefix in exclude)]
+        final = [f"{rel}/{name}" for name in last]
+        count = self.push([f for f in files if f not in final])
+        if mirror:
+            local = set(files)
+            for name in storage.list_files(self.remote(rel)):
+                full = f"{rel}/{name}"
+                if full not in local and not any(full.startswith(prefix) for prefix in exclude):
+                    storage.delete(self.remote(full))
+        return count + self.push([f for f in final if f in files])
+
+    def publish_dir(self, rel: str | Path) -> None:
+        """Push a finished directory (a checkpoint), then its marker object: a reader trusts it only with the
+        marker (complete_dirs)."""
+        rel = Path(rel).as_posix()
+        self.push_tree(rel)
+        storage.write_bytes(self.remote(f"{rel}/{MARKER}"), b"")
+
+    def complete_dirs(self, rel: str | Path) -> list[str]:
+        """The names of the directories under `rel` in the run location that hold their marker."""
+        rel = Path(rel).as_posix()
+        names = storage.list_files(self.remote(rel))
+        return sorted({name.split("/", 1)[0] for name in names if name.endswith(f"/{MARKER}") and name.count("/") == 1})
+
+    def delete_tree(self, rel: str | Path) -> None:
+        storage.delete(self.remote(Path(rel).as_posix()), recursive=True)
+        ledger = self._ledger()
+        prefix = Path(rel).as_posix() + "/"
+        kept = {k: v for k, v in ledger.items() if not k.startswith(prefix)}
+        if len(kept) != len(ledger):
+            atomic_write_json(self.root / LEDGER, kept)
+
+
+def publish_checkpoint(directory: str | os.PathLike, pruned: Iterable[str | os.PathLike] = (),
+                       also: Iterable[str | os.PathLike] = ()) -> None:
+    """A checkpoint just written under a working copy goes up to the run location, its marker last; those that
+    `keep_last` pruned locally are removed there too (`also`: files pushed before the marker), after the new one is complete (so one always survives), each
+    unmarked before its files go (never a half-deleted "complete" checkpoint). No-op for a local run."""
+    wc = WorkingCopy.of(directory)
+    if wc is None:
+        return
+    root = wc.root.resolve()
+    wc.push([Path(f).resolve().relative_to(root).as_posix() for f in also])
+    wc.publish_dir(Path(directory).resolve().relative_to(root).as_posix())
+    for old in pruned:
+        rel = Path(old).resolve().relative_to(root).as_posix()
+        storage.delete(wc.remote(f"{rel}/{MARKER}"))
+        wc.delete_tree(rel)
+
+
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "head.json")
+
+
+def localize(location: str | os.PathLike, what: str = "model directory") -> Path:
+    """A model directory or run directory given as a URL, as a local directory: its working copy, holding a model
+    directory's files (all of them: generator/ and sharded weights included) or a run directory's trained model,
+    manifest and tokenizer. A path is returned as it is."""
+    text = str(location)
+    if not storage.is_url(text):
+        return storage.local_path(text)
+    work = resolve_run_dir(text, what)
+    wc = WorkingCopy(work, storage.normalize(text))
+    if storage.exists(wc.remote("config.json")):
+        wc.pull_tree("")
+    elif storage.exists(wc.remote("pretrain/final/config.json")):
+        wc.pull_tree("pretrain/final")
+        wc.pull(["shards/manifest.json", "tokenizer/tokenizer.json"])
+    else:
+        raise storage.StorageError(f"{text}: neither a model directory (config.json) nor a run directory "
+                                   "(pretrain/final/config.json)")
+    return work
+
+
+def publish_local_dir(local: str | os.PathLike, url: str) -> None:
+    """Upload a finished local directory (an export, an import) to `url`, its marker object last."""
+    local = Path(local)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        storage.upload_file(path, storage.join(url, path.relative_to(local).as_posix()))
+    storage.write_bytes(storage.join(url, MARKER), b"")

@@ -1,0 +1,140 @@
+"""What each stage pulls from and pushes to a run location on object storage (bertfactory.run_location, docs/cluster.md).
+
+The stage runner (flows/stage_runner.py) calls these around every stage; for an ordinary local run directory each
+is a no-op. The order is the commit protocol of a run on storage without rename:
+
+    pull_inputs      before the key is computed: the upstream outputs the key hashes (manifest, tokenizer, model)
+    pull_state       before the freshness check: the stage's stamps and small outputs (is_fresh fingerprints them)
+    pull_resume      after `begin`, same key only: what a stage resumes from (pretrain: the newest checkpoint
+                     whose `.complete` marker exists, its metrics so far)
+    push_outputs     after the stage: its outputs (shards before manifest.json), then its stamp: the stamp is the
+                     stage's commit marker, as manifest.json is the shard set's and `.complete` a checkpoint's
+
+Only the job's rank 0 pushes (the ranks of a torchrun job share one run location; each pulls into its own node's
+working copy). Shards are never pulled here: each process fetches the ones it opens into its shard cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from bertfactory import storage
+from bertfactory.run_location import WorkingCopy, remote_of
+
+from . import stamps
+from .lock import secondary_rank
+
+logger = logging.getLogger("flows")
+
+# what a stage pushes after it finished: (directory, files of it pushed last, mirror deletions)
+_PUSH: dict[str, list[tuple[str, tuple[str, ...], bool]]] = {
+    "preprocess": [("tokenizer", (), True), ("shards", ("manifest.json",), True)],
+    "pretrain": [("pretrain", ("final/config.json",), False)],  # checkpoints went up as they were written
+    "evaluate": [("eval", ("results.json",), False)],
+    "distill": [("distill", ("results.json",), False)],
+    "tapt": [("tapt", (), False)],
+}
+_CHECKPOINTS = "pretrain/checkpoints"
+
+
+def working_copy(run_dir: Path) -> WorkingCopy | None:
+    """The sync of `run_dir` with its place in the run location (a run directory nested in another's working copy,
+    as continued/vN is, syncs with its own sub-path), or None for a local run."""
+    url = remote_of(run_dir)
+    return WorkingCopy(Path(run_dir), url) if url else None
+
+
+def _rel(wc: WorkingCopy, path: Path) -> str | None:
+    try:
+        return Path(path).absolute().relative_to(wc.root.absolute()).as_posix()
+    except ValueError:
+        return None
+
+
+def pull_inputs(stage: str, recipe, run_dir: Path) -> None:
+    """The files under the run directory that `stage`'s key hashes and its code reads first."""
+    wc = working_copy(run_dir)
+    if wc is None:
+        return
+    wanted: list[str] = [f".bertfactory/{stage}.json", f".bertfactory/{stage}.started.json"]
+    if stage in ("pretrain", "evaluate", "distill"):
+        wanted += ["shards/manifest.json", "tokenizer/tokenizer.json"]
+    if stage == "pretrain" and recipe.pretrain.tlm_shards:
+        tlm = Path(recipe.pretrain.tlm_shards)
+        if not tlm.is_absolute():
+            wanted.append((tlm / "manifest.json").as_posix())
+    if stage == "evaluate":
+        for model in [recipe.evaluate.checkpoint_path(Path(run_dir)), *recipe.evaluate.compared_paths(Path(run_dir))]:
+            rel = _rel(wc, model)
+            if rel is not None:
+                wanted += [f"{rel}/{name}" for name in ("model.safetensors", "config.json", "tokenizer.json",
+                                                         "head.json")]
+    wc.pull(wanted)
+
+
+def remote_shards(run_dir: Path) -> dict[str, int]:
+    """The run location's shard objects (path under shards/ -> size); {} for a local run."""
+    wc = working_copy(run_dir)
+    return storage.list_files(wc.remote("shards")) if wc else {}
+
+
+def pull_state(stage: str, run_dir: Path) -> bool | None:
+    """The stage's stamps and the outputs is_fresh fingerprints (not shards: stamps.is_fresh checks the run
+    location's listing for them). Returns whether the run location has the stage's stamp (None: a local run)."""
+    wc = working_copy(run_dir)
+    if wc is None:
+        return None
+    stamp = f".bertfactory/{stage}.json"
+    present = wc.pull([stamp, f".bertfactory/{stage}.started.json", *stamps.STAGES[stage].outputs])
+    return stamp in present and storage.exists(wc.remote(stamp))
+
+
+def clear_stale(stage: str, run_dir: Path, key: str) -> None:
+    """Before `begin`: when the run location holds outputs of another key, they go as the local ones do."""
+    wc = working_copy(run_dir)
+    if wc is None or secondary_rank():
+        return
+    started = Path(run_dir) / stamps.STAMP_DIR / f"{stage}.started.json"
+    try:
+        import json
+
+        previous = json.loads(started.read_text()).get("key") if started.is_file() else None
+    except ValueError:
+        previous = None
+    if previous is not None and previous != key:
+        for workdir in stamps.STAGES[stage].workdirs:
+            logger.warning("%s: inputs changed since %s was made; removing it", stage, wc.remote(workdir))
+            wc.delete_tree(workdir)
+
+
+def after_begin(stage: str, run_dir: Path) -> None:
+    """Publish the started stamp (so another machine resumes under the same key), then pull what the stage
+    resumes from."""
+    wc = working_copy(run_dir)
+    if wc is None:
+        return
+    if not secondary_rank():
+        wc.push([f".bertfactory/{stage}.started.json"])
+    if stage == "pretrain":
+        wc.pull_tree("pretrain", exclude=(f"{_CHECKPOINTS}/",))
+        complete = wc.complete_dirs(_CHECKPOINTS)
+        steps = sorted((int(name.split("-", 1)[1]), name) for name in complete if name.startswith("step-")
+                       and name.split("-", 1)[1].isdigit())
+        if steps:
+            newest = steps[-1][1]
+            logger.info("pretrain: resuming from %s", wc.remote(f"{_CHECKPOINTS}/{newest}"))
+            wc.pull_tree(f"{_CHECKPOINTS}/{newest}")
+
+
+def push_outputs(stage: str, run_dir: Path) -> None:
+    """After the stage finished (its stamp written locally): outputs, then the stamp."""
+    wc = working_copy(run_dir)
+    if wc is None or secondary_rank():
+        return
+    for directory, last, mirror in _PUSH.get(stage, []):
+        exclude = (f"{_CHECKPOINTS}/",) if stage == "pretrain" else ()
+        wc.push_tree(directory, last=last, mirror=mirror, exclude=exclude)
+    wc.push([f".bertfactory/{stage}.json"])
+    logger.info("%s: published to %s", stage, wc.url)
+
