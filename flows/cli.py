@@ -277,8 +277,34 @@ def _cmd_describe(args) -> int:
 def _cmd_inspect(args) -> int:
     from .inspect import inspect_shards
 
-    print(inspect_shards(Path(args.shard_dir), args.split, args.index, args.variant))
+    target = _localize_shards(args.shard_dir) if is_url(args.shard_dir) else Path(args.shard_dir)
+    print(inspect_shards(target, args.split, args.index, args.variant))
     return 0
+
+
+def _localize_shards(url: str) -> Path:
+    """A shard directory (or a run directory) on object storage as a working-copy directory holding its manifest
+    and tokenizer; the shards come through the shard cache when opened (docs/cluster.md)."""
+    import json
+    import posixpath
+
+    from bertfactory import storage
+    from bertfactory.errors import ContractError
+    from bertfactory.run_location import WorkingCopy
+
+    storage.check_location(url, "shard directory")
+    url = storage.normalize(url)
+    if not storage.exists(storage.join(url, "manifest.json")) and storage.exists(storage.join(url, "shards/manifest.json")):
+        url = storage.join(url, "shards")  # a run directory: its shards
+    parent, name = url.rsplit("/", 1)
+    wc = WorkingCopy(resolve_run_dir(parent, "shard directory", check=False), parent)
+    if not wc.pull([f"{name}/manifest.json"]):
+        raise ContractError(f"no shard manifest at {url}/manifest.json; run `bertfactory preprocess` first")
+    manifest = json.loads((wc.root / name / "manifest.json").read_text(encoding="utf-8"))
+    tokenizer = posixpath.normpath(posixpath.join(name, manifest.get("tokenizer", {}).get("path", "")))
+    if not tokenizer.startswith(".."):
+        wc.pull([tokenizer])
+    return wc.root / name
 
 
 def _local_output(out: str, overwrite: bool):

@@ -226,6 +226,19 @@ def test_adhoc_flow_on_a_bucket_matches_local_disk(scheme, request, tmp_path, co
     results = json.loads(remote_files(server, f"{url}/eval")["results.json"])
     assert "reviews" in results["tasks"]
 
+    # the other commands that take a location: inspect the shards, export the model to transformers' layout in the
+    # bucket, import it back from there
+    another = machine(tmp_path, "tools", server)
+    shown = bf("inspect", url, env=another, cwd=tmp_path).stdout
+    assert shown.startswith("shards: ") and "tokenizer: " in shown and "\ntrain[0]  doc " in shown, shown
+    bf("export", url, "--to", "hf", f"{url}/hf", env=another, cwd=tmp_path)
+    exported = remote_files(server, f"{url}/hf")
+    assert {"config.json", "model.safetensors", "tokenizer.json", ".complete"} <= set(exported)
+    refused = bf("export", url, "--to", "hf", f"{url}/hf", env=another, cwd=tmp_path, ok=False)
+    assert refused.returncode == 2 and "is not empty" in refused.stderr
+    bf("import-hf", f"{url}/hf", f"{url}/imported", env=machine(tmp_path, "tools2", server), cwd=tmp_path)
+    assert "model.safetensors" in remote_files(server, f"{url}/imported")
+
     # a rerun from yet another machine finds every stage done, from the bucket alone
     again = bf("pretrain", "local", "--run-dir", url, "--no-prefect", *sets(TRAIN),
                env=machine(tmp_path, "another", server), cwd=tmp_path)
