@@ -142,25 +142,29 @@ class WorkingCopy:
     # -- pull ----------------------------------------------------------------------------------------------------
 
     def pull(self, rels: Iterable[str | Path], missing_ok: bool = True) -> list[str]:
-        """Download each file (when the remote has it and the local copy is not the one last synced); returns the
-        relative paths present locally afterwards."""
+        """Download each file the run location has, unless the local copy is the one last synced with the object
+        as it is now (another machine may have replaced it since: its version is compared, one HEAD request);
+        returns the relative paths present locally afterwards."""
         ledger, done, present = self._ledger(), {}, []
         for rel in rels:
             rel = Path(rel).as_posix()
             local = self.root / rel
             remote = self.remote(rel)
-            try:
-                if local.is_file() and ledger.get(rel) == self._stamp(local) and storage.exists(remote):
-                    present.append(rel)
-                    continue
-                storage.download_file(remote, local)
-            except FileNotFoundError:
+            version = storage.object_version(remote)
+            if version is None:
                 if not missing_ok:
-                    raise storage.StorageError(f"{remote}: not found in the run location") from None
+                    raise storage.StorageError(f"{remote}: not found in the run location")
                 if local.is_file() and rel in ledger:
                     local.unlink()  # removed from the run location since it was last synced
                 continue
-            done[rel] = self._stamp(local)
+            entry = ledger.get(rel)
+            if not (local.is_file() and entry is not None and entry[:2] == self._stamp(local)
+                    and entry[2:] == [version]):
+                try:
+                    storage.download_file(remote, local)
+                except FileNotFoundError:  # deleted between the HEAD and the GET
+                    continue
+            done[rel] = self._stamp(local) + [version]
             present.append(rel)
         self._record(done)
         return present
@@ -185,10 +189,10 @@ class WorkingCopy:
             if not local.is_file():
                 continue
             stamp = self._stamp(local)
-            if ledger.get(rel) == stamp:
+            if (ledger.get(rel) or [])[:2] == stamp:
                 continue
             storage.upload_file(local, self.remote(rel))
-            done[rel] = stamp
+            done[rel] = stamp + [storage.object_version(self.remote(rel))]
         self._record(done)
         return len(done)
 

@@ -257,6 +257,24 @@ def download_file(url: str, local: str | os.PathLike, sha256: str | None = None)
     return local
 
 
+def object_version(url: str) -> str | None:
+    """An identity of the object's current bytes (its ETag, generation or, failing those, size and modification
+    time), or None when there is no object: what a working copy compares to know whether its copy is stale."""
+    fs, path = filesystem(url)
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        return None
+    except Exception as err:  # noqa: BLE001
+        raise _transfer_error(url, "checking", err) from None
+    if info.get("type") == "directory":
+        return None
+    for key in ("ETag", "etag", "generation", "md5Hash"):
+        if info.get(key):
+            return f"{key}:{str(info[key]).strip(chr(34))}"
+    return f"size:{info.get('size')}:{info.get('LastModified') or info.get('updated') or info.get('mtime')}"
+
+
 def list_files(url: str) -> dict[str, int]:
     """Every object under `url` (recursively): relative path -> size in bytes. Empty when there is none."""
     fs, path = filesystem(url)

@@ -83,6 +83,12 @@ def add_report_parser(sub) -> None:
     p.add_argument("--out", metavar="FILE", help="write the markdown here instead of printing it")
 
 
+def is_url(location: str) -> bool:
+    from bertfactory.storage import is_url as url
+
+    return url(location)
+
+
 def _file_task_name(args: argparse.Namespace) -> str:
     """The --task-file's task name (it names files in the run directory: checked here, naming the option)."""
     if args.task_name is not None:
@@ -153,7 +159,11 @@ def transfer_overrides(args: argparse.Namespace) -> list[str]:
         raise ConfigError("--transfer-task/--transfer-text-column/--transfer-label-column describe a --transfer-file; "
                           "none was given")
     if args.compare_checkpoints:
-        out.append(f"evaluate.compare_checkpoints={json.dumps([str(Path(p).resolve()) for p in args.compare_checkpoints])}")
+        from bertfactory.run_location import localize
+
+        # a model directory on object storage: its files pulled into its working copy first
+        compared = [str(localize(p)) if is_url(p) else str(Path(p).resolve()) for p in args.compare_checkpoints]
+        out.append(f"evaluate.compare_checkpoints={json.dumps(compared)}")
     return out
 
 
@@ -206,6 +216,23 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     return 0
 
 
+def _localize_results(url: str) -> Path:
+    """A run, eval directory or results.json on object storage, pulled into its working copy (docs/cluster.md)."""
+    from bertfactory import storage
+    from bertfactory.run_location import WorkingCopy, resolve_run_dir
+    from evaluation.results import RESULTS_FILE
+
+    storage.check_location(url, "run directory")
+    url = storage.normalize(url)
+    if url.endswith(f"/{RESULTS_FILE}"):
+        url = url[: -len(RESULTS_FILE) - 1]
+    wc = WorkingCopy(resolve_run_dir(url, check=False), url)
+    if wc.pull([RESULTS_FILE]):
+        return wc.root
+    wc.pull([f"eval/{RESULTS_FILE}"])
+    return wc.root / "eval"
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from bertfactory.io import atomic_write_text
     from evaluation.report import render_comparison
@@ -214,7 +241,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     runs = []
     names: set[str] = set()
     for spec in args.runs:
-        path = Path(spec)
+        path = _localize_results(spec) if is_url(spec) else Path(spec)
         if path.is_dir() and not (path / RESULTS_FILE).is_file():
             path = path / "eval"
         label = Path(spec).name or spec

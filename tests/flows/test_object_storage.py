@@ -225,6 +225,8 @@ def test_adhoc_flow_on_a_bucket_matches_local_disk(scheme, request, tmp_path, co
     assert "reviews accuracy · pretrained" in ev.stdout
     results = json.loads(remote_files(server, f"{url}/eval")["results.json"])
     assert "reviews" in results["tasks"]
+    report = bf("report", url, env=machine(tmp_path, "reader", server), cwd=tmp_path).stdout
+    assert "reviews" in report and "one" in report, report
 
     # the other commands that take a location: inspect the shards, export the model to transformers' layout in the
     # bucket, import it back from there

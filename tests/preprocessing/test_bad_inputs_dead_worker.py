@@ -75,7 +75,11 @@ def test_a_killed_worker_ends_the_job_with_a_clear_error(tmp_path):
     output = log.read_text()
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert returncode == 2 and len(errors) == 1, output[-3000:]
-    assert "a Beam SDK worker process" in errors[0] and "died while the job ran (killed by SIGKILL)" in errors[0]
+    # the watcher names the signal when it sees the death first; on a loaded machine the data plane can notice the
+    # closed channel first (preprocessing/dead_workers.py death_after): either way the one line says what happened
+    assert "a Beam SDK worker process" in errors[0] and (
+        "died while the job ran (killed by SIGKILL)" in errors[0]
+        or "died while the job ran (its data channel closed in the middle of a bundle)" in errors[0]), errors[0]
     assert "nothing was published" in errors[0] and "Traceback" not in output
     assert not (tmp_path / "run" / "shards").exists()  # nothing half-written was published
     time.sleep(1)
