@@ -138,3 +138,51 @@ def push_outputs(stage: str, run_dir: Path) -> None:
     wc.push([f".bertfactory/{stage}.json"])
     logger.info("%s: published to %s", stage, wc.url)
 
+
+
+def localize_recipe(recipe):
+    """The recipe with the model directories and files it names by URL (pretrain.init_from, evaluate.checkpoint and
+    compare_checkpoints, preprocess.tokenizer.path, corpus.parent) replaced by their local working copies, pulled;
+    each URL is checked first (one line naming it). A recipe without URLs is returned as it is."""
+    from bertfactory.run_location import localize, resolve_run_dir
+
+    def model_dir(value):
+        return str(localize(value)) if value and storage.is_url(value) else value
+
+    updates = {}
+    pre = recipe.pretrain
+    if pre.init_from and storage.is_url(pre.init_from):
+        updates["pretrain"] = pre.model_copy(update={"init_from": model_dir(pre.init_from)})
+    ev = recipe.evaluate
+    if storage.is_url(ev.checkpoint) or any(storage.is_url(p) for p in ev.compare_checkpoints):
+        updates["evaluate"] = ev.model_copy(update={"checkpoint": model_dir(ev.checkpoint),
+                                                    "compare_checkpoints": [model_dir(p) for p in ev.compare_checkpoints]})
+    tok = recipe.preprocess.tokenizer
+    if tok.path and storage.is_url(tok.path):
+        parent, name = storage.normalize(tok.path).rsplit("/", 1)
+        wc = WorkingCopy(resolve_run_dir(parent, "tokenizer"), parent)
+        if not wc.pull([name]):
+            raise storage.StorageError(f"{tok.path}: no such object (preprocess.tokenizer.path)")
+        updates["preprocess"] = recipe.preprocess.model_copy(
+            update={"tokenizer": tok.model_copy(update={"path": str(wc.root / name)})})
+    corpus = recipe.corpus
+    if corpus.parent and storage.is_url(corpus.parent):
+        # a parent corpus version's shards directory: its manifest, tokenizer and dedup index (its shards are
+        # verified through the shard cache: preprocessing.lineage)
+        url = storage.normalize(corpus.parent)
+        wc = WorkingCopy(resolve_run_dir(url, "corpus.parent"), url)
+        wc.pull(["manifest.json", "dedup_index.arrow"])
+        if not (wc.root / "manifest.json").is_file():
+            raise storage.StorageError(f"{corpus.parent}: no manifest.json there (corpus.parent)")
+        import json
+        import posixpath
+
+        from bertfactory.run_location import working_copy_of
+
+        tok_rel = json.loads((wc.root / "manifest.json").read_text(encoding="utf-8"))["tokenizer"]["path"]
+        bucket_path = url.split("://", 1)[1]
+        tok_url = f"{url.split('://', 1)[0]}://{posixpath.normpath(posixpath.join(bucket_path, tok_rel))}"
+        # working copies mirror the bucket's paths, so the manifest's relative tokenizer path lands where it points
+        storage.download_file(tok_url, working_copy_of(tok_url))
+        updates["corpus"] = corpus.model_copy(update={"parent": str(wc.root)})
+    return recipe.model_copy(update=updates) if updates else recipe

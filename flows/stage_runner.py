@@ -120,6 +120,7 @@ def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None,
     """Run one stage unless it is up to date. Returns {'stage', 'status': 'ran'|'up-to-date', 'key', 'seconds',
     'summary'}."""
     run_dir = Path(run_dir)
+    recipe = run_sync.localize_recipe(recipe)  # model directories and files the recipe names by URL
     key = key or compute_key(stage, recipe, run_dir)
     return run_cached(stage, run_dir, key, lambda: _entry_point(stage)(recipe, run_dir), force)
 

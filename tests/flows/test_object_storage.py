@@ -436,8 +436,11 @@ def test_corpus_refresh_on_a_bucket_keeps_versions_and_lineage(tmp_path, s3, cor
     drop.mkdir()
     for path in corpus[:5]:
         shutil.copy(path, drop / path.name)
-    refresh = ["refresh", "local", "--run-dir", url, "--source", str(drop), "--no-prefect",
-               "--set", "corpus.format=text", *sets(SMALL)]
+    # version 1 trains from scratch for max_steps, each later one continues for continue_steps
+    train = [o for o in TRAIN if not o.startswith("pretrain.save_every")] + [
+        "refresh.continue_steps=4", "pretrain.save_every=2"]
+    refresh = ["refresh", "local", "--run-dir", url, "--source", str(drop), "--no-prefect", "--continue-pretraining",
+               "--set", "corpus.format=text", *sets(SMALL), *sets(train)]
     bf(*refresh, env=machine(tmp_path, "a", s3), cwd=tmp_path)
     for path in corpus[5:]:
         shutil.copy(path, drop / path.name)
@@ -449,5 +452,49 @@ def test_corpus_refresh_on_a_bucket_keeps_versions_and_lineage(tmp_path, s3, cor
     assert [v["version"] for v in ledger["versions"]] == [1, 2]
     v2 = json.loads(remote_files(s3, f"{url}/corpora/v2")["manifest.json"])
     assert v2["parent"]["manifest_sha256"] == ledger["versions"][0]["manifest_sha256"]
+    # continued pretraining on each version, the second on machine b from the first's model in the bucket
+    continued = _remote_names(s3, f"{url}/continued")
+    assert {"v1/pretrain/final/model.safetensors", "v2/pretrain/final/model.safetensors",
+            "v2/.bertfactory/pretrain.json"} <= continued, sorted(continued)
+    started_from = json.loads(remote_files(s3, f"{url}/continued/v2/pretrain/final")["config.json"])
+    assert "continued/v1/pretrain/final" in json.dumps(started_from), "v2 continued from v1's model"
     third = bf(*refresh, env=machine(tmp_path, "c", s3), cwd=tmp_path)
     assert "nothing new" in third.stdout, third.stdout
+
+
+# -- recipe values that name a location -----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_recipe_paths_may_be_urls(tmp_path, s3, corpus, local_run):
+    """pretrain.init_from, preprocess.tokenizer.path (--tokenizer) and corpus.parent (--parent) by URL: pulled into
+    working copies (the parent's shards verified through the shard cache), the same outputs as by path."""
+    bucket = s3.make_bucket("recipe-urls")
+    ref = f"{bucket}/ref"
+    _upload_tree(s3, local_run, ref, ("shards", "tokenizer", "pretrain"))
+    env = machine(tmp_path, "m", s3)
+    # a tokenizer given by URL: the shards' tokenizer is that one
+    bf("preprocess", "--input", *map(str, corpus[:3]), "--format", "text", "--out", str(tmp_path / "tok"),
+       "--tokenizer", f"{ref}/tokenizer/tokenizer.json", "--no-prefect", *sets(SMALL), env=env, cwd=tmp_path)
+    manifest = json.loads((tmp_path / "tok/shards/manifest.json").read_text())
+    reference = json.loads((local_run / "shards/manifest.json").read_text())
+    assert manifest["tokenizer"]["sha256"] == reference["tokenizer"]["sha256"]
+    # the next corpus version of a parent in the bucket: only the new file is read, the lineage points at it
+    extra = [str(p) for p in sorted(Path(sample_path("sotu")).rglob("*.txt"))[10:14]]
+    bf("preprocess", "--input", *map(str, corpus), *extra, "--format", "text", "--out", str(tmp_path / "v2"),
+       "--parent", f"{ref}/shards", "--no-prefect", *sets(SMALL), env=env, cwd=tmp_path)
+    v2 = json.loads((tmp_path / "v2/shards/manifest.json").read_text())
+    import hashlib
+
+    assert v2["parent"]["manifest_sha256"] == hashlib.sha256((local_run / "shards/manifest.json").read_bytes()).hexdigest()
+    assert v2["corpus_version"] == reference.get("corpus_version", 1) + 1
+    # training that starts from a model in the bucket
+    run = tmp_path / "init"
+    for part in ("shards", "tokenizer"):
+        shutil.copytree(local_run / part, run / part)
+    train = [o for o in TRAIN if not o.startswith("pretrain.max_steps")] + [
+        "pretrain.max_steps=2", f"pretrain.init_from={ref}/pretrain/final"]
+    bf("pretrain", "local", "--run-dir", str(run), "--no-prefect", *sets(train), env=env, cwd=tmp_path)
+    first = json.loads((run / "pretrain/metrics.jsonl").read_text().splitlines()[0])
+    scratch = json.loads((local_run / "pretrain/metrics.jsonl").read_text().splitlines()[0])
+    assert first["loss"] < scratch["loss"], "it started from the trained model, not from scratch"
+    no_url_folder(tmp_path)
