@@ -135,6 +135,15 @@ def s3_server() -> Iterator[StorageServer]:
 
 
 @contextmanager
+def s3_bucket(name: str) -> Iterator[str]:
+    """A fresh S3 server with one bucket, its endpoint in this process's environment until the end: the bucket's
+    URL (a module fixture's whole body)."""
+    with s3_server() as server:
+        server.apply()
+        yield server.make_bucket(name)
+
+
+@contextmanager
 def gcs_server() -> Iterator[StorageServer]:
     server = start_gcs()
     try:

@@ -23,15 +23,14 @@ from bertfactory.errors import ConfigError, ContractError
 from bertfactory.run_location import WorkingCopy, resolve_run_dir
 from bertfactory.shard_cache import ENV_LIMIT, ShardCache, default_limit, default_root, parse_size
 from preprocessing.shards import ShardSet
-from tests.storage_servers import s3_server
+from tests.storage_servers import s3_bucket
 from tests.training.conftest import make_run
 
 
 @pytest.fixture(scope="module")
 def bucket():
-    with s3_server() as server:
-        server.apply()
-        yield server.make_bucket("shards")
+    with s3_bucket("shards") as url:
+        yield url
 
 
 @pytest.fixture

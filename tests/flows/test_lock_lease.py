@@ -29,7 +29,7 @@ from bertfactory import storage
 from bertfactory.run_location import resolve_run_dir
 from flows import lock
 from flows.lock import RunDirLocked, acquire, lock_path, read_holder, read_lease, release, run_dir_lock
-from tests.storage_servers import s3_server
+from tests.storage_servers import s3_bucket
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,9 +48,8 @@ HOLD = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def bucket():
-    with s3_server() as server:
-        server.apply()
-        yield server.make_bucket("leases")
+    with s3_bucket("leases") as url:
+        yield url
 
 
 @pytest.fixture
