@@ -27,18 +27,44 @@ QUARANTINE_FILE = "quarantine.jsonl"
 DUPLICATES_FILE = "duplicates.jsonl"
 
 
+def _rule_text(rule: str) -> str:
+    """A rule key of counts.docs_dropped_rules as the error says it: `corpus.filters.min_words=50` ->
+    `fewer words than corpus.filters.min_words=50`."""
+    say = {"min_doc_chars": "fewer characters than", "min_doc_sentences": "fewer sentences than",
+           "min_chars": "fewer characters than", "min_words": "fewer words than", "max_chars": "more characters than",
+           "max_words": "more words than"}
+    setting = rule.split("=", 1)[0].rsplit(".", 1)[-1]
+    if setting in say:
+        source = ", Gopher" if setting in ("min_words", "max_words") else ""
+        return f"{say[setting]} {rule}{source}"
+    return rule
+
+
 def empty_corpus_error(files: list[str], corpus: CorpusConfig, counts: dict) -> InputError:
     why = {
         "namespace": f"namespace not in {corpus.namespaces}",
         "redirect": "redirect page",
         "empty": "no text left after removing markup",
-        "too_short": f"shorter than min_doc_chars={corpus.min_doc_chars} or min_doc_sentences={corpus.min_doc_sentences}",
     }
+    rules = counts.get("docs_dropped_rules") or {}
     lines = [f"no training documents left after filtering {', '.join(files)}: {counts['docs_read']} records read, "
              f"{counts['docs_kept']} kept ({counts['docs'].get('heldout', 0)} of them held out)"]
-    lines += [f"  dropped {reason} ({why.get(reason, reason)}): {n}" for reason, n in counts["docs_dropped"].items()]
+    for reason, n in counts["docs_dropped"].items():
+        if reason in rules:  # a reason more than one setting can cause: the settings that applied, each counted
+            applied = "; ".join(_rule_text(rule) + (f": {k}" if len(rules[reason]) > 1 else "")
+                                for rule, k in rules[reason].items())
+            lines.append(f"  dropped {reason} ({applied}): {n}")
+        else:
+            lines.append(f"  dropped {reason} ({why.get(reason, reason)}): {n}")
     lines += [f"  quarantined {reason}: {n}" for reason, n in counts["quarantined"].items()]
     lines += [f"  duplicates removed ({kind}): {n}" for kind, n in counts["duplicates_removed"].items() if n]
+    counted = sorted(((k, rule) for per in rules.values() for rule, k in per.items()
+                      if rule.startswith("corpus.") and "[" not in rule), reverse=True)
+    if counted:  # the one that dropped the most first
+        setting, value = counted[0][1].split("=", 1)
+        bound = "below" if ".min_" in setting else "above"
+        lines.append(f"  for a small or unusual input, relax the rule that dropped the most: --set {setting}=N with N "
+                     f"{bound} {value} (null switches a corpus.filters rule off; docs/cleaning.md)")
     return InputError("\n".join(lines))
 
 
@@ -49,6 +75,17 @@ def outcome_counts(outcomes: Counter) -> dict:
 
     return {"docs_read": outcomes.get("read", 0), "docs_dropped": by("dropped"), "quarantined": by("quarantined"),
             "duplicates_removed": by("duplicate")}
+
+
+def drop_rules(outcomes: Counter) -> dict:
+    """{reason: {rule: n}}: the settings that dropped documents, for the reasons more than one setting can cause
+    (outcomes `rule:<reason>:<rule>`, filters.DropReason)."""
+    rules: dict[str, dict[str, int]] = {}
+    for key, n in sorted(outcomes.items()):
+        if key.startswith("rule:"):
+            reason, rule = key[len("rule:"):].split(":", 1)
+            rules.setdefault(reason, {})[rule] = n
+    return rules
 
 
 def tally_entry(doc: dict) -> tuple:
@@ -160,6 +197,9 @@ def document_counts(files: list[str], staging: Staging) -> dict:
     })
     if tally.pairs:
         counts["pairs"] = tally.pairs
+    rules = drop_rules(total)
+    if rules:  # which setting dropped the documents of a reason that several settings can cause
+        counts["docs_dropped_rules"] = rules
     bad = bad_input_entries(quarantine)
     if bad:  # files that broke part way (preprocessing.bad_inputs); absent otherwise, so other manifests keep their bytes
         counts["bad_inputs"] = [{key: entry[key] for key in ("file", "reason", "ordinal", "detail")} for entry in bad]

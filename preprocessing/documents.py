@@ -230,6 +230,8 @@ class CleanDocument(beam.DoFn):
             paragraphs, reason = self.clean_document(doc.paragraphs, lang, c.filters, lang_prob)
         if reason is not None:
             yield _outcome(doc.source, f"dropped:{reason}")
+            if getattr(reason, "rule", None):  # the setting that applied (filters.DropReason)
+                yield _outcome(doc.source, f"rule:{reason}:{reason.rule}")
             return
         if self.sentence_ends:
             sentences = [s for s in (split_sentences(p, lang) for p in paragraphs) if s]
@@ -242,6 +244,9 @@ class CleanDocument(beam.DoFn):
         n_sentences = sum(len(p) for p in sentences)
         if not self.raw and (n_chars < c.min_doc_chars or n_sentences < c.min_doc_sentences):
             yield _outcome(doc.source, "dropped:too_short")
+            rule = (f"corpus.min_doc_chars={c.min_doc_chars}" if n_chars < c.min_doc_chars
+                    else f"corpus.min_doc_sentences={c.min_doc_sentences}")
+            yield _outcome(doc.source, f"rule:too_short:{rule}")
             return
         doc_id = document_id(c, doc, self.files)
         # Wikipedia: by title (the held-out set stays put across dumps); else by the document's identity (a key

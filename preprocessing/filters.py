@@ -55,6 +55,30 @@ DROP_REASONS = (
     "top_ngram", "duplicate_ngrams",
 )
 
+
+
+class DropReason(str):
+    """A drop reason (one of DROP_REASONS, equal to its plain string) that also names the setting and value that
+    applied, for the reasons more than one setting can cause (too_short: corpus.filters.min_chars / min_words /
+    no words, corpus.min_doc_chars / min_doc_sentences; too_long; boilerplate; the repetition rules): counted
+    in the manifest's counts.docs_dropped_rules and named by the "no training documents left" error."""
+
+    rule: str
+
+    def __new__(cls, reason: str, rule: str) -> "DropReason":
+        made = super().__new__(cls, reason)
+        made.rule = rule
+        return made
+
+    def __reduce__(self):
+        return DropReason, (str(self), self.rule)
+
+
+def _rule(reason: str, key: str, value) -> DropReason:
+    shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
+    return DropReason(reason, f"corpus.filters.{key}={shown}")
+
+
 # C4 (Raffel et al. 2020, tensorflow_datasets c4_utils.clean_page): lines naming these are policy notices, cookie
 # banners or "enable JavaScript" boilerplate.
 C4_BOILERPLATE_PHRASES = [
@@ -421,7 +445,7 @@ def _ngram_rules(ids: np.ndarray, lengths: np.ndarray, cfg: FiltersConfig, scale
             firsts = where[np.unique(hashes[where], return_index=True)[1]]
             chars = int((char_prefix[firsts + n] - char_prefix[firsts]).max())
             if best * chars / total > top[n]:
-                return "top_ngram"
+                return DropReason("top_ngram", f"corpus.filters.top_ngram_char_fraction[{n // scale}]={top[n]}")
         if n in dup:
             # the n-grams starting at these positions occur more than once (ordered[1:][same]: sorted, and every
             # value occurring more than once is among them)
@@ -433,7 +457,8 @@ def _ngram_rules(ids: np.ndarray, lengths: np.ndarray, cfg: FiltersConfig, scale
             opened[repeated + n] -= 1
             covered = np.cumsum(opened[:-1]) > 0
             if int(lengths[covered].sum()) / total > dup[n]:
-                return "duplicate_ngrams"
+                return DropReason("duplicate_ngrams",
+                                  f"corpus.filters.duplicate_ngram_char_fraction[{n // scale}]={dup[n]}")
     return None
 
 
@@ -504,15 +529,16 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
             lines += kept
             cleaned.append("\n".join(kept))
     if cfg.drop_lorem_ipsum and any("lorem ipsum" in p.lower() for p in cleaned):
-        return [], "boilerplate"
+        return [], _rule("boilerplate", "drop_lorem_ipsum", True)
     if lines_read and not lines:
-        return [], "boilerplate"
+        return [], DropReason("boilerplate", "every line removed by the line rules (corpus.filters.boilerplate_phrases, "
+                              "drop_curly_brace_lines, line_min_words, line_terminal_punctuation)")
 
     n_chars = sum(len(p) for p in cleaned)
     if cfg.min_chars is not None and n_chars < cfg.min_chars:
-        return [], "too_short"
+        return [], _rule("too_short", "min_chars", cfg.min_chars)
     if cfg.max_chars is not None and n_chars > cfg.max_chars:
-        return [], "too_long"
+        return [], _rule("too_long", "max_chars", cfg.max_chars)
     text = "\n".join(cleaned)
     tokens = tokenize(text)
     # Every rule below is a sum over tokens of a property of the token: the properties are computed once per
@@ -526,11 +552,11 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
     word_like = word_chars > 0  # punctuation-only tokens are not words
     n_words = int(counts[word_like].sum())
     if cfg.min_words is not None and n_words < cfg.min_words:
-        return [], "too_short"
+        return [], _rule("too_short", "min_words", cfg.min_words)
     if cfg.max_words is not None and n_words > cfg.max_words:
-        return [], "too_long"
+        return [], _rule("too_long", "max_words", cfg.max_words)
     if n_words == 0:
-        return [], "too_short"
+        return [], DropReason("too_short", "no words")
 
     # Gopher quality rules
     if cfg.max_symbol_word_ratio is not None:
@@ -568,12 +594,17 @@ def clean_document(paragraphs: list[str], lang: str | None, cfg: FiltersConfig,
 
     # Gopher repetition rules
     line_repeats, line_chars = _repeated_fractions(lines)
-    if _over(line_repeats, cfg.max_duplicate_line_fraction) or _over(line_chars, cfg.max_duplicate_line_char_fraction):
-        return [], "duplicate_lines"
+    if _over(line_repeats, cfg.max_duplicate_line_fraction):
+        return [], _rule("duplicate_lines", "max_duplicate_line_fraction", cfg.max_duplicate_line_fraction)
+    if _over(line_chars, cfg.max_duplicate_line_char_fraction):
+        return [], _rule("duplicate_lines", "max_duplicate_line_char_fraction", cfg.max_duplicate_line_char_fraction)
     para_repeats, para_chars = _repeated_fractions(cleaned)
-    if (_over(para_repeats, cfg.max_duplicate_paragraph_fraction)
-            or _over(para_chars, cfg.max_duplicate_paragraph_char_fraction)):
-        return [], "duplicate_paragraphs"
+    if _over(para_repeats, cfg.max_duplicate_paragraph_fraction):
+        return [], _rule("duplicate_paragraphs", "max_duplicate_paragraph_fraction",
+                         cfg.max_duplicate_paragraph_fraction)
+    if _over(para_chars, cfg.max_duplicate_paragraph_char_fraction):
+        return [], _rule("duplicate_paragraphs", "max_duplicate_paragraph_char_fraction",
+                         cfg.max_duplicate_paragraph_char_fraction)
     mostly_unsegmented = int(counts[unsegmented].sum()) * 2 > n_words
     reason = _ngram_rules(token_ids, lengths[token_ids], cfg, cfg.unsegmented_ngram_scale if mostly_unsegmented else 1)
     if reason is not None:

@@ -161,7 +161,7 @@ def test_empty_corpus_after_filtering_names_filters_and_counts(tmp_path, wiki):
     message = str(err.value)
     assert str(dump) in message and "no training documents left" in message
     for line in ("dropped redirect (redirect page): 3", "dropped namespace (namespace not in [0]): 2",
-                 "dropped too_short (shorter than min_doc_chars=100 or min_doc_sentences=2): 2",
+                 "dropped too_short (fewer words than corpus.filters.min_words=50, Gopher): 2",
                  "dropped empty (no text left after removing markup): 1", "quarantined missing_id: 1"):
         assert line in message, line
 

@@ -53,7 +53,9 @@ def test_raw_keeps_the_text_as_read_and_detects_no_language(tmp_path):
     assert record["split"] == ("heldout" if hashing.is_heldout(f"doc:{doc_id}", 0.5) else "train")
     # the same document cleaned: normalised, language detected, dropped as too short (min_doc_chars 200)
     clean_out = _clean(_corpus(tmp_path, "clean"), doc)
-    assert [json.loads(o.value) for o in clean_out] == [[0, "dropped:too_short"]]
+    # ... and which rule applied (counts.docs_dropped_rules)
+    assert [json.loads(o.value) for o in clean_out][0] == [0, "dropped:too_short"]
+    assert json.loads(clean_out[1].value)[1].startswith("rule:too_short:")
     long_doc = Document(source=0, ordinal=0, key="line 1", paragraphs=[RAW_TEXT + " " + OTHER])
     [(_, cleaned)] = _clean(_corpus(tmp_path, "clean"), long_doc)
     assert cleaned["lang"] == "en" and "\x07" not in cleaned["paragraphs"][0][0]
