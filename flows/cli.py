@@ -235,12 +235,31 @@ def _cmd_describe(args) -> int:
     from .recipe import load_recipe
     from .summary import fmt
 
-    recipe = load_recipe(args.config, args.overrides)
-    vocab = recipe.preprocess.tokenizer.vocab_size
-    if recipe.preprocess.tokenizer.path:  # an adopted tokenizer decides the vocabulary
-        from tokenizers import Tokenizer
+    from .recipe import resolve_recipe
+    from .recipes_cli import _kind
 
-        vocab = Tokenizer.from_file(recipe.preprocess.tokenizer.path).get_vocab_size()
+    if _kind(resolve_recipe(args.config)) == "distill":
+        from bertfactory.errors import ConfigError
+
+        raise ConfigError(f"{args.config} is a distillation config (it has a teacher section), not a pipeline recipe: "
+                          "describe reads a pipeline recipe (kind `recipe` in `bertfactory recipes list`); run a "
+                          "distillation config with `bertfactory distill`")
+    recipe = load_recipe(args.config, args.overrides)
+    vocab, vocab_note = recipe.preprocess.tokenizer.vocab_size, ""
+    adopted = recipe.preprocess.tokenizer.path
+    if adopted:  # an adopted tokenizer decides the vocabulary when it is there already
+        from bertfactory.errors import ConfigError
+
+        if not is_url(adopted) and Path(adopted).is_file():
+            from tokenizers import Tokenizer
+
+            try:
+                vocab = Tokenizer.from_file(adopted).get_vocab_size()
+            except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for a file it cannot read
+                raise ConfigError(f"preprocess.tokenizer.path {adopted}: not a tokenizer file the tokenizers library "
+                                  f"can read ({e})") from None
+        else:  # another run's output (e.g. phase 1's tokenizer): the recipe's vocab_size describes it
+            vocab_note = f" (preprocess.tokenizer.vocab_size; {adopted} is not there yet)"
     seq_len = recipe.preprocess.instances.max_seq_len
     masking = recipe.preprocess.masking
     fraction = shard_mask_rate(masking.masked_lm_prob, masking.max_predictions_per_seq, seq_len)
@@ -255,7 +274,7 @@ def _cmd_describe(args) -> int:
               f"layers shared ({m.share_layers}, {m.num_layer_groups} group(s))" if m.share_layers != "none" else ""]
     print(f"{args.config}: objective {objective}, {m.num_layers} layers, hidden {m.hidden_size}, "
           f"{m.num_heads} heads, FFN {m.intermediate_size}{''.join(', ' + e for e in extras if e)}, vocabulary "
-          f"{d.vocab_size:,}, sequences of {seq_len}")
+          f"{d.vocab_size:,}{vocab_note}, sequences of {seq_len}")
     table = [("parameters", d.parameters), ("  embedding", d.embedding_parameters),
              ("  non-embedding", d.non_embedding_parameters),
              ("forward FLOPs / token" + (f" (masked-token heads at {fraction:.1%} of tokens)"
