@@ -181,6 +181,13 @@ class RunnerConfig(StrictModel):
         "of its work at 10x sotu is the tokenizer's, whose Rust threads use every core from one process, so 2 worker "
         "subprocesses cost more (start-up, data plane) than they save (measured at 1x and 10x sotu: "
         "docs/runners.md). Ignored when in_process_below_mib is 0; false = the size rule alone")
+    exchange: Literal["auto", "disk", "bucket"] = Field(
+        "auto", description="how the job's workers hand each other its intermediate files (spills, pre-shards, "
+        "masked parts, shards): disk = a staging folder under the run directory that every worker sees (one "
+        "machine, or a shared file system); bucket = a folder of the run location's bucket (the run directory "
+        "must be an s3:// or gs:// URL, and the inputs URLs too): each worker writes in its own scratch ($TMPDIR) "
+        "and uploads, reads by downloading, and needs no disk another can see (preprocessing/exchange.py); auto = "
+        "bucket for the portable, dataflow, flink and spark presets when the run directory is a URL, else disk")
     portable: PortableRunnerConfig = Field(default_factory=PortableRunnerConfig, description="portable preset")
     dataflow: DataflowRunnerConfig = Field(default_factory=DataflowRunnerConfig, description="dataflow preset")
     flink: FlinkRunnerConfig = Field(default_factory=FlinkRunnerConfig, description="flink preset")

@@ -43,12 +43,12 @@ import apache_beam as beam
 from apache_beam.io import WriteToText
 from apache_beam.pvalue import TaggedOutput
 
-from . import hashing
+from . import exchange, hashing
 from .config import CorpusConfig
 from .dedup_config import DedupConfig
 from .records import Document, Dropped, Quarantined, SentencePair
 from .sentences import split_sentences
-from .sinks import WriteSmallLines
+from .sinks import WriteKeyedParts, WriteSmallLines
 from .text_spill import SpillReader, SpillWriter
 from .worker_errors import worker_input_error
 
@@ -73,10 +73,10 @@ def sentence_ends_needed(corpus: CorpusConfig, packing: str) -> bool:
     return not (corpus.documents == "raw" and packing == "tokens")
 
 
-def spill_dir(work: Path | str) -> Path:
+def spill_dir(work: Path | str) -> str:
     """Where the documents pipeline spills records and documents (preprocessing.text_spill): inside the staging
-    work directory, removed with it."""
-    return Path(work) / ".spill-documents"
+    work directory (a path or a URL: preprocessing.exchange), removed with it."""
+    return exchange.join(work, ".spill-documents")
 
 
 class ReadRecords(beam.DoFn):
@@ -348,14 +348,22 @@ INDEX_PARTS = 16
 def _write_index_part(part: int, entries, directory: str, cfg) -> str:
     from .dedup_index import write_dedup_index
 
-    path = Path(directory) / f"part-{part:05d}.arrow"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_dedup_index(sorted(entries, key=lambda e: int(e[0])), path, cfg)
-    return str(path)
+    location = exchange.join(directory, f"part-{part:05d}.arrow")
+    write_dedup_index(sorted(entries, key=lambda e: int(e[0])), exchange.writable(location), cfg)
+    exchange.put(location, keep=False)
+    return location
 
 
-def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: float, files: list[str], work: Path,
-                             prior_index: str | None = None, sentence_ends: bool = True):
+def _line_sink(work: str, name: str):
+    """The sink of a large line output (documents, quarantine, duplicates) into work/name: WriteToText on a
+    shared disk, WriteKeyedParts into a bucket (preprocessing.sinks says why)."""
+    if exchange.is_remote(work):
+        return WriteKeyedParts(exchange.join(work, name))
+    return WriteToText(str(Path(work) / name / "part"), file_name_suffix=".jsonl")
+
+
+def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: float, files: list[str],
+                             work: Path | str, prior_index: str | None = None, sentence_ends: bool = True):
     """Documents -> work/docs/part*.jsonl, work/outcomes (per-source counts), work/quarantine, and
     work/duplicates (which document each removed duplicate duplicated); `sentence_ends` False keeps every
     paragraph one segment (sentence_ends_needed). Returns the kept documents as (doc_id,
@@ -404,26 +412,25 @@ def build_documents_pipeline(pipeline, corpus: CorpusConfig, heldout_fraction: f
             | "IndexByPart" >> beam.Map(lambda entry: (int(entry[0]) % INDEX_PARTS, entry))
             | "GroupIndexParts" >> beam.GroupByKey()
             | "WriteIndexParts" >> beam.Map(
-                lambda kv: _write_index_part(kv[0], kv[1], str(work / "dedup_index"), corpus.dedup))
+                lambda kv: _write_index_part(kv[0], kv[1], exchange.join(work, "dedup_index"), corpus.dedup))
         )
         (
             deduped.duplicates
             | "DuplicatesJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
-            | "WriteDuplicates" >> WriteToText(str(work / "duplicates" / "part"), file_name_suffix=".jsonl")
+            | "WriteDuplicates" >> _line_sink(work, "duplicates")
         )
-    kept | "ReadDocs" >> beam.ParDo(ReadDocs()) | "WriteDocs" >> WriteToText(str(work / "docs" / "part"),
-                                                                           file_name_suffix=".jsonl")
+    kept | "ReadDocs" >> beam.ParDo(ReadDocs()) | "WriteDocs" >> _line_sink(work, "docs")
     (
         tuple(outcomes)
         | "Outcomes" >> beam.Flatten()
         | "CountOutcomes" >> beam.combiners.Count.PerElement()
         | "FormatCounts" >> beam.MapTuple(lambda what, n: json.dumps([json.loads(what), n]))
         # a line per source and outcome: small, so one stage (sinks.py) rather than WriteToText's four or five
-        | "WriteCounts" >> WriteSmallLines(work / "outcomes")
+        | "WriteCounts" >> WriteSmallLines(exchange.join(work, "outcomes"))
     )
     (
         (records.quarantine, documents.quarantine, unique.quarantine)
         | "Quarantine" >> beam.Flatten()
-        | "WriteQuarantine" >> WriteToText(str(work / "quarantine" / "part"), file_name_suffix=".jsonl")
+        | "WriteQuarantine" >> _line_sink(work, "quarantine")
     )
     return kept

@@ -13,7 +13,9 @@ runs it after the tokenizer, or in one job with preprocessing.documents when the
 The plan (buckets, pre-shards, copy rates, language ids: preprocessing.planning) is a side input. Only spill
 references, paths and counts go through the shuffles (a local runner keeps a shuffle in the driver and hands a worker
 its whole share at once): the token ids, the rows and their sort keys are on disk, in the staging shards directory
-(`<split>/.spill-*`, removed by preprocessing.instance_results). The layout depends only on the keys, never on
+(`<split>/.spill-*`, removed by preprocessing.instance_results), or in a bucket where the staging area is one: each
+file made in the writer's scratch and uploaded whole before its reference goes on, downloaded by its reader
+(preprocessing.exchange; no worker needs a disk another can see). The layout depends only on the keys, never on
 bundles.
 """
 
@@ -34,7 +36,7 @@ from tokenizers import Tokenizer
 
 from bertfactory.io import AtomicFile
 
-from . import hashing
+from . import exchange, hashing
 from .config import PreprocessConfig
 from .instances import iter_bucket_instances
 from .masking import Masker
@@ -73,7 +75,7 @@ class TokenizeDoc(beam.DoFn):
         return [doc["doc_id"] if c == 0 else hashing.hash64("copy", doc["doc_id"], c) for c in range(n)]
 
     def setup(self) -> None:
-        self.tokenizer = Tokenizer.from_file(self.tokenizer_path)
+        self.tokenizer = Tokenizer.from_file(str(exchange.get(self.tokenizer_path)))
 
     def start_bundle(self) -> None:
         release_freed_memory()  # what the stages before this one freed (preprocessing.memory)
@@ -146,10 +148,10 @@ class TokenizeDocBatch(TokenizeDoc):
 TOKENIZE_BATCH_CHARS = 4_000_000
 
 
-def token_spill_dir(shard_dir: str | Path, split: str) -> Path:
+def token_spill_dir(shard_dir: str | Path, split: str) -> str:
     """Where TokenizeDoc leaves a split's token ids for BuildInstances (in the staging shards directory, removed
     with the row and shard spills once the instances job has finished)."""
-    return Path(shard_dir) / split / ".spill-tokens"
+    return exchange.join(shard_dir, split, ".spill-tokens")
 
 
 def load_tokens(docs, reader: SpillReader) -> list[tuple]:
@@ -272,7 +274,7 @@ class BucketSpill:
         self.rows: dict[int, int] = {}  # pre-shard -> rows appended
 
     def _tmp(self, pre: int) -> Path:
-        final = row_spill_path(self.shard_dir, self.split, pre, self.bucket)
+        final = exchange.local(row_spill_path(self.shard_dir, self.split, pre, self.bucket))
         return final.with_name(f".{final.name}.{self.attempt}.tmp")
 
     def append(self, pre: int, parts: list[RowBlock]) -> None:
@@ -287,22 +289,25 @@ class BucketSpill:
         self.rows[pre] = self.rows.get(pre, 0) + len(block.lengths)
 
     def finish(self) -> Iterator[tuple]:
-        """Each pre-shard's file under its own name -> ((split, pre-shard), (spill file, rows))."""
+        """Each pre-shard's file under its own name (uploaded, where the staging area is a bucket) ->
+        ((split, pre-shard), (spill file, rows))."""
         for pre in sorted(self.rows):
-            path = row_spill_path(self.shard_dir, self.split, pre, self.bucket)
-            os.replace(self._tmp(pre), path)
-            yield (self.split, pre), (str(path), self.rows[pre])
+            location = row_spill_path(self.shard_dir, self.split, pre, self.bucket)
+            os.replace(self._tmp(pre), exchange.local(location))
+            exchange.put(location, keep=False)
+            yield (self.split, pre), (location, self.rows[pre])
 
 
-def row_spill_path(shard_dir: str | Path, split: str, pre: int, bucket: int) -> Path:
+def row_spill_path(shard_dir: str | Path, split: str, pre: int, bucket: int) -> str:
     """Where BuildInstances leaves a bucket's rows for a pre-shard, for DealAndMask (in the staging shards
     directory, removed with the shard spills once the instances job has finished)."""
-    return Path(shard_dir) / split / ".spill-rows" / f"{pre:05d}-{bucket:06d}.npy"
+    return exchange.join(shard_dir, split, ".spill-rows", f"{pre:05d}-{bucket:06d}.npy")
 
 
 def load_row_spill(path: str) -> RowBlock:
     """A spill file of BuildInstances back as one RowBlock (plain arrays only: no pickled objects are read)."""
     blocks = []
+    path = exchange.get(path)
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         while f.tell() < size:
@@ -344,7 +349,8 @@ class DealAndMask(beam.DoFn):
 
     def setup(self) -> None:
         # special ids, word boundaries and (entity policy) token texts, all from the tokenizer itself
-        self.masker = Masker.from_tokenizer(self.cfg.masking, self.cfg.seed, Tokenizer.from_file(self.tokenizer_path),
+        self.masker = Masker.from_tokenizer(self.cfg.masking, self.cfg.seed,
+                                            Tokenizer.from_file(str(exchange.get(self.tokenizer_path))),
                                             self.tokenizer_path)
 
     def start_bundle(self) -> None:
@@ -367,8 +373,8 @@ class DealAndMask(beam.DoFn):
                 # the rows and their keys go to disk here, only the file through the shuffle: a local runner
                 # hands a group to one worker whole, and a shard's group would otherwise be a fixed share of the
                 # corpus
-                path = spill_dir(self.shard_dir, split, shard) / f"{pre}-{start}.arrow"
-                path.parent.mkdir(parents=True, exist_ok=True)
+                location = exchange.join(spill_dir(self.shard_dir, split, shard), f"{pre}-{start}.arrow")
+                path = exchange.writable(location)
                 # a retried bundle rewrites the same bytes; not synced to disk: a crash reruns the job, and
                 # WriteShardFn's shard file (synced) is what survives it
                 with AtomicFile(path, durable=False) as tmp:
@@ -376,7 +382,9 @@ class DealAndMask(beam.DoFn):
                 with AtomicFile(keys_path(path), durable=False) as tmp:
                     with open(tmp, "wb") as f:
                         np.save(f, np.ascontiguousarray(chunk.keys, dtype=np.uint64), allow_pickle=False)
-                yield (split, shard), (pre, start, str(path), len(chunk.lengths), totals)
+                exchange.put(location, keep=False)
+                exchange.put(keys_path(location), keep=False)
+                yield (split, shard), (pre, start, location, len(chunk.lengths), totals)
 
     def _batch(self, rows: RowBlock, offsets: np.ndarray) -> tuple[pa.RecordBatch, tuple[int, int, int]]:
         values = rows.ids.astype(np.int64)
@@ -397,20 +405,23 @@ class DealAndMask(beam.DoFn):
         return batch, (int(offsets[-1]), len(positions), int(nsp_label.sum()))
 
 
-def keys_path(part: str | Path) -> Path:
-    """The sort keys ([rows, 3] uint64, .npy) of a masked part spilled by DealAndMask, next to it."""
-    return Path(part).with_suffix(".keys.npy")
+def keys_path(part: str | Path) -> str | Path:
+    """The sort keys ([rows, 3] uint64, .npy) of a masked part spilled by DealAndMask, next to it (a location
+    for a location string, a Path for a Path)."""
+    if isinstance(part, Path):
+        return part.with_suffix(".keys.npy")
+    return part[:-len(".arrow")] + ".keys.npy" if part.endswith(".arrow") else part + ".keys.npy"
 
 
 def shard_name(index: int) -> str:
     return f"part-{index:05d}.arrow"
 
 
-def spill_dir(shard_dir: str | Path, split: str, shard: int) -> Path:
+def spill_dir(shard_dir: str | Path, split: str, shard: int) -> str:
     """Where DealAndMask leaves a shard's masked parts for WriteShardFn to merge (inside the staging shards
     directory). The driver removes them after the instances job has finished, not WriteShardFn: a runner that
     retries a WriteShards bundle (Dataflow, Flink) must find its parts again."""
-    return Path(shard_dir) / split / f".spill-{Path(shard_name(shard)).stem}"
+    return exchange.join(shard_dir, split, f".spill-{Path(shard_name(shard)).stem}")
 
 
 class WriteShardFn(beam.DoFn):
@@ -431,17 +442,19 @@ class WriteShardFn(beam.DoFn):
 
     def process(self, item) -> Iterator[str]:
         (split, shard), parts = item
-        path = Path(self.shard_dir) / split / shard_name(shard)
+        location = exchange.join(self.shard_dir, split, shard_name(shard))
         runs: dict[int, list] = {}
         tokens = masked = nsp_random = 0
         for pre, start, part, rows, (n_tokens, n_masked, n_random) in parts:
-            runs.setdefault(pre, []).append((start, Path(part), rows))
+            exchange.get(keys_path(part))  # a URL: both files downloaded into this worker's scratch
+            runs.setdefault(pre, []).append((start, exchange.get(part), rows))
             tokens, masked, nsp_random = tokens + n_tokens, masked + n_masked, nsp_random + n_random
         ordered = [sorted(runs[pre], key=lambda part: part[0]) for pre in sorted(runs)]
         # the keys are read by merge_runs itself (from the files), a block at a time
-        info = merge_runs(path, shard_schema(self.vocab_size, self.span_bounds),
+        info = merge_runs(exchange.writable(location), shard_schema(self.vocab_size, self.span_bounds),
                           [([(keys_path(p), rows) for _, p, rows in run], [p for _, p, _ in run]) for run in ordered],
                           self.batch_rows)
+        exchange.put(location, keep=False)
         yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
                           "tokens": tokens, "masked_tokens": masked, "nsp_random": nsp_random})
 
@@ -454,8 +467,8 @@ def _sum_pairs(pairs) -> tuple[int, int]:
     return docs, copies
 
 
-def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, tokenizer_path: Path, shard_dir: Path,
-                             vocab_size: int, specials: dict[str, int]) -> None:
+def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path | str, tokenizer_path: Path | str,
+                             shard_dir: Path | str, vocab_size: int, specials: dict[str, int]) -> None:
     """Document JSON lines (`docs`) -> shards, with `plan` a one-element PCollection holding instance_plan's dict
     (computed by the driver between two jobs, or inside the one job from the documents' tally)."""
     plan = beam.pvalue.AsSingleton(plan)
@@ -469,13 +482,13 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
         docs
         | "Tokenize" >> beam.ParDo(tokenize, plan).with_outputs("no_tokens", "copies", main="docs")
     )
-    tokenized.no_tokens | "WriteNoTokens" >> WriteSmallLines(work / "no_tokens")
+    tokenized.no_tokens | "WriteNoTokens" >> WriteSmallLines(exchange.join(work, "no_tokens"))
     (
         tokenized.copies
         | "ParseCopies" >> beam.Map(lambda line: (json.loads(line)[0], (1, json.loads(line)[1])))
         | "SumCopies" >> beam.CombinePerKey(_sum_pairs)
         | "CopiesJson" >> beam.MapTuple(lambda lang, dc: json.dumps([lang, dc[0], dc[1]]))
-        | "WriteCopies" >> WriteSmallLines(work / "copies")
+        | "WriteCopies" >> WriteSmallLines(exchange.join(work, "copies"))
     )
     num_shards = {"train": cfg.shards.train_shards, "heldout": cfg.shards.heldout_shards}
     instances = (
@@ -496,5 +509,5 @@ def build_instances_pipeline(docs, plan, cfg: PreprocessConfig, work: Path, toke
         | "ByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(str(shard_dir), vocab_size, cfg.shards.batch_rows,
                                                            cfg.masking.policy in SPAN_BOUND_POLICIES))
-        | "WriteSummaries" >> WriteSmallLines(work / "shard_summaries")
+        | "WriteSummaries" >> WriteSmallLines(exchange.join(work, "shard_summaries"))
     )

@@ -23,7 +23,10 @@ do raw documents packed by tokens of any size, whose work is the tokenizer's thr
 
 Everything is written into RUN/.preprocess-staging first (preprocessing.staging) and published (renamed) into
 RUN/tokenizer and RUN/shards at the end, so a crash never leaves half a stage behind and a rerun replaces the
-outputs cleanly. Same inputs + config + seed -> byte-identical tokenizer, shards and manifest, whatever the bundle
+outputs cleanly. Where the workers share no disk with the driver (preprocess.runner.exchange bucket: a run
+directory on s3:// or gs:// with the portable, Dataflow, Flink or Spark preset) the jobs write into
+RUN_URL/.preprocess-staging/<attempt> instead, each worker through its own scratch (preprocessing.exchange), and
+the driver reads their outputs back from there (staging.JobArea). Same inputs + config + seed -> byte-identical tokenizer, shards and manifest, whatever the bundle
 order or worker count (RUN/shards/stats.json holds the timings, which are not part of that contract).
 
     python -m preprocessing.pipeline configs/local.yaml RUN_DIR [section.key=value ...]
@@ -45,11 +48,13 @@ from apache_beam.io import ReadFromText
 
 from bertfactory.errors import ConfigError
 from bertfactory.io import atomic_write_json, publish_dir, sha256_file
+from bertfactory.run_location import origin_of, remote_of
 
 from .bad_inputs import check_bad_inputs
 from .config import CorpusConfig, PreprocessConfig, RunnerConfig
 from .document_results import TallyDocs, document_counts, empty_corpus_error, merge_dedup_entries
 from .documents import ReadDocs, build_documents_pipeline, sentence_ends_needed, spill_dir
+from .exchange import is_remote
 from .inputs import expand_inputs
 from .instance_pipeline import build_instances_pipeline
 from .instance_results import collect_instance_results
@@ -59,7 +64,7 @@ from .planning import instance_plan
 from .runners import describe, input_size, run_pipeline, runner_for_input
 from .shards import SourceInfo, SplitInfo, write_manifest
 from .sources import validate_file
-from .staging import STAGING, Staging
+from .staging import STAGING, JobArea, Staging
 from .tokenizer import adopt_tokenizer, special_ids
 from .tokenizer_check import check_unk_rate
 from .tokenizer_stage import corpus_fertility, given_tokenizer, train_tokenizer_stage
@@ -75,39 +80,56 @@ def input_files(corpus: CorpusConfig) -> list[Path]:
     return [f.local_path for f in expand_inputs(corpus) if f.local_path is not None]
 
 
-def _documents_stage(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: Staging,
+def _documents_stage(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], area: JobArea,
                      runner: RunnerConfig, prior_index: str | None = None) -> dict:
     """Run the documents pipeline; write quarantine.jsonl and duplicates.jsonl; return the document counts."""
     sentence_ends = sentence_ends_needed(corpus, cfg.instances.packing)
-    run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index,
+    run_pipeline(lambda p: build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, area.work, prior_index,
                                                     sentence_ends),
                  runner, "documents")
-    shutil.rmtree(spill_dir(staging.work), ignore_errors=True)  # the text is in work/docs now
-    return document_counts(files, staging)
+    area.drop_spills(spill_dir(area.work))  # the text is in work/docs now
+    area.collect()
+    return document_counts(files, area.staging)
 
 
-def _instances_stage(cfg: PreprocessConfig, counts: dict, staging: Staging, vocab_size: int,
+def _read_doc_parts(p, area: JobArea):
+    """The documents job's docs lines as a PCollection: ReadFromText on a shared disk; from a bucket, each part
+    downloaded and read by one worker (no Beam filesystem package needed for the bucket)."""
+    if not area.remote:
+        return p | "ReadDocs" >> ReadFromText(str(area.staging.work / "docs" / "part*.jsonl"))
+    from . import exchange
+
+    def lines(location: str):
+        with open(exchange.get(location), encoding="utf-8") as f:
+            yield from (line.rstrip("\n") for line in f if line.strip())
+
+    return (p | "DocParts" >> beam.Create(area.doc_parts()) | "SpreadDocParts" >> beam.Reshuffle()
+            | "ReadDocs" >> beam.FlatMap(lines))
+
+
+def _instances_stage(cfg: PreprocessConfig, counts: dict, area: JobArea, vocab_size: int,
                      specials: dict[str, int], runner: RunnerConfig) -> tuple[dict[str, SplitInfo], dict]:
     """Run the instances pipeline on the documents pipeline's docs files (a second Beam job); see
     collect_instance_results for what it returns."""
     plan = instance_plan(cfg, counts)
+    area.share_tokenizer()
     run_pipeline(
-        lambda p: build_instances_pipeline(p | "ReadDocs" >> ReadFromText(str(staging.work / "docs" / "part*.jsonl")),
-                                           p | "Plan" >> beam.Create([plan]), cfg, staging.work, staging.tokenizer,
-                                           staging.shards, vocab_size, specials),
+        lambda p: build_instances_pipeline(_read_doc_parts(p, area), p | "Plan" >> beam.Create([plan]), cfg,
+                                           area.work, area.tokenizer, area.shards, vocab_size, specials),
         runner, "instances",
     )
-    return collect_instance_results(cfg, counts, staging, vocab_size)
+    area.collect()
+    return collect_instance_results(cfg, counts, area.staging, vocab_size)
 
 
-def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], staging: Staging,
+def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], area: JobArea,
              prior_index: str | None, vocab_size: int, specials: dict[str, int], runner: RunnerConfig) -> None:
     """Both pipelines as one Beam job (the tokenizer is given, so nothing has to happen between them): the kept
     documents go on to the instances pipeline, whose plan is computed inside the job from their tally (TallyDocs,
     the same figures the driver would compute), saving a second job's start-up (~5 s of worker processes on the
     local runner)."""
     def build(p):
-        kept = build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, staging.work, prior_index,
+        kept = build_documents_pipeline(p, corpus, cfg.heldout_fraction, files, area.work, prior_index,
                                         sentence_ends_needed(corpus, cfg.instances.packing))
         plan = (kept
                 | "TallyDocs" >> beam.CombineGlobally(TallyDocs())
@@ -115,9 +137,39 @@ def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], stag
         # the plan as a side input keeps the read out of the stage that makes `kept`: the local runner buffers
         # the kept documents' stubs until the plan exists, not their text
         docs = kept | "ReadKeptDocs" >> beam.ParDo(ReadDocs(), beam.pvalue.AsSingleton(plan))
-        build_instances_pipeline(docs, plan, cfg, staging.work, staging.tokenizer, staging.shards, vocab_size, specials)
+        build_instances_pipeline(docs, plan, cfg, area.work, area.tokenizer, area.shards, vocab_size, specials)
 
+    area.share_tokenizer()
     run_pipeline(build, runner, "documents+instances")
+    area.collect()
+
+
+def bucket_exchange(runner: RunnerConfig, run_dir: Path, files: list[str], prior_index: str | None) -> str | None:
+    """The run location's URL when the jobs' workers exchange their files through its bucket
+    (preprocess.runner.exchange: bucket, or auto with a cluster preset and a URL run directory), else None. Such
+    workers share no disk with the driver, so an input or a parent corpus's dedup index they would have to read
+    from the driver's disk is refused (ConfigError naming it)."""
+    run_url = origin_of(run_dir)
+    wanted = runner.exchange == "bucket" or (runner.exchange == "auto" and run_url is not None
+                                             and runner.preset in CLUSTER_PRESETS)
+    if not wanted:
+        return None
+    if run_url is None:
+        raise ConfigError(f"preprocess.runner.exchange bucket needs a run directory on object storage (s3:// or "
+                          f"gs://), not {run_dir}; or set preprocess.runner.exchange=disk")
+    for f in files:
+        if not is_remote(f):
+            raise ConfigError(f"{f}: a local input file, but the job's workers share no disk with this machine "
+                              f"(preprocess.runner.exchange bucket, run directory {run_url}); put the input in a "
+                              "bucket and list its URL in corpus.inputs, or set preprocess.runner.exchange=disk")
+    if prior_index is not None and remote_of(prior_index) is None:
+        raise ConfigError(f"{prior_index}: the parent corpus's dedup index is on this machine's disk only; with "
+                          "preprocess.runner.exchange bucket the parent must be a run location URL (corpus.parent)")
+    return run_url
+
+
+# presets whose workers need not share the driver's disk (local and in_process always do)
+CLUSTER_PRESETS = ("portable", "dataflow", "flink", "spark")
 
 
 def check_recipe(corpus: CorpusConfig, cfg: PreprocessConfig) -> None:
@@ -180,16 +232,22 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
     # the jobs that need no sentence ends (raw documents packed by tokens) are the tokenizer-bound ones
     tokenizer_bound = not sentence_ends_needed(corpus, cfg.instances.packing)
     runner = runner_for_input(cfg.runner, input_bytes, tokenizer_bound)  # or a small input: no workers to start
+    prior = increment.dedup_index_path if increment is not None else None
+    prior = str(prior) if prior else None
+    run_url = bucket_exchange(cfg.runner, run_dir, files, prior)
+    if run_url is not None and prior is not None:
+        prior = remote_of(prior)
     staging = Staging(run_dir / STAGING)
     staging.create()
+    area = JobArea.in_bucket(staging, run_url) if run_url is not None else JobArea(staging)
+    if area.remote:
+        logger.info("preprocess: the workers exchange their files through %s (no shared disk needed)", area.remote)
     timings = {"validate": time.perf_counter() - t_start}
     try:
-        prior = increment.dedup_index_path if increment is not None else None
-        prior = str(prior) if prior else None
         given = given_tokenizer(cfg, increment)
         if given is None:  # the tokenizer learns from the clean documents: two jobs, the training between them
             t0 = time.perf_counter()
-            counts = _documents_stage(corpus, cfg, files, staging, runner, prior)
+            counts = _documents_stage(corpus, cfg, files, area, runner, prior)
             timings["documents"] = time.perf_counter() - t0
             _documents_done(counts, timings["documents"], files, corpus)
             t0 = time.perf_counter()
@@ -200,7 +258,7 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
             logger.info("tokenizer: %d tokens (%.1f s)", tokenizer.get_vocab_size(), timings["tokenizer"])
             t0 = time.perf_counter()
             vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-            splits, instance_counts = _instances_stage(cfg, counts, staging, vocab_size, specials, runner)
+            splits, instance_counts = _instances_stage(cfg, counts, area, vocab_size, specials, runner)
             timings["instances"] = time.perf_counter() - t0
         else:  # nothing to learn between the pipelines: one job
             t0 = time.perf_counter()
@@ -210,7 +268,7 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
             vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
             timings["tokenizer"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            _one_job(corpus, cfg, files, staging, prior, vocab_size, specials, runner)
+            _one_job(corpus, cfg, files, area, prior, vocab_size, specials, runner)
             counts = document_counts(files, staging)
             timings["documents+instances"] = time.perf_counter() - t0
             _documents_done(counts, timings["documents+instances"], files, corpus)
@@ -251,6 +309,7 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
     finally:
         # after a failure the previous run's published outputs stay untouched; no staging is left behind
         shutil.rmtree(staging.root, ignore_errors=True)
+        area.remove()
     logger.info("preprocess: done in %.1f s -> %s", time.perf_counter() - t_start, run_dir / "shards")
     return manifest.model_dump(mode="json")
 

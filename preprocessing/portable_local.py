@@ -16,7 +16,13 @@ Pools do not install `--setup_file`: their Python must import the project alread
 A worker that dies fails the job with WorkerDied (preprocessing.dead_workers) where Beam's job service alone would
 wait for it forever.
 
+With `isolate=DIR` every pool (and the job service) runs in its own folder DIR/<name>/ with its own working
+directory (cwd/), TMPDIR (tmp/) and HOME (home/), as on machines that share no disk: what a worker writes is there
+or in a bucket, never where the driver or another worker would find it (the cluster simulation of
+tests/preprocessing/test_cluster_simulation.py, with preprocess.runner.exchange bucket).
+
     python -m preprocessing.portable_local --pools 2    # prints the endpoints and a runner config; Ctrl-C stops
+    python -m preprocessing.portable_local --pools 2 --isolate /tmp/machines    # each pool in its own folders
 """
 
 from __future__ import annotations
@@ -130,9 +136,10 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def local_portable_cluster(pools: int = 2, log_dir: Path | None = None,
-                           startup_timeout: float = 120.0) -> Iterator[LocalPortableCluster]:
-    """Start a local job service and `pools` external worker pools; stop all of them (and their workers) on exit."""
+def local_portable_cluster(pools: int = 2, log_dir: Path | None = None, startup_timeout: float = 120.0,
+                           isolate: Path | None = None) -> Iterator[LocalPortableCluster]:
+    """Start a local job service and `pools` external worker pools; stop all of them (and their workers) on exit.
+    With `isolate`, each of them in its own folder under it (own cwd, TMPDIR and HOME: see the module)."""
     if pools < 1:
         raise ValueError("pools must be >= 1")
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="beam-portable-"))
@@ -146,9 +153,19 @@ def local_portable_cluster(pools: int = 2, log_dir: Path | None = None,
     def start(name: str, args: list[str], address: str) -> None:
         log = open(log_dir / f"{name}.log", "wb")
         logs.append(log)
+        own_env, cwd = env, None
+        if isolate is not None:  # a machine of its own: nothing it writes lands where another process looks
+            home = Path(isolate) / name
+            for sub in ("cwd", "tmp", "home"):
+                (home / sub).mkdir(parents=True, exist_ok=True)
+            own_env = {**env, "TMPDIR": str(home / "tmp"), "HOME": str(home / "home")}
+            own_env.pop("BERTFACTORY_EXCHANGE_SCRATCH", None)
+            own_env.pop("BERTFACTORY_SHARD_CACHE", None)
+            own_env.pop("BERTFACTORY_WORK_ROOT", None)
+            cwd = home / "cwd"
         # own session: one killpg stops the process and the SDK workers it forked
-        process = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT, env=own_env,
+                                   stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
         processes.append(process)
         _wait_ready(address, process, log_dir / f"{name}.log", startup_timeout)
 
@@ -183,10 +200,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pools", type=int, default=2, help="external worker pools to start (default 2)")
     parser.add_argument("--log-dir", type=Path, default=None, help="where the services write their logs")
+    parser.add_argument("--isolate", type=Path, default=None,
+                        help="run each pool and the job service in its own folder under this one (own working "
+                        "directory, TMPDIR and HOME), as machines that share no disk")
     args = parser.parse_args(argv)
     # SIGTERM (timeout, kill) must also stop the services: they run in their own sessions and would outlive us
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with local_portable_cluster(args.pools, args.log_dir) as cluster:
+    with local_portable_cluster(args.pools, args.log_dir, isolate=args.isolate) as cluster:
         print(f"job service:   {cluster.job_endpoint}")
         print(f"worker pools:  {', '.join(cluster.pool_endpoints)}")
         print(f"environment:   EXTERNAL {cluster.worker_endpoint} (hands workers to the pools in turn)")

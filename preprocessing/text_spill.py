@@ -13,10 +13,11 @@ needs the text again reads those bytes back. The instances pipeline does the sam
     encode_int32_arrays([ids, lengths])         # arrays as bytes for write() (no pickle), decode_int32_arrays back
 
 A file is named by a random suffix, not by its content: a retried bundle writes a new file and the references of
-the failed attempt are never committed, so nothing reads the old one. The files live in the staging directory,
-written by this job only, and go with it (preprocessing.staging); like the instances pipeline's spills, that
-directory must be one every worker sees (local and portable-on-one-machine runners; a shared file system
-elsewhere). The layout of the outputs depends only on the records, never on which file held them.
+the failed attempt are never committed, so nothing reads the old one. The files live in the staging area, written
+by this job only, and go with it (preprocessing.staging). Where that area is a URL the writer makes the file in
+its own scratch and uploads it when the bundle closes it, and a reader downloads it once into its own
+(preprocessing.exchange): no worker needs a disk another can see. The layout of the outputs depends only on the
+records, never on which file held them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from typing import BinaryIO, Sequence
 
 import numpy as np
 
-SpillRef = tuple[str, int, int]  # (path, offset, length) of one record's bytes
+from . import exchange
+
+SpillRef = tuple[str, int, int]  # (location: path or URL, offset, length) of one record's bytes
 
 # files a reader keeps open at once: a stage reads the files of the bundles before it, a few per worker
 OPEN_FILES = 32
@@ -38,7 +41,7 @@ class SpillWriter:
     """Appends records to one file per bundle (opened at the first write, closed by close())."""
 
     def __init__(self, directory: str | Path, prefix: str):
-        self.directory = Path(directory)
+        self.directory = str(directory)  # a path, or a URL (preprocessing.exchange)
         self.prefix = prefix
         self._file: BinaryIO | None = None
         self._path = ""
@@ -46,9 +49,8 @@ class SpillWriter:
 
     def write(self, data: bytes) -> SpillRef:
         if self._file is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._path = str(self.directory / f"{self.prefix}-{uuid.uuid4().hex}.spill")
-            self._file = open(self._path, "wb")
+            self._path = exchange.join(self.directory, f"{self.prefix}-{uuid.uuid4().hex}.spill")
+            self._file = open(exchange.writable(self._path), "wb")
             self._offset = 0
         self._file.write(data)
         ref = (self._path, self._offset, len(data))
@@ -59,6 +61,7 @@ class SpillWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
+            exchange.put(self._path)  # a URL: uploaded before any reference to it leaves the bundle
 
 
 class SpillReader:
@@ -71,7 +74,7 @@ class SpillReader:
         path, offset, length = ref
         f = self._files.get(path)
         if f is None:
-            f = self._files[path] = open(path, "rb")
+            f = self._files[path] = open(exchange.get(path), "rb")
             if len(self._files) > OPEN_FILES:
                 self._files.popitem(last=False)[1].close()
         else:

@@ -77,7 +77,10 @@ def _filesystem(path: str | Path):
 
 def _decompressed(raw: BinaryIO, compression: str | None, name: str) -> BinaryIO:
     if compression is None:
-        return raw
+        from fsspec.spec import AbstractBufferedFile
+
+        # an object store's file (s3fs, gcsfs) has no bounded readline(limit), which LineReader needs
+        return io.BufferedReader(raw) if isinstance(raw, AbstractBufferedFile) else raw
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "bz2":

@@ -153,3 +153,20 @@ def test_entrypoint_dispatch(tmp_path):
     passthrough = subprocess.run(["bash", str(script), "echo", "flow-run", "execute"], env=env, capture_output=True,
                                  text=True, timeout=30)
     assert passthrough.returncode == 0 and passthrough.stdout == "flow-run execute\n"
+
+
+def test_every_image_carries_the_object_storage_clients(repo):
+    # a Beam worker or a training node of a run on a bucket reads and writes it (docs/cluster.md)
+    script = repo / "infra" / "docker" / "requirements.py"
+    out = subprocess.run([sys.executable, str(script), "--without", "torch", "--extra", "s3", "--extra", "gcs"],
+                         cwd=repo, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    names = {_normalise(re.match(r"[A-Za-z0-9._-]+", dep).group(0)) for dep in out}
+    assert {"s3fs", "gcsfs"} <= names
+    pinned = {_normalise(line.split("==")[0]) for line in (repo / "constraints.txt").read_text().splitlines()
+              if "==" in line and not line.startswith("#")}
+    assert {"s3fs", "gcsfs"} <= pinned
+    for dockerfile in DOCKERFILES:
+        assert "requirements.py --without torch --extra s3 --extra gcs" in dockerfile.read_text(), dockerfile.name
+    bad = subprocess.run([sys.executable, str(script), "--extra", "nope"], cwd=repo, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "no optional-dependencies group 'nope'" in bad.stderr

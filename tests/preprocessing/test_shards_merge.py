@@ -75,7 +75,7 @@ def test_a_retried_write_shards_bundle_finds_its_parts_and_writes_the_same_shard
     for pre in range(2):
         batch = _batch(rng, 40)
         keys = np.stack([np.full(40, pre), np.arange(40), np.arange(40)], 1).astype(np.uint64)
-        path = spill_dir(tmp_path, "train", 0) / f"{pre}-0.arrow"
+        path = Path(spill_dir(tmp_path, "train", 0)) / f"{pre}-0.arrow"
         path.parent.mkdir(parents=True, exist_ok=True)
         spill_part(path, batch)
         np.save(keys_path(path), keys)  # DealAndMask writes a part's keys beside it
@@ -84,7 +84,7 @@ def test_a_retried_write_shards_bundle_finds_its_parts_and_writes_the_same_shard
     first = json.loads(next(iter(fn.process((("train", 0), parts)))))
     second = json.loads(next(iter(fn.process((("train", 0), parts)))))
     assert first == second and first["rows"] == 80
-    assert all(Path(p).exists() and keys_path(p).exists() for _, _, p, _, _ in parts)
+    assert all(Path(p).exists() and Path(keys_path(p)).exists() for _, _, p, _, _ in parts)
 
 
 def _reference_shard(path, tables, keys, batch_rows: int) -> bytes:
