@@ -88,6 +88,13 @@ def get(location: str | os.PathLike) -> Path:
     return path
 
 
+def release(location: str | os.PathLike) -> None:
+    """Drop this process's scratch copy of the URL `location` once it has been read for good (nothing for a
+    path): a worker's scratch then holds what it is working on, not everything it ever read."""
+    if storage.is_url(str(location)):
+        local(location).unlink(missing_ok=True)
+
+
 def listing(location: str | os.PathLike) -> list[str]:
     """The locations of every file under the folder `location` (recursively), sorted."""
     text = str(location)

@@ -307,7 +307,7 @@ def row_spill_path(shard_dir: str | Path, split: str, pre: int, bucket: int) -> 
 def load_row_spill(path: str) -> RowBlock:
     """A spill file of BuildInstances back as one RowBlock (plain arrays only: no pickled objects are read)."""
     blocks = []
-    path = exchange.get(path)
+    location, path = path, exchange.get(path)
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         while f.tell() < size:
@@ -316,6 +316,7 @@ def load_row_spill(path: str) -> RowBlock:
             except (ValueError, EOFError) as e:
                 raise ValueError(f"{path}: row spill file unreadable after byte {f.tell()} of {size} ({e}; the "
                                  "file was cut short or replaced while the job ran)") from None
+    exchange.release(location)  # a retry downloads it again
     return RowBlock.concat(blocks)
 
 
@@ -445,8 +446,10 @@ class WriteShardFn(beam.DoFn):
         location = exchange.join(self.shard_dir, split, shard_name(shard))
         runs: dict[int, list] = {}
         tokens = masked = nsp_random = 0
+        fetched = []
         for pre, start, part, rows, (n_tokens, n_masked, n_random) in parts:
             exchange.get(keys_path(part))  # a URL: both files downloaded into this worker's scratch
+            fetched.append(part)
             runs.setdefault(pre, []).append((start, exchange.get(part), rows))
             tokens, masked, nsp_random = tokens + n_tokens, masked + n_masked, nsp_random + n_random
         ordered = [sorted(runs[pre], key=lambda part: part[0]) for pre in sorted(runs)]
@@ -455,6 +458,9 @@ class WriteShardFn(beam.DoFn):
                           [([(keys_path(p), rows) for _, p, rows in run], [p for _, p, _ in run]) for run in ordered],
                           self.batch_rows)
         exchange.put(location, keep=False)
+        for part in fetched:  # read for good (a retry downloads them again)
+            exchange.release(part)
+            exchange.release(keys_path(part))
         yield json.dumps({"split": split, "shard": shard, "rows": info.rows, "sha256": info.sha256,
                           "tokens": tokens, "masked_tokens": masked, "nsp_random": nsp_random})
 

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_object_storage_benchmark_reports_both_sides():
     run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "object_storage.py"), "--files", "3",
-                          "--steps", "4", "--repeats", "1"], capture_output=True, text=True, timeout=600, cwd=REPO)
+                          "--steps", "4", "--repeats", "1", "--copies", "1", "--exchange-files", "3"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert run.returncode == 0, run.stderr[-4000:]
     out = run.stdout
     assert re.search(r"^preprocess: 3 sotu files", out, re.M), out
@@ -22,3 +22,8 @@ def test_object_storage_benchmark_reports_both_sides():
     for side in ("local", "s3 cold", "s3 warm"):
         assert len(re.findall(rf"^    {side} +[\d,]+ tokens/s", out, re.M)) == 2, (side, out)
     assert re.search(r"cold / tiny step [\d,]+x", out), out
+    # the workers through the bucket: both setups (at 1x only here), against local disk (and hf for raw tokens)
+    assert len(re.findall(r"^    s3, workers through the bucket +[\d.]+ s  peak tree RSS +[\d,]+ MiB  throughput vs "
+                          r"local disk \d+\.\d\dx", out, re.M)) == 2, out
+    assert len(re.findall(r"^    hf datasets \(local files\) +[\d.]+ s", out, re.M)) == 1, out
+    assert len(re.findall(r"vs hf \d+\.\d\dx", out)) == 2, out
