@@ -13,7 +13,9 @@ Spark presets when the run directory is a URL), no worker needs any disk but its
 - a reader downloads the object into its own scratch once (`get`, through a temporary name renamed when complete)
   and reads it there, at any offset, as a local file.
 
-Every function takes a location (a local path or a URL) and does nothing extra for a local one, so the job's code
+A transfer that fails inside a worker (the store unreachable, a missing object) ends the job with its one line
+(worker_errors: the StorageError's message, not Beam's tracebacks). Every function takes a location (a local path
+or a URL) and does nothing extra for a local one, so the job's code
 is the same on both: only the staging location the driver chooses differs (preprocessing.pipeline).
 
     loc = join(staging, "work", "dedup_index", "part-00001.arrow")
@@ -30,6 +32,8 @@ import tempfile
 from pathlib import Path
 
 from bertfactory import storage
+
+from .worker_errors import worker_input_error
 
 SCRATCH_ENV = "BERTFACTORY_EXCHANGE_SCRATCH"
 
@@ -72,7 +76,10 @@ def put(location: str | os.PathLike, keep: bool = True) -> None:
     if not storage.is_url(text):
         return
     path = local(text)
-    storage.upload_file(path, text)
+    try:
+        storage.upload_file(path, text)
+    except storage.StorageError as err:  # out of the worker as one line, not Beam's tracebacks of it
+        raise worker_input_error(str(err)) from None
     if not keep:
         path.unlink(missing_ok=True)
 
@@ -84,7 +91,10 @@ def get(location: str | os.PathLike) -> Path:
     text = str(location)
     path = local(text)
     if storage.is_url(text) and not path.exists():
-        storage.download_file(text, path)
+        try:
+            storage.download_file(text, path)
+        except storage.StorageError as err:
+            raise worker_input_error(str(err)) from None
     return path
 
 

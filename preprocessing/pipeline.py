@@ -49,6 +49,7 @@ from apache_beam.io import ReadFromText
 from bertfactory.errors import ConfigError
 from bertfactory.io import atomic_write_json, publish_dir, sha256_file
 from bertfactory.run_location import origin_of, remote_of
+from bertfactory.storage import StorageError
 
 from .bad_inputs import check_bad_inputs
 from .config import CorpusConfig, PreprocessConfig, RunnerConfig
@@ -309,7 +310,10 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
     finally:
         # after a failure the previous run's published outputs stay untouched; no staging is left behind
         shutil.rmtree(staging.root, ignore_errors=True)
-        area.remove()
+        try:
+            area.remove()
+        except StorageError as err:  # the store went away: the failure that matters is the one raised above
+            logger.warning("%s; the next attempt removes the job's staging folder", err)
     logger.info("preprocess: done in %.1f s -> %s", time.perf_counter() - t_start, run_dir / "shards")
     return manifest.model_dump(mode="json")
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,54 @@ def test_a_failed_attempts_staging_is_cleared_and_one_job_through_the_bucket_mat
         _manifest_without_runner(local["shards/manifest.json"])
     # the in-process workers' scratch (the driver's TMPDIR here) was used, and is gone with the job's area
     assert not _files(driver / "tmp")
+
+
+def test_the_store_cut_while_workers_exchange_through_it_is_one_line_and_the_rerun_completes(tmp_path, s3):
+    """The S3 server goes away (a TCP proxy resets every connection) once the workers have begun uploading their
+    files: one `error:` line, exit 2, nothing published; the rerun, with the store back, publishes the same bytes
+    as the local disk."""
+    from tests.storage_servers import TcpProxy
+
+    files = [str(f) for f in sorted(Path(sample_path("sotu")).rglob("*.txt"))[14:20]]
+    reference = _bf("preprocess", "--input", *files, "--format", "text", "--out", str(tmp_path / "local"),
+                    "--no-prefect", *_sets(SMALL), env=_env(tmp_path / "reference"), cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-4000:]
+    bucket = s3.make_bucket("outage")
+    s3.apply()
+    try:
+        from bertfactory import storage
+
+        inputs = [storage.join(bucket, "inputs", Path(f).name) for f in files]
+        for f, url in zip(files, inputs):
+            storage.upload_file(f, url)
+    finally:
+        s3.restore()
+    proxy = TcpProxy(s3.port)
+    try:
+        env = {**_env(tmp_path / "driver", s3), "AWS_ENDPOINT_URL": proxy.endpoint, "AWS_MAX_ATTEMPTS": "2"}
+        args = ["preprocess", "--input", *inputs, "--format", "text", "--out", f"{bucket}/run", "--no-prefect",
+                *_sets(SMALL), "--set", "preprocess.runner.exchange=bucket"]
+        proc = subprocess.Popen([CLI, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.monotonic() + 300  # a bound for a hang: the workers' first upload
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(n.startswith(".preprocess-staging/") for n in _remote(s3, f"{bucket}/run")):
+                break
+            time.sleep(0.05)
+        proxy.cut()
+        _out, err = proc.communicate(timeout=300)
+        lines = err.strip().splitlines()
+        assert proc.returncode == 2 and lines[-1].startswith(f"error: {bucket}/run/"), err[-3000:]
+        assert "failed" in lines[-1] and "Traceback" not in err, err[-4000:]
+        committed = set(_remote(s3, f"{bucket}/run"))
+        assert not {"shards/manifest.json", ".bertfactory/preprocess.json"} & committed, sorted(committed)
+        proxy.restore()
+        rerun = _bf(*args, env=env, cwd=tmp_path)
+        assert rerun.returncode == 0, rerun.stderr[-4000:]
+    finally:
+        proxy.close()
+    remote = _remote(s3, f"{bucket}/run")
+    assert not [name for name in remote if name.startswith(".preprocess-staging")], sorted(remote)
+    local = {p.relative_to(tmp_path / "local").as_posix(): p.read_bytes() for p in _files(tmp_path / "local")}
+    shards = sorted(name for name in local if name.endswith(".arrow"))
+    assert shards and all(remote[name] == local[name] for name in shards)
