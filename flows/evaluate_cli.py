@@ -12,7 +12,8 @@
 CHECKPOINT_OR_CONFIG is a recipe YAML (the evaluate stage of that recipe, through Prefect unless --no-prefect), a
 run directory (its pretrain/final) or a model directory (config.json + model.safetensors). For a checkpoint the
 recipe is the defaults of `evaluate` (paper scale: every example, 5 seeds — use --set to shrink it), the stage
-runs without Prefect, and intrinsic scores are computed when the run directory has shards. `--task NAME`
+runs without Prefect, and the held-out intrinsic and objective scores are computed when the run directory has
+shards (without them they are skipped, said in one line, and the tasks run). `--task NAME`
 (repeatable) and `--task-file PATH` choose the tasks, replacing the recipe's list; the file's layout options are
 those of evaluation.tasks.registry.load_task_file (docs/tasks.md). On a checkpoint, a --task-file's task tries
 three learning rates scaled to the model's hidden size (evaluate.finetune.size_scaled_grid) unless --set gives one.
@@ -206,8 +207,14 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     checkpoint, own_run = _checkpoint_of(target)
     run_dir = resolve_run_dir(args.run_dir) if args.run_dir else own_run or Path("runs") / f"eval-{checkpoint.name}"
     run_dir.mkdir(parents=True, exist_ok=True)
+    # the held-out scores (BERT's intrinsic MLM/NSP, every member's own objective) read RUN/shards: a fresh run
+    # directory has none, so they are skipped, said in one line, and the tasks run (a --set can still ask for them)
+    has_shards = (run_dir / "shards" / "manifest.json").is_file()
+    if not has_shards:
+        print(f"evaluate: no shards at {run_dir / 'shards'}: the held-out intrinsic and objective scores are "
+              "skipped (preprocess into this run directory to get them)")
     base = {"evaluate": {"checkpoint": str(checkpoint.resolve()),
-                         "intrinsic": {"enabled": (run_dir / "shards" / "manifest.json").is_file()}}}
+                         "intrinsic": {"enabled": has_shards}, "objective": {"enabled": has_shards}}}
     recipe = validate(Recipe, apply_overrides(base, args.overrides), f"{checkpoint} with overrides {args.overrides}")
     result = run_stage("evaluate", recipe, run_dir)
     print(f"\nevaluate    {result['status']:<11} {result['seconds']:>8.1f} s\n\nRun directory: {run_dir}\n")
