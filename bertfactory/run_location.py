@@ -232,6 +232,24 @@ class WorkingCopy:
         names = storage.list_files(self.remote(rel))
         return sorted({name.split("/", 1)[0] for name in names if name.endswith(f"/{MARKER}") and name.count("/") == 1})
 
+    def move_tree(self, rel: str | Path, tag: str) -> str:
+        """Move `rel` in the run location to `<rel>.replaced-<time>-<tag>` beside it (bertfactory/replaced.py);
+        returns the new URL. Its ledger entries go: the working copy's files are no longer what the location has."""
+        from .replaced import replaced_name
+
+        rel = Path(rel).as_posix()
+        target = f"{rel.rsplit('/', 1)[0] + '/' if '/' in rel else ''}{replaced_name(rel.rsplit('/', 1)[-1], tag)}"
+        storage.move(self.remote(rel), self.remote(target))
+        self._forget(rel)
+        return self.remote(target)
+
+    def _forget(self, rel: str) -> None:
+        ledger = self._ledger()
+        prefix = rel + "/"
+        kept = {k: v for k, v in ledger.items() if not k.startswith(prefix)}
+        if len(kept) != len(ledger):
+            atomic_write_json(self.root / LEDGER, kept)
+
     def delete_tree(self, rel: str | Path) -> None:
         storage.delete(self.remote(Path(rel).as_posix()), recursive=True)
         ledger = self._ledger()

@@ -299,6 +299,22 @@ def delete(url: str, recursive: bool = False) -> None:
         raise _transfer_error(url, "deleting", err) from None
 
 
+def move(src: str, dst: str) -> None:
+    """Move every object under `src` to the same relative path under `dst` (copy, then delete the source)."""
+    fs, path = filesystem(src)
+    _, target = filesystem(dst)
+    try:
+        for name in sorted(list_files(src)):
+            fs.copy(f"{path.rstrip('/')}/{name}", f"{target.rstrip('/')}/{name}")
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
+    except Exception as err:  # noqa: BLE001
+        raise _transfer_error(src, "moving", err) from None
+    invalidate(src)
+    invalidate(dst)
+
+
 def invalidate(url: str) -> None:
     """Forget cached listings under `url` (fsspec caches directory listings per instance)."""
     fs, path = filesystem(url)

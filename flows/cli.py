@@ -22,8 +22,10 @@ A user error (a bad recipe key or value, a malformed or missing input file, a st
 the command with one `error: ...` line and exit code 2, with or without Prefect; a bug shows its traceback;
 `--debug` shows everything, tracebacks and Prefect's own failure reports included (flows/user_errors.py).
 
-Every stage is skipped when its inputs (config section + input file contents) have not changed since it last
-finished in that run directory; change e.g. `preprocess.masking` and the run restarts from preprocessing.
+Every stage is skipped when its inputs (the settings that decide its result + input file contents) have not changed
+since it last finished in that run directory; change e.g. `preprocess.masking` and the run restarts from
+preprocessing. Nothing is deleted: replaced outputs are moved aside (`bertfactory clean RUN` deletes them), a raised
+pretrain.max_steps extends the run, and a change that alters steps already trained is refused unless --force.
 """
 
 from __future__ import annotations
@@ -82,6 +84,21 @@ def _add_recipe_args(p: argparse.ArgumentParser, config_optional: bool = False) 
     )
 
 
+FORCE_HELP = ("replace outputs that a changed setting cannot continue (a changed model shape, objective, seed, ...: "
+              "refused without it): they are moved aside to <dir>.replaced-<time>-<key>/ beside them, never "
+              "deleted (`bertfactory clean RUN` deletes them). Stages that are up to date are still skipped")
+EXTEND_HELP = ("with a raised pretrain.max_steps, continue the newest checkpoint whatever the schedule (sets "
+               "pretrain.extend=true): from the resumed step on the learning rate follows the new budget's schedule. "
+               "Without it a raised max_steps resumes only where the steps done keep their learning rates (constant; "
+               "wsd before its decay; within the warmup of linear, slanted_triangular, one_cycle) and is refused "
+               "otherwise")
+
+
+def _add_replace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
+    p.add_argument("--extend", action="store_true", help=EXTEND_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertfactory",
@@ -97,8 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run the whole pipeline (preprocess -> pretrain -> evaluate)",
                        description="Run every stage of a recipe into a run directory, skipping stages that are "
-                       "up to date, and print a summary table.")
+                       "up to date, and print a summary table. A changed setting never deletes finished work: "
+                       "a raised pretrain.max_steps extends the run from its last checkpoint, a change that alters "
+                       "steps already trained is refused (--force moves the old outputs aside), and replaced "
+                       "outputs stay until `bertfactory clean`.")
     _add_recipe_args(p)
+    _add_replace_args(p)
 
     from .preprocess_cli import add_adhoc_arguments
 
@@ -107,10 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("preprocess", help=text, description=text + ". Formats, instance formats and masking "
                        "schemes: docs/sources.md, docs/shards.md.")
     _add_recipe_args(p, config_optional=True)
+    _add_replace_args(p)
     add_adhoc_arguments(p)
     text = "pretrain the model on RUN/shards -> RUN/pretrain (resumes from the last checkpoint)"
-    p = sub.add_parser("pretrain", help=text, description=text)
+    p = sub.add_parser("pretrain", help=text, description=text + "; a raised pretrain.max_steps extends a finished "
+                       "or interrupted run from it (see --extend)")
     _add_recipe_args(p)
+    _add_replace_args(p)
+    text = "delete the outputs that stages moved aside (<dir>.replaced-<time>-<key>/) in a run directory"
+    p = sub.add_parser("clean", help=text, description=text + ". Nothing else is ever deleted by bertfactory; "
+                       "without --yes, lists what would be deleted.")
+    p.add_argument("run_dir", help="the run directory (a path or an s3:// / gs:// URL)")
+    p.add_argument("--yes", action="store_true", help="delete them (default: only list them)")
     from .evaluate_cli import add_evaluate_parser, add_report_parser
 
     add_evaluate_parser(sub)
@@ -402,6 +431,9 @@ def _cmd_stages(args) -> int:
     args.config = str(resolve_recipe(args.config))
 
     location = args.run_dir or _default_run_dir(args.config)
+    if getattr(args, "extend", False):
+        args.overrides = [*args.overrides, "pretrain.extend=true"]
+    force = getattr(args, "force", False)
     recipe = load_recipe(args.config, args.overrides)  # validate before starting anything
     # a URL (s3://, gs://) is checked before any work (one error line) and worked on in its local working copy;
     # the flows are given the URL itself (parameters stay strings) and resolve it the same way
@@ -418,18 +450,18 @@ def _cmd_stages(args) -> int:
         from .stage_runner import run_stage  # not flows.stages: --no-prefect imports no Prefect
 
         with run_dir_lock(run_dir, args.command):
-            results = {s: run_stage(s, recipe, run_dir) for s in stages}
+            results = {s: run_stage(s, recipe, run_dir, force=force) for s in stages}
     else:
         _prefect_environment()
         if args.command == "run":
             from .pipeline import pipeline
 
-            results = pipeline(args.config, _flow_location(location, run_dir), args.overrides)
+            results = pipeline(args.config, _flow_location(location, run_dir), args.overrides, force=force)
         else:
             from .stages import FLOWS
 
             results = {args.command: FLOWS[args.command](args.config, _flow_location(location, run_dir),
-                                                          args.overrides)}
+                                                          args.overrides, force=force)}
     from .summary import summary_table
 
     print()
@@ -488,6 +520,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _cmd_inspect(args)
     if args.command == "describe":
         return _cmd_describe(args)
+    if args.command == "clean":
+        from .clean import cmd_clean
+
+        return cmd_clean(args)
     if args.command == "export":
         return _cmd_export(args)
     if args.command == "import-hf":

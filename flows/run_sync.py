@@ -90,22 +90,27 @@ def pull_state(stage: str, run_dir: Path) -> bool | None:
     return stamp in present  # present: the run location has it now
 
 
-def clear_stale(stage: str, run_dir: Path, key: str) -> None:
-    """Before `begin`: when the run location holds outputs of another key, they go as the local ones do."""
+def set_aside(stage: str, run_dir: Path, why: str) -> None:
+    """Before `begin` replaces a stage's outputs: the run location's copies of them are moved aside too
+    (`<dir>.replaced-<time>-<old key[:12]>/` beside them, bertfactory/replaced.py), never deleted."""
     wc = working_copy(run_dir)
     if wc is None or secondary_rank():
         return
-    started = Path(run_dir) / stamps.STAMP_DIR / f"{stage}.started.json"
-    try:
-        import json
+    previous = stamps.started_record(Path(run_dir), stage).get("key") or "unknown"
+    for workdir in stamps.STAGES[stage].workdirs:
+        if storage.list_files(wc.remote(workdir)):
+            target = wc.move_tree(workdir, previous[:12])
+            logger.warning("%s: %s since %s was made; moved it to %s (nothing deleted)", stage, why,
+                           wc.remote(workdir), target)
 
-        previous = json.loads(started.read_text()).get("key") if started.is_file() else None
-    except ValueError:
-        previous = None
-    if previous is not None and previous != key:
-        for workdir in stamps.STAGES[stage].workdirs:
-            logger.warning("%s: inputs changed since %s was made; removing it", stage, wc.remote(workdir))
-            wc.delete_tree(workdir)
+
+def checkpoint_steps(run_dir: Path) -> list[int] | None:
+    """The steps of the run location's complete checkpoints; None for a local run."""
+    wc = working_copy(run_dir)
+    if wc is None:
+        return None
+    return sorted(int(name.split("-", 1)[1]) for name in wc.complete_dirs(_CHECKPOINTS)
+                  if name.startswith("step-") and name.split("-", 1)[1].isdigit())
 
 
 def after_begin(stage: str, run_dir: Path) -> None:

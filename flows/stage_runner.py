@@ -26,6 +26,9 @@ from .recipe import Recipe
 logger = logging.getLogger("flows")
 
 STAGE_ORDER = ("preprocess", "pretrain", "evaluate")
+# settings of the evaluate and distill sections that do not change their results: left out of the stage key
+# (pretrain's are PretrainConfig.RESUME_NEUTRAL)
+RESULT_NEUTRAL = ("tracking", "num_threads")
 
 
 def recipe_stages(recipe: Recipe) -> tuple[str, ...]:
@@ -58,7 +61,9 @@ def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[
         if recipe.pretrain.tlm_shards:  # XLM's TLM pairs are training data too: rebuilt pairs retrain
             tlm = Path(recipe.pretrain.tlm_shards)
             files.append((tlm if tlm.is_absolute() else run_dir / tlm) / "manifest.json")
-        return recipe.model_dump(mode="json", include={"model", "pretrain"}), files
+        # only the settings that decide the result (PretrainConfig.trajectory_fields): logging, tracking, checkpoint
+        # cadence, threads and the like never make a finished or resumable run stale
+        return {"model": recipe.model.model_dump(mode="json"), "pretrain": recipe.pretrain.trajectory_fields()}, files
     if stage == "evaluate":
         # the checkpoint actually evaluated (evaluate.checkpoint), not always pretrain/final
         final = recipe.evaluate.checkpoint_path(run_dir)
@@ -71,7 +76,7 @@ def stage_inputs(stage: str, recipe: Recipe, run_dir: Path) -> tuple[dict, list[
         from evaluation.run import task_input_files
 
         files += task_input_files(recipe.evaluate, run_dir)
-        return recipe.model_dump(mode="json", include={"evaluate"}), files
+        return {"evaluate": recipe.evaluate.model_dump(mode="json", exclude=set(RESULT_NEUTRAL))}, files
     raise BertfactoryError(f"unknown stage '{stage}'; stages: tapt (recipes with a tapt section), "
                            f"{', '.join(STAGE_ORDER)}")
 
@@ -118,27 +123,85 @@ def compute_key(stage: str, recipe: Recipe, run_dir: Path) -> str:
 
 def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None, force: bool = False) -> dict:
     """Run one stage unless it is up to date. Returns {'stage', 'status': 'ran'|'up-to-date', 'key', 'seconds',
-    'summary'}."""
+    'summary'}. `force`: outputs that a changed setting cannot continue are moved aside instead of refused."""
     run_dir = Path(run_dir)
     recipe = run_sync.localize_recipe(recipe)  # model directories and files the recipe names by URL
     key = key or compute_key(stage, recipe, run_dir)
-    return run_cached(stage, run_dir, key, lambda: _entry_point(stage)(recipe, run_dir), force)
+    continues = (lambda old, new: pretrain_continues(recipe, run_dir, old, new)) if stage == "pretrain" else None
+    return run_cached(stage, run_dir, key, lambda: _entry_point(stage)(recipe, run_dir), force, continues)
 
 
-def run_cached(stage: str, run_dir: Path, key: str, action: Callable[[], dict], force: bool = False) -> dict:
-    """The stamp protocol around any stage (flows.stamps.STAGES): skip when `key` is fresh, else begin, `action()`,
-    finish. Every flow's caching goes through here, so a result persists across processes and Prefect homes.
+def _value(config: dict, dotted: str):
+    for part in dotted.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
+
+
+def pretrain_continues(recipe: Recipe, run_dir: Path, old: dict, new: dict) -> "stamps.Plan":
+    """Pretraining's rule for outputs started under another key (training/extend.py): a raised max_steps whose
+    schedule leaves the trained steps unchanged (or any, with pretrain.extend) resumes; other train shards replace
+    the outputs (moved aside) unless pretrain.allow_shard_change; any other changed setting is refused, naming it."""
+    from bertfactory.errors import ConfigError
+    from training.extend import differing_fields, refusal, resumable_step, unchanged_through
+
+    if "config" not in old:  # started by a bertfactory that did not record its settings: the checkpoints'
+        # fingerprint decides (training/resume.py: an extension continues, another config is refused naming it)
+        return stamps.Plan("keep", "outputs started by an earlier bertfactory; their fingerprint decides whether "
+                                   "they continue")
+    changed_inputs = differing_fields(old.get("inputs", {}), new["inputs"])
+    if changed_inputs:
+        if changed_inputs == ["RUN/shards/manifest.json"] and recipe.pretrain.allow_shard_change:
+            return stamps.Plan("keep", "the train shards changed; continuing on them (pretrain.allow_shard_change)")
+        return stamps.Plan("replace", f"the input corpus changed ({', '.join(changed_inputs)})")
+    diffs = differing_fields(old["config"], new["config"])
+    if not diffs:  # another bertfactory version, same settings and data: the checkpoints' fingerprint decides
+        return stamps.Plan("keep", "same settings and data under another bertfactory version; resuming")
+    old_pre, new_pre = old["config"].get("pretrain", {}), new["config"]["pretrain"]
+    where = run_dir
+    if diffs == ["pretrain.max_steps"] and new_pre["max_steps"] > old_pre["max_steps"]:
+        steps = run_sync.checkpoint_steps(run_dir)
+        if steps is None:
+            from training.checkpoint import list_checkpoints
+
+            steps = [step for step, _ in list_checkpoints(run_dir / "pretrain" / "checkpoints")]
+        step = resumable_step(old_pre, new_pre, steps, recipe.pretrain.extend)
+        if step is not None:
+            return stamps.Plan("keep", f"max_steps raised from {old_pre['max_steps']} to {new_pre['max_steps']}: "
+                                       f"extending the run from its checkpoint at step {step}")
+        if not steps:  # nothing to continue from (save_every beyond the run): start over, the old run kept aside
+            return stamps.Plan("replace", f"max_steps raised from {old_pre['max_steps']} to {new_pre['max_steps']} "
+                                          "with no checkpoint to continue from")
+        limit = unchanged_through(old_pre, new_pre)
+        raise ConfigError(refusal("pretrain.max_steps", old_pre["max_steps"], new_pre["max_steps"], where,
+                                  f"the {new_pre.get('schedule')} schedule then changes the learning rate from step "
+                                  f"{limit + 1} on, before the newest checkpoint (step {max(steps)}); pass --extend "
+                                  "to continue it with the new schedule from there"))
+    first = next(d for d in diffs if d != "pretrain.max_steps")  # the setting that changes the trained steps
+    also = [d for d in diffs if d != first]
+    raise ConfigError(refusal(first, _value(old["config"], first), _value(new["config"], first), where,
+                              "that changes the steps already trained"
+                              + (f" (also changed: {', '.join(also)})" if also else "")))
+
+
+def run_cached(stage: str, run_dir: Path, key: str, action: Callable[[], dict], force: bool = False,
+               continues=None) -> dict:
+    """The stamp protocol around any stage (flows.stamps.STAGES): skip when `key` is fresh, else plan what becomes of
+    outputs started under another key (flows.stamps.plan: keep, move aside, or refuse), begin, `action()`, finish.
+    Every flow's caching goes through here, so a result persists across processes and Prefect homes.
     For a run directory on object storage (the working copy of a URL) the stamps and outputs are pulled first
-    and pushed after, the stamp last (flows/run_sync.py); for a local one those calls do nothing."""
+    and pushed after, the stamp last (flows/run_sync.py); for a local one those calls do nothing. Nothing is
+    deleted: replaced outputs are moved aside, here and on the run location."""
     published = run_sync.pull_state(stage, run_dir)
-    if not force and stamps.is_fresh(run_dir, stage, key):
+    if stamps.is_fresh(run_dir, stage, key):
         if published is False:  # finished here, but the run location never got it (unreachable then): publish
             run_sync.push_outputs(stage, run_dir)
         logger.info("%s: up to date (key %s), skipping", stage, key[:12])
         return {"stage": stage, "status": "up-to-date", "key": key, "seconds": 0.0,
                 "summary": stamps.recorded_summary(run_dir, stage)}
-    run_sync.clear_stale(stage, run_dir, key)
-    stamps.begin(run_dir, stage, key, log=logger.warning)
+    decided = stamps.plan(run_dir, stage, key, force, continues, remote_outputs=published is not None)
+    if decided.action == "replace":
+        run_sync.set_aside(stage, run_dir, decided.why)
+    stamps.begin(run_dir, stage, key, log=logger.warning, decided=decided)
     run_sync.after_begin(stage, run_dir)
     logger.info("%s: running (key %s) in %s", stage, key[:12], run_dir)
     t0 = time.perf_counter()

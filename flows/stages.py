@@ -49,16 +49,17 @@ def _is_transient(task, task_run, state) -> bool:
     retry_delay_seconds=[10, 60],
     retry_condition_fn=_is_transient,
 )
-def stage_task(stage: str, recipe_json: dict, run_dir: str) -> dict:
-    """Run one stage (skipped inside when up to date) and publish its artifacts."""
+def stage_task(stage: str, recipe_json: dict, run_dir: str, force: bool = False) -> dict:
+    """Run one stage (skipped inside when up to date) and publish its artifacts. `force`: outputs that a changed
+    setting cannot continue are moved aside instead of refused (flows/stamps.py)."""
     recipe = Recipe.model_validate(recipe_json)
-    result = run_stage(stage, recipe, Path(run_dir))
+    result = run_stage(stage, recipe, Path(run_dir), force=force)
     publish_stage_artifacts(stage, Path(run_dir), result)
     return result
 
 
-def submit_stage(stage: str, recipe: Recipe, run_dir: Path) -> dict:
-    return stage_task(stage, recipe.model_dump(mode="json"), str(Path(run_dir).resolve()))
+def submit_stage(stage: str, recipe: Recipe, run_dir: Path, force: bool = False) -> dict:
+    return stage_task(stage, recipe.model_dump(mode="json"), str(Path(run_dir).resolve()), force)
 
 
 def _flow_run_name() -> str:
@@ -70,14 +71,15 @@ def _flow_run_name() -> str:
 
 def _stage_flow(stage: str):
     @flow(name=stage, flow_run_name=_flow_run_name, log_prints=True, validate_parameters=True)
-    def stage_flow(config: str, run_dir: str, overrides: list[str] | None = None) -> dict:
+    def stage_flow(config: str, run_dir: str, overrides: list[str] | None = None, force: bool = False) -> dict:
         from .params import StageParams, flow_guard
 
         with flow_guard(stage, StageParams, config=config, run_dir=run_dir, overrides=overrides) as params:
             recipe = load_recipe(params.config, params.overrides)
-            return submit_stage(stage, recipe, Path(params.run_dir))
+            return submit_stage(stage, recipe, Path(params.run_dir), force)
 
-    stage_flow.__doc__ = f"Run the {stage} stage of a recipe into a run directory (skipped when up to date)."
+    stage_flow.__doc__ = (f"Run the {stage} stage of a recipe into a run directory (skipped when up to date). force: "
+                          "move aside outputs that a changed setting cannot continue, instead of refusing.")
     return stage_flow
 
 

@@ -13,7 +13,6 @@ machines, and works with or without a Prefect server. The Prefect tasks use the 
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -71,10 +70,15 @@ def _input_name(path: Path, run_dir: Path | None) -> str:
     return str(path)
 
 
+# what each key computed in this process was made of (config, input fingerprints): `begin` records it in the started
+# stamp, so that a later key can say which setting or input changed (an extended pretraining run, a refusal)
+_DETAILS: dict[str, dict] = {}
+
+
 def stage_key(stage: str, config: dict, input_files: list[Path], run_dir: Path | None = None) -> str:
     """The content hash that decides whether `stage` must run."""
     inputs = {_input_name(p, run_dir): file_fingerprint(p) for p in input_files}
-    return content_hash(
+    key = content_hash(
         {
             "stage": stage,
             "bertfactory": __version__,
@@ -82,6 +86,13 @@ def stage_key(stage: str, config: dict, input_files: list[Path], run_dir: Path |
             "inputs": inputs,
         }
     )
+    _DETAILS[key] = {"config": config, "inputs": inputs, "bertfactory": __version__}
+    return key
+
+
+def key_details(key: str) -> dict | None:
+    """{config, inputs, bertfactory} of a key computed by `stage_key` in this process, None otherwise."""
+    return _DETAILS.get(key)
 
 
 def _stamp_path(run_dir: Path, stage: str, suffix: str = "") -> Path:
@@ -148,26 +159,70 @@ def _recorded_matches(recorded: str | None, rel: str, run_dir: Path, remote: dic
                for split in manifest.get("splits", {}).values() for s in split.get("shards", []))
 
 
-def begin(run_dir: Path, stage: str, key: str, log=None) -> None:
-    """Called before a stage runs. If the stage's directories hold outputs of *other* inputs (a different key
-    started them), they are stale: remove them so the stage does not resume from them. Outputs of the same key
-    (a crashed or interrupted run) are kept so the stage can resume."""
+def started_record(run_dir: Path, stage: str) -> dict:
+    """What `<stage>.started.json` says: the key the stage's outputs were started under and (since issue 35) the
+    config and input fingerprints of that key; {} when there is none."""
     started = _stamp_path(run_dir, stage, ".started")
-    previous = None
-    if started.is_file():
-        try:
-            previous = json.loads(started.read_text()).get("key")
-        except json.JSONDecodeError:
-            previous = None
+    try:
+        return json.loads(started.read_text()) if started.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `begin` does with a stage's existing outputs: start (there are none), keep (resume or extend them) or
+    replace (move them aside), and why."""
+
+    action: str
+    why: str = ""
+
+
+def plan(run_dir: Path, stage: str, key: str, force: bool = False, continues=None, remote_outputs: bool = False) -> Plan:
+    """Decide before anything is touched. Outputs started under the same key are kept (a crash, Ctrl-C, a killed
+    worker: the stage resumes). Under another key, `continues(old, new)` (the stage's own rule, e.g. pretraining's
+    extension: flows/stage_runner.py) gets both keys' details and returns a Plan or raises the refusal; without a
+    rule, or with `force`, the outputs are replaced (moved aside, never deleted). `remote_outputs`: a run location may hold outputs that the working copy does not."""
     spec = STAGES[stage]
-    existing = [run_dir / d for d in spec.workdirs if (run_dir / d).exists()]
-    if existing and previous != key:
-        if log:
-            log(f"{stage}: inputs changed since the outputs in {', '.join(map(str, existing))} were made; removing them")
-        for d in existing:
-            shutil.rmtree(d)
+    if not spec.workdirs:
+        return Plan("start")
+    previous = started_record(run_dir, stage)
+    local = any((run_dir / d).exists() for d in spec.workdirs)
+    if not local and not (remote_outputs and previous):
+        return Plan("start")
+    if previous.get("key") == key:
+        return Plan("keep", "started under the same key")
+    if force:
+        return Plan("replace", "--force")
+    old, new = previous, key_details(key)
+    if continues is None or new is None:
+        return Plan("replace", "its inputs changed")
+    return continues(old, new)  # old may lack config/inputs (a stamp of an earlier bertfactory): the rule decides
+
+
+def begin(run_dir: Path, stage: str, key: str, log=None, decided: Plan | None = None) -> Plan:
+    """Called before a stage runs: carry out the plan (`plan` with no rule when not given). Outputs to replace are
+    moved aside to `<dir>.replaced-<time>-<old key[:12]>/` beside them (bertfactory/replaced.py; `bertfactory clean`
+    deletes them when asked); nothing is deleted. Then the started stamp records the key and its details."""
+    from bertfactory.replaced import move_aside
+
+    decided = decided or plan(run_dir, stage, key)
+    previous = started_record(run_dir, stage)
+    if decided.action == "replace":
+        spec = STAGES[stage]
+        for d in [run_dir / d for d in spec.workdirs if (run_dir / d).exists()]:
+            try:
+                target = move_aside(d, (previous.get("key") or "unknown")[:12])
+            except FileNotFoundError:  # another rank of the same job moved it first
+                continue
+            if log:
+                log(f"{stage}: {decided.why} since the outputs in {d} were made; moved them to {target} "
+                    f"(nothing deleted; `bertfactory clean {run_dir}` deletes replaced outputs)")
+    elif decided.action == "keep" and decided.why and previous.get("key") != key and log:
+        log(f"{stage}: {decided.why}")
     _stamp_path(run_dir, stage).unlink(missing_ok=True)
-    atomic_write_json(started, {"key": key, "stage": stage})
+    atomic_write_json(_stamp_path(run_dir, stage, ".started"), {"key": key, "stage": stage, **(key_details(key) or {})})
+    return decided
 
 
 def finish(run_dir: Path, stage: str, key: str, summary: dict, seconds: float | None = None) -> None:

@@ -239,6 +239,16 @@ def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_ste
     return LambdaLR(optimizer, schedule_rule(schedule, warmup_steps, max_steps, **options))
 
 
+def reset_learning_rate(scheduler: LambdaLR) -> None:
+    """Set the optimiser's rates to what `scheduler`'s own rule gives at its step: after loading a checkpoint written
+    under another budget (an extended run, training/extend.py), the rate held is the old schedule's."""
+    step = scheduler.last_epoch
+    groups = scheduler.optimizer.param_groups
+    for group, base, rule in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        group["lr"] = base * rule(step)
+    scheduler._last_lr = [group["lr"] for group in groups]
+
+
 def clip_gradients(model: nn.Module, max_norm: float) -> torch.Tensor:
     """Clip the global L2 norm of all gradients; returns the norm before clipping as a 0-dim tensor on the
     gradients' device (not a float: that would wait for the GPU every step). Under FSDP the gradients are

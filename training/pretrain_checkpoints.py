@@ -73,8 +73,27 @@ class RunSaver:
         """final/ (model, config, tokenizer), summary.json and loss_curve.png; a collective under FSDP."""
         weights = full_model_state(self.model) if is_sharded(self.model) else None
         if self.dist.is_main:
+            set_aside_final(self.paths)  # an extended run's shorter final/: moved aside, never overwritten
             save_pretrained(self.model, self.arch_config, self.paths.tokenizer, self.paths.final,
                             training=self.provenance(trainer), weights=weights)
             atomic_write_json(self.paths.summary, summary)
             write_loss_curve(self.paths.metrics, self.paths.loss_curve)
         self.dist.barrier()
+
+
+def set_aside_final(paths: PretrainPaths) -> None:
+    """Move an existing final/ (the result of an earlier, shorter run that this one extends) to
+    final.replaced-<time>-step<N>/ beside it; `bertfactory clean` deletes such folders when asked."""
+    from bertfactory.replaced import replaced_name
+
+    if not (paths.final / "config.json").is_file():
+        return
+    try:
+        from .checkpoint import read_checkpoint_config
+
+        step = read_checkpoint_config(paths.final).get("training", {}).get("step")
+    except Exception:  # noqa: BLE001 - an unreadable config: still moved aside, named without its step
+        step = None
+    target = paths.final.with_name(replaced_name(paths.final.name, f"step{step}" if step is not None else "old"))
+    paths.final.rename(target)
+    logger.warning("pretrain: the earlier final model moved to %s", target)

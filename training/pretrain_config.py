@@ -105,9 +105,13 @@ class PretrainConfig(StrictModel):
                                      "metrics.jsonl metric of the window logged at or before it (a loss = lowest, "
                                      "e.g. loss, mlm_loss; an accuracy = highest, e.g. mlm_acc); null = only the newest")
     allow_shard_change: bool = Field(False, description="resume although the train shards changed since the checkpoint "
-                                     "(their manifest sha256 differs); off = refuse. Note: the bertfactory CLI's stage "
-                                     "stamps restart pretraining from scratch when the manifest changes, before "
-                                     "this check is reached")
+                                     "(their manifest sha256 differs); off = the stage moves the old outputs aside "
+                                     "(pretrain.replaced-<time>-<key>/) and starts over on the new shards")
+    extend: bool = Field(False, description="a raised max_steps continues the newest checkpoint whatever the "
+                         "schedule (`bertfactory ... --extend`): from the resumed step on the learning rate follows "
+                         "the new budget's schedule. Without it a raised max_steps resumes only from a checkpoint "
+                         "whose steps the new schedule leaves unchanged (constant; wsd before its decay; the warmup "
+                         "of the others) and is refused otherwise (training/extend.py)")
     peak_flops: float | None = Field(None, gt=0.0, description="peak FLOP/s of ONE device (e.g. 989e12 for an H100 "
                                      "SXM in bf16): metrics.jsonl gets mfu = model FLOPs/token x tokens/s / (peak x "
                                      "processes); null = mfu null")
@@ -207,7 +211,7 @@ class PretrainConfig(StrictModel):
     # Fields that change how training is observed or stored, not the trajectory: a checkpoint written under
     # other values of these may still be resumed.
     RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"log_every", "save_every", "keep_last", "num_threads", "verify_shards",
-                                                          "keep_best_by", "allow_shard_change", "peak_flops", "tracking",
+                                                          "keep_best_by", "allow_shard_change", "peak_flops", "tracking", "extend",
                                                           "loader_workers", "xla_cache_dir", "parallelism",
                                                           "fsdp", "xla_spmd"})
 

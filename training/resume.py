@@ -21,7 +21,9 @@ from bertfactory.io import atomic_write_text, read_json_file
 from .checkpoint import list_checkpoints, load_training_state, load_weights, MODEL_FILE, verify_checkpoint
 from .pretrain_checkpoints import RunSaver
 from .pretrain_config import PretrainConfig
-from .run_fingerprint import check_compatible
+from .extend import resumable_step, unchanged_through
+from .optim import reset_learning_rate
+from .run_fingerprint import check_compatible, extends, saved_fingerprint
 from .run_layout import PretrainPaths
 from .trainer import Trainer
 
@@ -31,6 +33,12 @@ logger = logging.getLogger("training.pretrain")  # the stage's log, whichever of
 def completed_summary(paths: PretrainPaths, fingerprint: dict) -> dict | None:
     """final/ already holds the result of this config: its recorded summary (status "already complete")."""
     if not (paths.final / MODEL_FILE).is_file():
+        return None
+    if extends(saved_fingerprint(paths.final), fingerprint):
+        # a larger max_steps: the run goes on from a checkpoint (resume_or_start); the old final/ is moved aside
+        # when the new one is saved (RunSaver.save_final), never deleted
+        logger.info("pretrain: %s holds the result of fewer steps (max_steps raised to %d); extending the run",
+                    paths.final, fingerprint["pretrain"]["max_steps"])
         return None
     check_compatible(paths.final, fingerprint, "final model")
     logger.info("pretrain: %s already holds the result of this config; nothing to do", paths.final)
@@ -90,19 +98,48 @@ def resume_or_start(trainer: Trainer, saver: RunSaver, cfg: PretrainConfig) -> i
     step) and return its step; without one, start from scratch (None), dropping metrics of an earlier attempt."""
     paths, dist = saver.paths, saver.dist
     latest = intact_checkpoint(paths.checkpoints)
+    longer = False
+    if latest is not None and extends(saved := saved_fingerprint(latest[1]), saver.fingerprint):
+        latest, longer = _extension_checkpoint(paths, latest, saved, saver.fingerprint, cfg), True
     if latest is None:
         if dist.is_main and paths.metrics.exists():  # left by a run that stopped before its first checkpoint
             paths.metrics.unlink()
         logger.info("pretrain: starting from scratch in %s", paths.out)
         return None
     step, directory = latest
-    check_compatible(directory, saver.fingerprint, "checkpoint", cfg.allow_shard_change)
+    check_compatible(directory, saver.fingerprint, "checkpoint", cfg.allow_shard_change, allow_longer=longer)
     if saver.stacking.replay(trainer, step):  # the checkpoint holds the model as deep as it was at its step
         saver.adopt(trainer)
     load_weights(saver.model, directory / MODEL_FILE)
     trainer.load_state_dict(load_training_state(directory))
+    if longer:  # the rate from here on is the new budget's (equal to the saved one unless --extend)
+        reset_learning_rate(trainer.scheduler)
+        logger.warning("pretrain: extending the run from step %d to %d steps", step, cfg.max_steps)
     if dist.is_main:
         truncate_metrics(paths.metrics, step)
     logger.warning("pretrain: resuming from step %d (checkpoint %s; %d steps in total)", step, directory,
                    cfg.max_steps)
     return step
+
+
+def _extension_checkpoint(paths: PretrainPaths, newest: tuple[int, Path], saved: dict, current: dict,
+                          cfg: PretrainConfig) -> tuple[int, Path]:
+    """The checkpoint a raised max_steps continues: the newest whose steps the new schedule leaves unchanged (or
+    the newest with pretrain.extend); ConfigError naming the schedule when there is none (training/extend.py)."""
+    from bertfactory.errors import ConfigError
+
+    from .extend import refusal
+
+    candidates = {s: d for s, d in list_checkpoints(paths.checkpoints) if s <= newest[0]}
+    step = resumable_step(saved["pretrain"], current["pretrain"], sorted(candidates), cfg.extend)
+    if step is None:
+        limit = unchanged_through(saved["pretrain"], current["pretrain"])
+        raise ConfigError(refusal("pretrain.max_steps", saved["pretrain"]["max_steps"], cfg.max_steps, paths.out.parent,
+                                  f"the {cfg.schedule} schedule then changes the learning rate from step {limit + 1} "
+                                  f"on, before the newest checkpoint (step {newest[0]}); pass --extend to continue it "
+                                  "with the new schedule from there"))
+    if step != newest[0]:
+        verify_checkpoint(candidates[step])
+        logger.warning("pretrain: max_steps raised to %d: resuming from step %d, the last checkpoint whose steps the "
+                       "%s schedule leaves unchanged (not from step %d)", cfg.max_steps, step, cfg.schedule, newest[0])
+    return step, candidates[step]

@@ -39,12 +39,31 @@ def run_fingerprint(model: ModelConfig, cfg: PretrainConfig, tokenizer_sha256: s
     }))
 
 
-def check_compatible(directory: Path, current: dict, what: str, allow_shard_change: bool = False) -> None:
-    """Refuse to continue `directory` (a checkpoint, or the final model) written under another fingerprint; only
-    other train shards are let through, with a warning, when allow_shard_change."""
+def saved_fingerprint(directory: Path) -> dict:
     saved = read_checkpoint_config(directory).get("training", {}).get("fingerprint")
     if saved is None:
         raise ContractError(f"{directory / CONFIG_FILE} has no 'training.fingerprint'; it was not written by pretraining")
+    return saved
+
+
+def extends(saved: dict, current: dict) -> bool:
+    """True when `current` differs from `saved` only by a larger pretrain.max_steps (training/extend.py)."""
+    old = saved.get("pretrain", {}).get("max_steps", FINGERPRINT_DEFAULTS["pretrain"]["max_steps"])
+    new = current.get("pretrain", {}).get("max_steps")
+    if new is None or new <= old:
+        return False
+    longer = {**saved, "pretrain": {**saved.get("pretrain", {}), "max_steps": new}}
+    return not fingerprint_diff(longer, current, defaults=FINGERPRINT_DEFAULTS)
+
+
+def check_compatible(directory: Path, current: dict, what: str, allow_shard_change: bool = False,
+                     allow_longer: bool = False) -> None:
+    """Refuse to continue `directory` (a checkpoint, or the final model) written under another fingerprint; only
+    other train shards are let through, with a warning, when allow_shard_change, and a larger max_steps when
+    allow_longer (an extension, training/extend.py: the caller checked that the schedule allows it)."""
+    saved = saved_fingerprint(directory)
+    if allow_longer and current.get("pretrain", {}).get("max_steps", 0) > saved.get("pretrain", {}).get("max_steps", 0):
+        saved = {**saved, "pretrain": {**saved.get("pretrain", {}), "max_steps": current["pretrain"]["max_steps"]}}
     diffs = fingerprint_diff(saved, current, defaults=FINGERPRINT_DEFAULTS)
     shard_diffs = [d for d in diffs if d.startswith(_SHARDS_FIELD + " ")]
     diffs = [d for d in diffs if d not in shard_diffs]
@@ -62,6 +81,6 @@ def check_compatible(directory: Path, current: dict, what: str, allow_shard_chan
         raise ContractError(
             f"{what} {directory} was written under a different config; refusing to continue it. Differing: "
             + "; ".join(diffs)
-            + f". Use another --run-dir, or delete {directory.parents[1] if what == 'checkpoint' else directory.parent} "
-            "to start over."
+            + ". Use another --run-dir, or pass --force (bertfactory run/pretrain) to move "
+            f"{directory.parents[1] if what == 'checkpoint' else directory.parent} aside and start over."
         )

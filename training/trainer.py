@@ -248,7 +248,10 @@ class Trainer:
             load_full_optimizer_state(self.model, self.optimizer, state["optimizer"])
         else:
             self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        scheduler = dict(state["scheduler"])
+        if "lr_lambdas" in scheduler:  # the rule is this run's config (an extended run's budget), not the saved one
+            scheduler["lr_lambdas"] = [None] * len(scheduler["lr_lambdas"])
+        self.scheduler.load_state_dict(scheduler)
         set_rng_state(state["rng"])
         if self.carries_memory:
             self._load_stream_memory(state.get("stream_memory"))

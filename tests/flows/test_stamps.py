@@ -43,18 +43,57 @@ def _fake_distill_outputs(run):
     (run / "distill/results.json").write_text(json.dumps({"x": 1}))
 
 
-def test_begin_keeps_same_key_outputs_and_removes_stale_ones(tmp_path):
+def test_begin_keeps_same_key_outputs_and_moves_stale_ones_aside(tmp_path):
     run = tmp_path
     stamps.begin(run, "distill", "k1")
     _fake_distill_outputs(run)
     # same key again (e.g. after a crash): outputs kept so the stage can resume
     stamps.begin(run, "distill", "k1")
     assert (run / "distill/results.json").is_file()
-    # different key: the directory is stale and removed
+    # different key: the directory is stale and moved aside beside it, named with its time and old key; nothing
+    # is deleted
     messages = []
     stamps.begin(run, "distill", "k2", log=messages.append)
     assert not (run / "distill").exists()
-    assert messages and "inputs changed" in messages[0]
+    aside = [p for p in run.iterdir() if p.name.startswith("distill.replaced-")]
+    assert len(aside) == 1 and aside[0].name.endswith("-k1"), aside
+    assert json.loads((aside[0] / "results.json").read_text()) == {"x": 1}
+    assert len(messages) == 1 and str(aside[0]) in messages[0] and "bertfactory clean" in messages[0], messages
+    # a second replacement within the same second gets its own folder
+    _fake_distill_outputs(run)
+    stamps.begin(run, "distill", "k3")
+    assert len([p for p in run.iterdir() if p.name.startswith("distill.replaced-")]) == 2
+
+
+def test_a_stage_rule_keeps_or_refuses_and_force_replaces(tmp_path):
+    from bertfactory.errors import ConfigError
+
+    run = tmp_path
+    inp = tmp_path / "input.txt"
+    inp.write_text("corpus")
+    k1 = stamps.stage_key("distill", {"epochs": 1}, [inp], run)
+    stamps.begin(run, "distill", k1)
+    assert json.loads((run / ".bertfactory/distill.started.json").read_text())["config"] == {"epochs": 1}
+    _fake_distill_outputs(run)
+    k2 = stamps.stage_key("distill", {"epochs": 2}, [inp], run)
+    seen = []
+
+    def keep(old, new):
+        seen.append((old["config"], new["config"]))
+        return stamps.Plan("keep", "epochs raised")
+
+    assert stamps.plan(run, "distill", k2, continues=keep).action == "keep"
+    assert seen == [({"epochs": 1}, {"epochs": 2})]
+
+    def refuse(old, new):
+        raise ConfigError("distill.epochs changed")
+
+    import pytest
+
+    with pytest.raises(ConfigError):
+        stamps.plan(run, "distill", k2, continues=refuse)
+    assert stamps.plan(run, "distill", k2, force=True, continues=refuse).action == "replace"
+    assert stamps.plan(run, "distill", k1, force=True, continues=refuse).action == "keep"  # same key: resumed
 
 
 def test_a_new_evaluate_key_keeps_the_earlier_evaluations(tmp_path):

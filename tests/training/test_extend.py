@@ -1,0 +1,69 @@
+"""Which checkpoints a raised max_steps continues exactly (training/extend.py): the steps already trained must keep
+their learning rates under the new budget, or the user says --extend."""
+
+from __future__ import annotations
+
+import torch
+
+from training.extend import is_extension, resumable_step, unchanged_through
+from training.optim import build_scheduler, reset_learning_rate
+from training.pretrain_config import PretrainConfig
+
+
+def fields(**kw) -> dict:
+    return PretrainConfig(**kw).trajectory_fields()
+
+
+def test_constant_schedule_keeps_every_trained_step():
+    old, new = fields(schedule="constant", warmup_steps=2, max_steps=12), fields(schedule="constant", warmup_steps=2,
+                                                                               max_steps=20)
+    assert is_extension(old, new) and not is_extension(new, old)
+    assert unchanged_through(old, new) == 12
+    assert resumable_step(old, new, [5, 10], extend=False) == 10
+
+
+def test_wsd_keeps_the_steps_before_the_old_decay():
+    old = fields(schedule="wsd", warmup_steps=2, max_steps=100, wsd_decay_fraction=0.2)  # decay from step 80
+    new = fields(schedule="wsd", warmup_steps=2, max_steps=200, wsd_decay_fraction=0.2)
+    assert unchanged_through(old, new) == 80
+    assert resumable_step(old, new, [40, 80, 90], extend=False) == 80  # not 90: its steps 81-90 decayed
+    assert resumable_step(old, new, [90], extend=False) is None
+    assert resumable_step(old, new, [90], extend=True) == 90
+
+
+def test_linear_decay_keeps_only_the_warmup():
+    old = fields(schedule="linear", warmup_steps=4, max_steps=12)
+    new = fields(schedule="linear", warmup_steps=4, max_steps=20)
+    assert unchanged_through(old, new) == 4
+    assert resumable_step(old, new, [5, 10], extend=False) is None
+    assert resumable_step(old, new, [2, 5, 10], extend=False) == 2
+    assert resumable_step(old, new, [5, 10], extend=True) == 10
+
+
+def test_a_warmup_clamped_to_a_short_run_changes_with_the_budget():
+    # warmup_steps longer than the run warms up over the whole run (scheduler_from_config): more steps, other rates
+    old, new = fields(schedule="wsd", warmup_steps=100, max_steps=12), fields(schedule="wsd", warmup_steps=100,
+                                                                            max_steps=20)
+    assert unchanged_through(old, new) == 0
+
+
+def test_other_changes_are_not_extensions():
+    assert not is_extension(fields(max_steps=12), fields(max_steps=20, seed=1))
+    assert not is_extension(fields(max_steps=12), fields(max_steps=20, learning_rate=3e-4))
+
+
+def test_reset_learning_rate_follows_the_new_budget():
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=1.0)
+    sched = build_scheduler(opt, 2, 20, "linear")
+    for _ in range(10):
+        opt.step()
+        sched.step()
+    state = sched.state_dict()
+    longer = build_scheduler(torch.optim.SGD([param], lr=1.0), 2, 40, "linear")
+    state["lr_lambdas"] = [None]
+    longer.load_state_dict(state)
+    longer.optimizer.param_groups[0]["lr"] = opt.param_groups[0]["lr"]  # what loading the optimiser restores
+    reset_learning_rate(longer)
+    assert longer.optimizer.param_groups[0]["lr"] == (40 - 10) / (40 - 2)
+    assert longer.get_last_lr() == [(40 - 10) / (40 - 2)]
