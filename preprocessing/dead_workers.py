@@ -62,6 +62,7 @@ _DIED_TEXT = re.compile(r"a Beam SDK worker process \(([^)]*)\) died while the j
 # what Beam's data plane raises when a worker's data stream ends in the middle of a bundle: the worker died (or its
 # connection did) before the watch above saw it, which is how a portable job's worker death usually surfaces
 _CHANNEL_CLOSED = "Channel closed prematurely"
+DATA_CHANNEL_CLOSED = "its data channel closed in the middle of a bundle"  # how that death is described
 
 
 def death_in_text(text: str) -> WorkerDied | None:
@@ -71,7 +72,7 @@ def death_in_text(text: str) -> WorkerDied | None:
     if match is not None:
         return WorkerDied(_message(match.group(1), match.group(2)))
     if _CHANNEL_CLOSED in text:
-        return WorkerDied(_message("one of the job's", "its data channel closed in the middle of a bundle"))
+        return WorkerDied(_message("one of the job's", DATA_CHANNEL_CLOSED))
     return None
 
 

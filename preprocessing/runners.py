@@ -33,7 +33,8 @@ from bertfactory.errors import BertfactoryError
 
 from . import dofn_specs_cache, options_view_cache
 from .config import RunnerConfig, SdkEnvironmentConfig
-from .dead_workers import WorkerDied, death_after, death_in_text, deaths_seen, install as install_dead_worker_watch
+from .dead_workers import DATA_CHANNEL_CLOSED, WorkerDied, death_after, death_in_text, deaths_seen
+from .dead_workers import install as install_dead_worker_watch
 from .worker_errors import quiet_user_errors, recover_input_error
 
 logger = logging.getLogger(__name__)
@@ -173,14 +174,31 @@ def run_pipeline(build, cfg: RunnerConfig, name: str) -> None:
         raise (clean or _named(err, name)) from None
     except Exception as err:  # Beam wraps worker failures in RuntimeError and friends
         clean = recover_input_error(err) or _worker_died(err, name)
-        if clean is None and (died := death_after(deaths)) is not None:  # failed elsewhere first (data plane)
-            clean = _named(died, name)
+        if clean is None or _seen_by_the_data_plane(clean):
+            # failed elsewhere first (the data plane noticed the closed channel): the watcher of a worker this
+            # process started says how it died (killed by SIGKILL, exit status N) a moment later, and that is the
+            # one line, whichever saw the death first; a portable job's watcher runs in another process, so the
+            # data plane's words stay
+            wait_s = DATA_PLANE_WAIT_S if clean is not None else 2.0  # any other failure: a short look
+            if (died := death_after(deaths, wait_s=wait_s)) is not None:
+                clean = _named(died, name)
         if clean is not None:
             raise clean from None
         raise
     # Portable runners report a failed job as a terminal state rather than always raising.
     if state is not None and state != PipelineState.DONE:
         raise RuntimeError(f"{name}: the Beam job ended in state {state} on {RUNNER_NAMES[cfg.preset]}")
+
+
+# how long a failure the data plane saw first waits for the watcher's word on the worker (it comes within
+# milliseconds when the worker is one of this process's subprocesses; generous for a loaded machine)
+DATA_PLANE_WAIT_S = 10.0
+
+
+def _seen_by_the_data_plane(err: BaseException) -> bool:
+    """Whether `err` is the WorkerDied rebuilt from the data plane's "Channel closed prematurely" (death_in_text),
+    which does not say which worker died nor how."""
+    return isinstance(err, WorkerDied) and DATA_CHANNEL_CLOSED in str(err)
 
 
 def _worker_died(exc: BaseException, name: str) -> WorkerDied | None:

@@ -21,7 +21,8 @@ from preprocessing.portable_local import local_portable_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 BERTFACTORY = Path(sys.executable).with_name("bertfactory")
-ENDS_WITHIN_S = 120  # after the kill; the whole stage takes ~50 s on 2 cores
+# after the kill; the whole stage takes ~50 s on 2 cores: a bound for a hang, generous for a machine twice as slow
+ENDS_WITHIN_S = 300
 
 
 def _descendants(pid: int) -> list[tuple[int, str]]:
@@ -42,6 +43,16 @@ def _sdk_workers(pid: int) -> list[int]:
             and not args.startswith("/bin/sh")]
 
 
+def _no_workers_left(within_s: float = 120.0) -> bool:
+    """Whether every SDK worker under this process has gone (polled: the runner reaps them as it shuts down)."""
+    deadline = time.monotonic() + within_s
+    while _sdk_workers(os.getpid()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def _kill_a_worker_mid_job(command: list[str], workers_under: int | None, log: Path, settle_s: float) -> int:
     """Run the CLI, SIGKILL one SDK worker (found under `workers_under`, else under the CLI) `settle_s` after the
     first appears, and return the CLI's exit status; fails the test if the CLI is still running ENDS_WITHIN_S
@@ -49,7 +60,7 @@ def _kill_a_worker_mid_job(command: list[str], workers_under: int | None, log: P
     with open(log, "w") as out:
         cli = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 600  # a bound for a hang: the workers appear after the job's checks
         workers: list[int] = []
         while not workers and cli.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -75,15 +86,13 @@ def test_a_killed_worker_ends_the_job_with_a_clear_error(tmp_path):
     output = log.read_text()
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert returncode == 2 and len(errors) == 1, output[-3000:]
-    # the watcher names the signal when it sees the death first; on a loaded machine the data plane can notice the
-    # closed channel first (preprocessing/dead_workers.py death_after): either way the one line says what happened
-    assert "a Beam SDK worker process" in errors[0] and (
-        "died while the job ran (killed by SIGKILL)" in errors[0]
-        or "died while the job ran (its data channel closed in the middle of a bundle)" in errors[0]), errors[0]
+    # the same line whether the watcher or, on a loaded machine, the data plane sees the death first
+    # (preprocessing/runners.py waits for the watcher's word; tests/preprocessing/test_dead_worker_one_line.py)
+    assert errors[0].startswith("error: documents: a Beam SDK worker process (worker_") and \
+        "died while the job ran (killed by SIGKILL)" in errors[0], errors[0]
     assert "nothing was published" in errors[0] and "Traceback" not in output
     assert not (tmp_path / "run" / "shards").exists()  # nothing half-written was published
-    time.sleep(1)
-    assert _sdk_workers(os.getpid()) == []  # no worker left behind
+    assert _no_workers_left(), _sdk_workers(os.getpid())  # no worker left behind
 
 
 def test_a_killed_pool_worker_ends_a_portable_job_with_a_clear_error(tmp_path):
