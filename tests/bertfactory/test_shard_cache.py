@@ -121,7 +121,7 @@ def test_fetch_all_yields_in_order_and_prefetches(bucket, cache_dir, caplog):
             # this one and the next two (prefetched, not further); older ones go as later downloads evict them
             start = min(i, len(items) - 3)
             want = set(names[start:start + 3])
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 120  # a bound for a hang: the prefetch thread's downloads are waited for
             while want != cached(cache_dir) and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert cached(cache_dir) == want

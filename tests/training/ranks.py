@@ -36,7 +36,7 @@ def free_port() -> int:
 
 
 def launch_ranks(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int = 2,
-                 stop_after: int | None = None, timeout: float = 240) -> list[dict]:
+                 stop_after: int | None = None, timeout: float = 600) -> list[dict]:
     port = free_port()
     procs = []
     for rank in range(world):

@@ -37,7 +37,7 @@ LOSSES = ("loss", "mlm_loss", "nsp_loss")
 
 def _launch(cfg: PretrainConfig, run: Path, stop_after: int | None = None, world: int = 2) -> list[dict]:
     """What torchrun does (tests/training/ranks.py); each rank's summary."""
-    return launch_ranks(NO_DROPOUT, cfg, run, world=world, stop_after=stop_after, timeout=180)
+    return launch_ranks(NO_DROPOUT, cfg, run, world=world, stop_after=stop_after, timeout=600)  # a bound for a hang
 
 
 def _metrics(run: Path) -> list[dict]:

@@ -25,7 +25,7 @@ def test_deploy_schedule_and_run_on_postgres(postgres, postgres_server, pipeline
 
     refresh = server.deployment("corpus_refresh/corpus-refresh-weekly")
     query = f"select count(*) from flow_run where deployment_id = '{refresh['id']}' and state_type = 'SCHEDULED'"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a bound for a hang: the scheduler's runs are waited for
     while int(postgres.sql(query)) < 3 and time.monotonic() < deadline:
         time.sleep(1)
     assert int(postgres.sql(query)) >= 3
