@@ -3,7 +3,8 @@
 A stage whose outputs must be replaced (`--force`, a changed input corpus, a changed setting of a stage that
 cannot continue its outputs) renames each of its directories to `<name>.replaced-<UTC time>-<key[:12]>/` beside it
 (`pretrain.replaced-20261129T081100Z-3f2a9c0d1e2b/`); an extended pretraining run moves its shorter final model to
-`pretrain/final.replaced-<time>-step<N>/`. Nothing is deleted until `bertfactory clean RUN` is run.
+`pretrain/final.replaced-<time>-step<N>/`, and the old run's checkpoints after the step it continues from to
+`pretrain/checkpoints/step-N.replaced-<time>-before<step>/`. Nothing is deleted until `bertfactory clean RUN` is run.
 
     target = move_aside(run_dir / "pretrain", old_key)     # the new path
     found = replaced_outputs(run_dir)                       # every replaced folder under the run directory
@@ -42,17 +43,20 @@ def is_replaced(name: str) -> bool:
 
 
 def replaced_outputs(run_dir: Path) -> list[Path]:
-    """The replaced folders in the run directory and in its stage directories (not inside replaced ones)."""
+    """The replaced folders anywhere in the run directory (not those inside replaced ones, nor under dot-folders
+    such as .bertfactory/)."""
     run_dir = Path(run_dir)
-    found = []
+    found: list[Path] = []
     if not run_dir.is_dir():
         return found
-    for path in sorted(run_dir.iterdir()):
-        if is_replaced(path.name):
-            found.append(path)
-        elif path.is_dir() and not path.name.startswith("."):
-            found += [p for p in sorted(path.iterdir()) if is_replaced(p.name)]
-    return found
+    stack = [run_dir]
+    while stack:
+        for path in sorted(stack.pop().iterdir(), reverse=True):
+            if is_replaced(path.name):
+                found.append(path)
+            elif path.is_dir() and not path.is_symlink() and not path.name.startswith("."):
+                stack.append(path)
+    return sorted(found)
 
 
 def delete_replaced(run_dir: Path) -> list[Path]:

@@ -19,15 +19,14 @@ def _size(path: Path) -> int:
 
 
 def _remote_replaced(url: str) -> dict[str, int]:
-    """The run location's replaced folders (top level and one level down) -> bytes."""
+    """The run location's replaced folders (at any depth, the outermost of nested ones) -> bytes."""
     found: dict[str, int] = {}
     for name, size in storage.list_files(url).items():
         parts = name.split("/")
-        for depth in (0, 1):
-            if len(parts) > depth + 1 and is_replaced(parts[depth]) and not any(is_replaced(p) for p in parts[:depth]):
-                key = "/".join(parts[:depth + 1])
-                found[key] = found.get(key, 0) + size
-                break
+        depth = next((i for i, part in enumerate(parts[:-1]) if is_replaced(part)), None)
+        if depth is not None and not any(p.startswith(".") for p in parts[:depth]):
+            key = "/".join(parts[:depth + 1])
+            found[key] = found.get(key, 0) + size
     return found
 
 

@@ -94,9 +94,10 @@ EXTEND_HELP = ("with a raised pretrain.max_steps, continue the newest checkpoint
                "otherwise")
 
 
-def _add_replace_args(p: argparse.ArgumentParser) -> None:
+def _add_replace_args(p: argparse.ArgumentParser, extend: bool = True) -> None:
     p.add_argument("--force", action="store_true", help=FORCE_HELP)
-    p.add_argument("--extend", action="store_true", help=EXTEND_HELP)
+    if extend:
+        p.add_argument("--extend", action="store_true", help=EXTEND_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("preprocess", help=text, description=text + ". Formats, instance formats and masking "
                        "schemes: docs/sources.md, docs/shards.md.")
     _add_recipe_args(p, config_optional=True)
-    _add_replace_args(p)
+    _add_replace_args(p, extend=False)
     add_adhoc_arguments(p)
     text = "pretrain the model on RUN/shards -> RUN/pretrain (resumes from the last checkpoint)"
     p = sub.add_parser("pretrain", help=text, description=text + "; a raised pretrain.max_steps extends a finished "
@@ -136,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recipe_args(p)
     _add_replace_args(p)
     text = "delete the outputs that stages moved aside (<dir>.replaced-<time>-<key>/) in a run directory"
-    p = sub.add_parser("clean", help=text, description=text + ". Nothing else is ever deleted by bertfactory; "
-                       "without --yes, lists what would be deleted.")
+    p = sub.add_parser("clean", help=text, description=text + ". Stages never delete finished outputs (only "
+                       "checkpoints beyond pretrain.keep_last rotate, as configured): they move them aside, and this "
+                       "command deletes them when asked. Without --yes, lists what would be deleted.")
     p.add_argument("run_dir", help="the run directory (a path or an s3:// / gs:// URL)")
     p.add_argument("--yes", action="store_true", help="delete them (default: only list them)")
     from .evaluate_cli import add_evaluate_parser, add_report_parser

@@ -113,9 +113,9 @@ def checkpoint_steps(run_dir: Path) -> list[int] | None:
                   if name.startswith("step-") and name.split("-", 1)[1].isdigit())
 
 
-def after_begin(stage: str, run_dir: Path) -> None:
+def after_begin(stage: str, run_dir: Path, step: int | None = None) -> None:
     """Publish the started stamp (so another machine resumes under the same key), then pull what the stage
-    resumes from."""
+    resumes from (`step`: the checkpoint an extended run continues, when not the newest)."""
     wc = working_copy(run_dir)
     if wc is None:
         return
@@ -126,10 +126,17 @@ def after_begin(stage: str, run_dir: Path) -> None:
         complete = wc.complete_dirs(_CHECKPOINTS)
         steps = sorted((int(name.split("-", 1)[1]), name) for name in complete if name.startswith("step-")
                        and name.split("-", 1)[1].isdigit())
+        if step is not None and not secondary_rank():  # an extension: the old run's later checkpoints move aside
+            for number, name in steps:
+                if number > step:
+                    target = wc.move_tree(f"{_CHECKPOINTS}/{name}", f"before{step}")
+                    logger.warning("pretrain: the old run's checkpoint %s moved to %s", name, target)
+            steps = [(number, name) for number, name in steps if number <= step]
         if steps:
             newest = steps[-1][1]
-            logger.info("pretrain: resuming from %s", wc.remote(f"{_CHECKPOINTS}/{newest}"))
-            wc.pull_tree(f"{_CHECKPOINTS}/{newest}")
+            chosen = next((name for number, name in steps if number == step), newest)
+            logger.info("pretrain: resuming from %s", wc.remote(f"{_CHECKPOINTS}/{chosen}"))
+            wc.pull_tree(f"{_CHECKPOINTS}/{chosen}")
 
 
 def push_outputs(stage: str, run_dir: Path) -> None:

@@ -167,7 +167,7 @@ def pretrain_continues(recipe: Recipe, run_dir: Path, old: dict, new: dict) -> "
         step = resumable_step(old_pre, new_pre, steps, recipe.pretrain.extend)
         if step is not None:
             return stamps.Plan("keep", f"max_steps raised from {old_pre['max_steps']} to {new_pre['max_steps']}: "
-                                       f"extending the run from its checkpoint at step {step}")
+                                       f"extending the run from its checkpoint at step {step}", step)
         if not steps:  # nothing to continue from (save_every beyond the run): start over, the old run kept aside
             return stamps.Plan("replace", f"max_steps raised from {old_pre['max_steps']} to {new_pre['max_steps']} "
                                           "with no checkpoint to continue from")
@@ -202,7 +202,7 @@ def run_cached(stage: str, run_dir: Path, key: str, action: Callable[[], dict], 
     if decided.action == "replace":
         run_sync.set_aside(stage, run_dir, decided.why)
     stamps.begin(run_dir, stage, key, log=logger.warning, decided=decided)
-    run_sync.after_begin(stage, run_dir)
+    run_sync.after_begin(stage, run_dir, decided.step)
     logger.info("%s: running (key %s) in %s", stage, key[:12], run_dir)
     t0 = time.perf_counter()
     summary = action()

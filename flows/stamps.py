@@ -176,6 +176,7 @@ class Plan:
 
     action: str
     why: str = ""
+    step: int | None = None  # an extended pretraining run: the checkpoint it continues
 
 
 def plan(run_dir: Path, stage: str, key: str, force: bool = False, continues=None, remote_outputs: bool = False) -> Plan:

@@ -100,7 +100,7 @@ def resume_or_start(trainer: Trainer, saver: RunSaver, cfg: PretrainConfig) -> i
     latest = intact_checkpoint(paths.checkpoints)
     longer = False
     if latest is not None and extends(saved := saved_fingerprint(latest[1]), saver.fingerprint):
-        latest, longer = _extension_checkpoint(paths, latest, saved, saver.fingerprint, cfg), True
+        latest, longer = _extension_checkpoint(paths, latest, saved, saver.fingerprint, cfg, dist.is_main), True
     if latest is None:
         if dist.is_main and paths.metrics.exists():  # left by a run that stopped before its first checkpoint
             paths.metrics.unlink()
@@ -123,7 +123,7 @@ def resume_or_start(trainer: Trainer, saver: RunSaver, cfg: PretrainConfig) -> i
 
 
 def _extension_checkpoint(paths: PretrainPaths, newest: tuple[int, Path], saved: dict, current: dict,
-                          cfg: PretrainConfig) -> tuple[int, Path]:
+                          cfg: PretrainConfig, is_main: bool = True) -> tuple[int, Path]:
     """The checkpoint a raised max_steps continues: the newest whose steps the new schedule leaves unchanged (or
     the newest with pretrain.extend); ConfigError naming the schedule when there is none (training/extend.py)."""
     from bertfactory.errors import ConfigError
@@ -142,4 +142,20 @@ def _extension_checkpoint(paths: PretrainPaths, newest: tuple[int, Path], saved:
         verify_checkpoint(candidates[step])
         logger.warning("pretrain: max_steps raised to %d: resuming from step %d, the last checkpoint whose steps the "
                        "%s schedule leaves unchanged (not from step %d)", cfg.max_steps, step, cfg.schedule, newest[0])
+    if is_main:
+        set_aside_later_checkpoints(paths.checkpoints, step)
     return step, candidates[step]
+
+
+def set_aside_later_checkpoints(checkpoints_dir: Path, step: int) -> None:
+    """An extended run continues from `step`: the old run's checkpoints after it (another trajectory: its decay)
+    move to `step-N.replaced-<time>-old/` beside them, out of the resume's way and never deleted."""
+    from bertfactory.replaced import move_aside
+
+    for later, directory in list_checkpoints(checkpoints_dir):
+        if later > step:
+            try:
+                target = move_aside(directory, f"before{step}")
+            except FileNotFoundError:
+                continue
+            logger.warning("pretrain: the old run's checkpoint %s moved to %s", directory, target)

@@ -185,3 +185,38 @@ def test_a_longer_run_without_a_checkpoint_to_continue_keeps_the_old_one_aside(p
     aside = [p for p in run.iterdir() if p.name.startswith("pretrain.replaced-")]
     assert len(aside) == 1 and read_checkpoint_config(aside[0] / "final")["training"]["step"] == 12
     assert read_checkpoint_config(run / "pretrain/final")["training"]["step"] == 20
+
+
+def test_only_result_deciding_settings_are_in_the_pretrain_key(preprocessed):
+    from flows.recipe import load_recipe
+    from flows.stage_runner import compute_key
+
+    recipe, run = preprocessed
+    key = compute_key("pretrain", load_recipe(recipe), run)
+    for neutral in ("pretrain.tracking.tensorboard=false", "pretrain.log_every=1", "pretrain.save_every=3",
+                    "pretrain.keep_last=1", "pretrain.num_threads=2", "pretrain.loader_workers=1",
+                    "pretrain.extend=true", "pretrain.keep_best_by=loss"):
+        assert compute_key("pretrain", load_recipe(recipe, [neutral]), run) == key, neutral
+    for deciding in ("pretrain.max_steps=13", "pretrain.seed=2", "model.hidden_size=32", "pretrain.schedule=linear"):
+        assert compute_key("pretrain", load_recipe(recipe, [deciding]), run) != key, deciding
+
+
+def test_a_wsd_run_extends_from_before_its_decay_and_sets_the_decayed_checkpoints_aside(preprocessed, tmp_path,
+                                                                                         caplog, capsys):
+    recipe, run = _copy(preprocessed, tmp_path)
+    half = ["--set", "pretrain.wsd_decay_fraction=0.5"]  # 12 steps: decay from step 6, so step-10 decayed
+    assert _pretrain(recipe, run, *half) == 0
+    caplog.clear()
+    assert _pretrain(recipe, run, *half, "--set", "pretrain.max_steps=20") == 0
+    assert "extending the run from its checkpoint at step 5" in caplog.text, caplog.text
+    moved = [p for p in (run / "pretrain/checkpoints").iterdir() if p.name.startswith("step-10.replaced-")]
+    assert len(moved) == 1 and moved[0].name.endswith("-before5"), moved
+    straight = tmp_path / "straight"
+    shutil.copytree(preprocessed[1], straight)
+    assert _pretrain(recipe, straight, *half, "--set", "pretrain.max_steps=20") == 0
+    extended, reference = _weights(run), _weights(straight)
+    assert all(torch.equal(extended[k], reference[k]) for k in reference)
+    capsys.readouterr()
+    assert main(["clean", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert str(moved[0]) in out and "final.replaced-" in out, out

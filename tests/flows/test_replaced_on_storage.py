@@ -52,3 +52,26 @@ def test_a_new_key_moves_the_bucket_outputs_aside_and_clean_deletes_them(bucket,
     files = storage.list_files(url)
     assert not any(".replaced-" in name for name in files) and "distill/results.json" in files, files
     assert not any(".replaced-" in p.name for p in run_dir.iterdir())
+
+
+def test_an_extension_on_a_bucket_pulls_its_checkpoint_and_sets_the_later_ones_aside(bucket, tmp_path, monkeypatch):
+    from bertfactory.run_location import MARKER
+    from flows import run_sync
+
+    monkeypatch.setenv("BERTFACTORY_WORK_ROOT", str(tmp_path / "work"))
+    url = storage.join(bucket, "r2")
+    run_dir = resolve_run_dir(url)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / ".bertfactory").mkdir(exist_ok=True)
+    (run_dir / ".bertfactory/pretrain.started.json").write_text(json.dumps({"key": "k"}))
+    for step in (5, 10):
+        storage.write_bytes(storage.join(url, f"pretrain/checkpoints/step-{step}/model.safetensors"), b"w%d" % step)
+        storage.write_bytes(storage.join(url, f"pretrain/checkpoints/step-{step}/{MARKER}"), b"")
+    assert run_sync.checkpoint_steps(run_dir) == [5, 10]
+    run_sync.after_begin("pretrain", run_dir, 5)
+    assert (run_dir / "pretrain/checkpoints/step-5/model.safetensors").read_bytes() == b"w5"
+    assert not (run_dir / "pretrain/checkpoints/step-10").exists()
+    files = storage.list_files(storage.join(url, "pretrain/checkpoints"))
+    moved = [name for name in files if name.startswith("step-10.replaced-") and name.endswith("/model.safetensors")]
+    assert len(moved) == 1 and "step-10/model.safetensors" not in files, files
+    assert run_sync.checkpoint_steps(run_dir) == [5]  # a later resume never picks the decayed one
