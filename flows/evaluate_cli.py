@@ -40,7 +40,9 @@ def add_evaluate_parser(sub) -> None:
     text = "fine-tuning evaluation of a recipe's checkpoint, a run directory or a model directory -> RUN/eval"
     p = sub.add_parser("evaluate", help=text, description=text + ". A checkpoint is evaluated with the `evaluate` "
                        "defaults (paper scale) plus --set overrides, without Prefect; --task / --task-file replace "
-                       "the recipe's tasks. See docs/results.md and docs/tasks.md.")
+                       "the recipe's tasks. The held-out intrinsic and objective scores read RUN/shards: "
+                       "in a run directory without them they are skipped, said in one line, and the tasks run. See "
+                       "docs/results.md and docs/tasks.md.")
     p.add_argument("target", metavar="CHECKPOINT_OR_CONFIG",
                    help="recipe YAML, run directory (its pretrain/final) or model directory")
     p.add_argument("--run-dir", help="run directory (recipe: default runs/<recipe name>; run directory: itself; "
@@ -208,14 +210,20 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     run_dir = resolve_run_dir(args.run_dir) if args.run_dir else own_run or Path("runs") / f"eval-{checkpoint.name}"
     run_dir.mkdir(parents=True, exist_ok=True)
     # the held-out scores (BERT's intrinsic MLM/NSP, every member's own objective) read RUN/shards: a fresh run
-    # directory has none, so they are skipped, said in one line, and the tasks run (a --set can still ask for them)
+    # directory has none, so they are skipped, said in one line, and the tasks run
     has_shards = (run_dir / "shards" / "manifest.json").is_file()
-    if not has_shards:
-        print(f"evaluate: no shards at {run_dir / 'shards'}: the held-out intrinsic and objective scores are "
-              "skipped (preprocess into this run directory to get them)")
     base = {"evaluate": {"checkpoint": str(checkpoint.resolve()),
                          "intrinsic": {"enabled": has_shards}, "objective": {"enabled": has_shards}}}
     recipe = validate(Recipe, apply_overrides(base, args.overrides), f"{checkpoint} with overrides {args.overrides}")
+    if not has_shards:
+        asked = [f"evaluate.{part}.enabled=true" for part in ("intrinsic", "objective")
+                 if getattr(recipe.evaluate, part).enabled]
+        if asked:  # a --set asked for them: refused naming it, before anything runs
+            raise ConfigError(f"--set {' and '.join(asked)} needs shards at {run_dir / 'shards'}, and there are none: "
+                              "preprocess into this run directory first, or leave it unset (the held-out scores are "
+                              "then skipped)")
+        print(f"evaluate: no shards at {run_dir / 'shards'}: the held-out intrinsic and objective scores are "
+              "skipped (preprocess into this run directory to get them)")
     result = run_stage("evaluate", recipe, run_dir)
     print(f"\nevaluate    {result['status']:<11} {result['seconds']:>8.1f} s\n\nRun directory: {run_dir}\n")
     print(summary_table(run_dir))

@@ -132,3 +132,15 @@ def test_an_imported_hf_model_is_evaluated_into_a_fresh_run_directory(task_file,
     assert main(["import-hf", str(hf), str(tmp_path / "minilm")]) == 0
     capsys.readouterr()
     _evaluate_into_a_fresh_run(tmp_path / "minilm", tmp_path / "eval-minilm", task_file, capsys)
+
+
+def test_asking_for_the_held_out_scores_without_shards_is_one_line(twins, task_file, tmp_path, capsys):
+    run = twins.run("tiny-xlm-tlm")
+    capsys.readouterr()
+    fresh = tmp_path / "eval-y"
+    code = main(["evaluate", str(run / "pretrain" / "final"), "--run-dir", str(fresh), "--task-file", str(task_file),
+                 "--task-type", "classification", *_sets(SMALL_EVAL + ["evaluate.objective.enabled=true"])])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.startswith(f"error: --set evaluate.objective.enabled=true needs shards at "
+                                        f"{fresh / 'shards'}, and there are none"), err
+    assert "skipped" not in out and not (fresh / "eval").exists()
