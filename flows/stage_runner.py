@@ -176,7 +176,8 @@ def pretrain_continues(recipe: Recipe, run_dir: Path, old: dict, new: dict) -> "
                                   f"the {new_pre.get('schedule')} schedule then changes the learning rate from step "
                                   f"{limit + 1} on, before the newest checkpoint (step {max(steps)}); pass --extend "
                                   "to continue it with the new schedule from there"))
-    first = next(d for d in diffs if d != "pretrain.max_steps")  # the setting that changes the trained steps
+    # the setting that changes the trained steps (max_steps itself when it was lowered)
+    first = next((d for d in diffs if d != "pretrain.max_steps"), diffs[0])
     also = [d for d in diffs if d != first]
     raise ConfigError(refusal(first, _value(old["config"], first), _value(new["config"], first), where,
                               "that changes the steps already trained"

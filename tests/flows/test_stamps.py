@@ -157,3 +157,30 @@ def test_pretrain_key_follows_the_tlm_pairs_content(tmp_path):
     assert compute_key("pretrain", recipe, run) == key
     (run / "tlm" / "shards" / "manifest.json").write_text('{"pairs": 2}')
     assert compute_key("pretrain", recipe, run) != key
+
+
+def test_pretraining_rule_names_the_changed_setting(tmp_path):
+    import pytest
+
+    from bertfactory.errors import ConfigError
+    from flows.recipe import load_recipe
+    from flows.stage_runner import pretrain_continues
+
+    recipe = load_recipe(str(REPO / "configs/local.yaml"))
+    fields = recipe.pretrain.trajectory_fields()
+    old = {"config": {"model": {"hidden_size": 128}, "pretrain": fields}, "inputs": {"RUN/shards/manifest.json": "a"}}
+
+    def new(inputs=None, model=None, **pretrain):
+        return {"config": {"model": model or {"hidden_size": 128}, "pretrain": {**fields, **pretrain}},
+                "inputs": inputs or {"RUN/shards/manifest.json": "a"}}
+
+    with pytest.raises(ConfigError, match=r"^pretrain.max_steps changed \(\d+ -> 5\) .*--run-dir.*--force"):
+        pretrain_continues(recipe, tmp_path, old, new(max_steps=5))  # lowered: refused, naming it
+    with pytest.raises(ConfigError, match=r"^model.hidden_size changed \(128 -> 64\)"):
+        pretrain_continues(recipe, tmp_path, old, new(model={"hidden_size": 64}))
+    with pytest.raises(ConfigError, match=r"^pretrain.seed changed .*also changed: pretrain.max_steps"):
+        pretrain_continues(recipe, tmp_path, old, new(seed=7, max_steps=fields["max_steps"] + 1))
+    # other data: replaced (moved aside); no checkpoint to extend: replaced too; a stamp without settings: kept
+    assert pretrain_continues(recipe, tmp_path, old, new(inputs={"RUN/shards/manifest.json": "b"})).action == "replace"
+    assert pretrain_continues(recipe, tmp_path, old, new(max_steps=fields["max_steps"] + 1)).action == "replace"
+    assert pretrain_continues(recipe, tmp_path, {"key": "k"}, new()).action == "keep"
