@@ -89,6 +89,12 @@ def _shard_batches(cfg: DistillConfig, run_dir: Path, teacher: Teacher, batch_si
     from training.data import PretrainBatches
 
     shard_dir = run_dir / cfg.shards
+    if not (shard_dir / "manifest.json").is_file():  # another run's output (distill-minilm: tapt-minilm's shards)
+        from bertfactory.errors import ContractError
+
+        raise ContractError(f"distill needs {shard_dir / 'manifest.json'} (shards: {cfg.shards}, relative to the run "
+                            f"directory), which does not exist; run `bertfactory preprocess` (or `bertfactory run` of "
+                            f"the recipe that writes them) into {shard_dir.parent} first")
     manifest = json.loads((shard_dir / "manifest.json").read_text(encoding="utf-8"))
     check_tokenizers(teacher.tokenizer_sha256, manifest["tokenizer"]["sha256"], f"teacher {teacher.source}",
                      f"shards {shard_dir}")

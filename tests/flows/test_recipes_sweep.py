@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+import flows.distill_flow  # noqa: F401  Prefect sets up its console log handler at import: here, not under a test's capsys
 from flows.cli import main
 from flows.recipe import bundled_recipes, load_recipe
 from flows.recipes_cli import _kind
@@ -60,3 +61,24 @@ def test_an_adopted_tokenizer_that_is_no_tokenizer_is_one_line_naming_it(empty_c
     assert main(["describe", "local", "--set", f"preprocess.tokenizer.path={bad}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: preprocess.tokenizer.path {bad}: not a tokenizer file") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_stage_of_a_bundled_recipe_without_its_inputs_is_one_line_naming_the_file(name, empty_cwd, capsys):
+    """The stage commands on a fresh run directory (no shards, no checkpoint, no other run's outputs): one line
+    naming the file the stage needs and what writes it, exit 2, nothing written outside the run directory."""
+    path = RECIPES[name]
+    if _kind(path) == "distill":
+        commands = [["distill", name, "--run-dir", "r"]]
+    else:
+        commands = [["pretrain", name, "--run-dir", "r", "--no-prefect"], ["evaluate", name, "--run-dir", "r",
+                                                                             "--no-prefect"]]
+        if load_recipe(name).preprocess.tokenizer.path:  # another run's tokenizer: refused before the job
+            commands.append(["preprocess", name, "--run-dir", "r", "--no-prefect"])
+    for command in commands:
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert "No such file or directory" not in lines[0] and (" needs " in lines[0] or "does not exist" in lines[0])
+        assert {p.name for p in empty_cwd.iterdir()} <= {"r"}, command  # nothing outside the run directory
