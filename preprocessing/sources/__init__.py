@@ -11,6 +11,11 @@
 The pipeline reads *work items*: a whole file, or for a multistream Wikipedia dump one chunk of its bz2 streams,
 so the work on one big file spreads over the workers. Ordinals are the record's position in its file in every
 case, so the output does not depend on the split.
+
+Every format reads a local path or a URL (s3://, gs://, any fsspec URL) alike, with the same records: text, jsonl
+and parallel through sources.lines (fsspec streams), wikipedia and warc through sources.remote (streamed, or for a
+multistream chunk one ranged GET of its bytes; the dump is never downloaded whole). Document ids hash the file's
+base name, so a URL gives the ids of a local file of the same name.
 """
 
 from __future__ import annotations
@@ -21,14 +26,22 @@ from typing import Iterator
 FORMATS = ("wikipedia", "warc", "text", "jsonl", "parallel")
 
 
+def _location(path: str) -> str | Path:
+    """A URL as it is (a Path would turn s3://b/x into the local folder s3:/b/x), a local path as a Path."""
+    from .remote import is_url, local_path
+
+    return path if is_url(path) else local_path(path)
+
+
 def work_items(corpus, path: str, source: int) -> list[tuple[int, str, list[int] | None]]:
     """(source, path, chunk) items covering one input file: chunk None = the whole file."""
     if corpus.format == "wikipedia" and corpus.multistream_chunk_streams:
         from .wikipedia_multistream import index_path_for, plan_chunks
 
-        index = index_path_for(Path(path))
+        index = index_path_for(_location(path))
         if index is not None:
-            return [(source, path, c.to_json()) for c in plan_chunks(Path(path), index, corpus.multistream_chunk_streams)]
+            return [(source, path, c.to_json())
+                    for c in plan_chunks(_location(path), index, corpus.multistream_chunk_streams)]
     return [(source, path, None)]
 
 
@@ -39,15 +52,15 @@ def read_records(corpus, path: str, source: int, chunk: list[int] | None = None,
         if chunk is not None:
             from .wikipedia_multistream import Chunk, iter_chunk_pages
 
-            return iter_chunk_pages(Path(path), Chunk.from_json(chunk), source, display_name)
+            return iter_chunk_pages(_location(path), Chunk.from_json(chunk), source, display_name)
         from .wikipedia import iter_pages
 
-        return iter_pages(Path(path), source, display_name)
+        return iter_pages(_location(path), source, display_name)
     if fmt == "warc":
         from .warc import iter_records
 
         w = corpus.warc
-        return iter_records(Path(path), source, display_name, extractor=w.extractor, min_chars=w.min_chars,
+        return iter_records(_location(path), source, display_name, extractor=w.extractor, min_chars=w.min_chars,
                             max_record_bytes=w.max_record_bytes)
     if fmt in ("text", "jsonl"):
         from .text import iter_records
@@ -63,19 +76,14 @@ def read_records(corpus, path: str, source: int, chunk: list[int] | None = None,
 def validate_file(corpus, path: str) -> None:
     """Cheap up-front checks of one input file (InputError naming it): run before any Beam work starts."""
     fmt = corpus.format
-    if "://" in path and not path.startswith("file://") and fmt not in ("text", "jsonl"):
-        from bertfactory.errors import InputError
-
-        raise InputError(f"{path}: corpus.format {fmt} reads local files; URLs (fsspec) are read for text and jsonl "
-                         f"only - copy the file to local disk first (e.g. `gsutil cp`, `aws s3 cp`)")
     if fmt == "wikipedia":
         from .wikipedia import validate_dump
 
-        validate_dump(Path(path))
+        validate_dump(_location(path))
     elif fmt == "warc":
         from .warc import validate_file as validate_warc
 
-        validate_warc(Path(path))
+        validate_warc(_location(path))
     elif fmt in ("text", "jsonl"):
         from .text import validate_file as validate_text
 

@@ -33,6 +33,8 @@ throughput matters more than boilerplate in the text).
 File-level problems raise `InputError` naming the file: before the first record (missing, empty, not a WARC) a plain
 one; part way through (a corrupt or truncated gzip, framing that stops being WARC) a `CorruptInput` (sources.corrupt)
 with the byte offset and the records read, which the pipeline quarantines instead of ending the job.
+Locations: a local path or a URL (s3://, gs://, any fsspec URL; sources.remote), streamed either way (a URL through
+the store's read-ahead buffer, never downloaded whole), with the same records.
 Line ends: `WARC/1.0` lines and header lines may end CR LF, LF or CR CR LF (warcio reads all three, and crawlers
 have written the last).
 """
@@ -40,11 +42,11 @@ have written the last).
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import zlib
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import BinaryIO, Literal
 from urllib.parse import urlsplit
 
@@ -54,6 +56,7 @@ from bertfactory.config import StrictModel
 from bertfactory.errors import InputError
 
 from ..records import Document, Dropped, Quarantined
+from . import remote
 from .corrupt import CorruptInput
 
 ExtractorName = Literal["trafilatura", "trafilatura_precision", "trafilatura_recall", "resiliparse",
@@ -220,20 +223,29 @@ class _Stream:
         self.pushed = data + self.pushed
 
 
-def _open(path: Path) -> BinaryIO:
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+def _open(path: remote.Location, block_size: int = remote.STREAM_BLOCK) -> BinaryIO:
+    """The file's (decompressed) bytes; a local path on plain open()/gzip.open(), a URL streamed."""
+    gzipped = remote.read_range(path, 0, 2) == b"\x1f\x8b"
+    if not remote.is_url(path):
+        return gzip.open(path, "rb") if gzipped else open(path, "rb")
+    raw = remote.open_binary(path, block_size)
+    if not gzipped:
+        return io.BufferedReader(raw)  # a bounded, buffered readline over the store's file
+    stream = gzip.GzipFile(fileobj=raw, mode="rb")
+    stream.myfileobj = raw  # GzipFile closes its `myfileobj` (what gzip.open sets for a file it opened itself)
+    return stream
 
 
-def validate_file(path: Path) -> None:
-    """Cheap up-front check: the file exists, is not empty, and starts with a WARC version line."""
-    path = Path(path)
-    if not path.is_file():
+def validate_file(path: remote.Location) -> None:
+    """Cheap up-front check: the file exists, is not empty, and starts with a WARC version line (a URL: a few
+    small range reads)."""
+    if not remote.is_url(path):
+        path = remote.local_path(path)
+    if not remote.is_file(path):
         raise InputError(f"{path}: no such file")
-    if path.stat().st_size == 0:
+    if remote.size(path) == 0:
         raise InputError(f"{path}: empty file, not a WARC (0 records read)")
-    with _open(path) as raw:
+    with _open(path, block_size=256 << 10) as raw:
         first = _Stream(raw, str(path)).readline()
     if not _WARC_VERSION_LINE.match(first):
         raise InputError(f"{path}: not a WARC file: first line is {first[:60]!r}, expected 'WARC/1.0' or "
@@ -361,11 +373,12 @@ def _is_binary(body: bytes) -> bool:
     return head.startswith(_BINARY_MAGIC) or b"\x00" in head
 
 
-def iter_records(path: Path, source: int, display_name: str | None = None,
+def iter_records(path: remote.Location, source: int, display_name: str | None = None,
                  extractor: ExtractorName = "trafilatura_precision",
                  min_chars: int = 200, max_record_bytes: int = 64 << 20) -> Iterator[Document | Dropped | Quarantined]:
     """Stream the records of one WARC file (see the module docstring for what each becomes)."""
-    path = Path(path)
+    if not remote.is_url(path):
+        path = remote.local_path(path)
     name = display_name or str(path)
     validate_file(path)
     extract = make_extractor(extractor)

@@ -7,6 +7,10 @@ gives the byte offset of the stream each page is in. A chunk is a byte range of 
 its first page (its line number in the index), so the pages a chunk yields carry the same ordinals as a sequential
 read of the file: the output does not depend on how the file was split.
 
+The dump and its index may be URLs (s3://, gs://, any fsspec URL; sources.remote) as well as local paths. Planning
+on the driver reads the index (streamed) and never the dump: its size, 3 bytes at a sample of the offsets, and the
+last page stream (to find where it ends). A worker fetches its chunk as one ranged GET of exactly the chunk's bytes.
+
     python -m preprocessing.sources.wikipedia_multistream DUMP-multistream.xml.bz2   # prints the chunks
 """
 
@@ -22,6 +26,7 @@ from typing import Iterator
 
 from bertfactory.errors import InputError
 
+from . import remote
 from .corrupt import CorruptInput
 from .wikipedia import Page, Quarantined, page_records
 
@@ -47,21 +52,25 @@ class Chunk:
         return cls(*values)
 
 
-def index_path_for(dump: Path) -> Path | None:
-    """The multistream index beside `dump` (Wikimedia's naming), or None when there is none."""
-    name = dump.name
+def index_path_for(dump: remote.Location) -> Path | str | None:
+    """The multistream index beside `dump` (Wikimedia's naming), or None when there is none: a Path for a local
+    dump, a URL beside a URL."""
+    name = remote.name_of(dump)
     if "multistream" not in name or not name.endswith(".xml.bz2"):
         return None
-    candidate = dump.with_name(name[: -len(".xml.bz2")].replace("multistream", "multistream-index", 1) + ".txt.bz2")
-    return candidate if candidate.is_file() else None
+    candidate = remote.sibling(dump, name[: -len(".xml.bz2")].replace("multistream", "multistream-index", 1)
+                               + ".txt.bz2")
+    return candidate if remote.is_file(candidate) else None
 
 
-def stream_offsets(index: Path) -> list[tuple[int, int]]:
-    """(byte offset, pages in it) of every page-holding stream, in file order. InputError for a broken index."""
+def stream_offsets(index: remote.Location) -> list[tuple[int, int]]:
+    """(byte offset, pages in it) of every page-holding stream, in file order. InputError for a broken index (a
+    URL is streamed, not downloaded)."""
     streams: list[list[int]] = []
-    opener = bz2.open if index.name.endswith(".bz2") else open
+    compressed = remote.name_of(index).endswith(".bz2")
     try:
-        with opener(index, "rt", encoding="utf-8") as f:
+        with remote.open_binary(index) as raw, \
+                io.TextIOWrapper(bz2.BZ2File(raw) if compressed else raw, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 head, sep, _rest = line.partition(":")
                 if not sep or not head.isdigit():
@@ -80,22 +89,26 @@ def stream_offsets(index: Path) -> list[tuple[int, int]]:
     return [(o, n) for o, n in streams]
 
 
-def plan_chunks(dump: Path, index: Path, streams_per_chunk: int = DEFAULT_STREAMS_PER_CHUNK) -> list[Chunk]:
+def plan_chunks(dump: remote.Location, index: remote.Location,
+                streams_per_chunk: int = DEFAULT_STREAMS_PER_CHUNK) -> list[Chunk]:
     """Chunks covering every page of `dump`, `streams_per_chunk` streams each. The last chunk ends at the start of
-    the closing stream when the file has one (it holds only </mediawiki>), else at the end of the file."""
+    the closing stream when the file has one (it holds only </mediawiki>), else at the end of the file. A URL dump
+    is not downloaded: its size and small range reads (see the module docstring)."""
     if streams_per_chunk < 1:
         raise ValueError("streams_per_chunk must be >= 1")
     streams = stream_offsets(index)
-    size = dump.stat().st_size
+    try:
+        size = remote.size(dump)
+    except FileNotFoundError:
+        raise InputError(f"{dump}: input file not found") from None
     if streams[-1][0] >= size:
         raise InputError(f"{index}: offset {streams[-1][0]} lies beyond the end of {dump} ({size} bytes); "
                          "the index belongs to another dump")
-    with open(dump, "rb") as f:  # every offset must be the start of a bz2 stream
-        for offset, _n in streams[:: max(1, len(streams) // 64)] + [streams[-1]]:
-            f.seek(offset)
-            if f.read(3) != b"BZh":
-                raise InputError(f"{dump}: no bz2 stream starts at offset {offset} given by {index}; "
-                                 "the index belongs to another dump")
+    # every offset must be the start of a bz2 stream: a sample of them checked (a URL: 3 bytes each)
+    for offset, _n in streams[:: max(1, len(streams) // 64)] + [streams[-1]]:
+        if remote.read_range(dump, offset, offset + 3) != b"BZh":
+            raise InputError(f"{dump}: no bz2 stream starts at offset {offset} given by {index}; "
+                             "the index belongs to another dump")
     end_of_pages = _end_of_last_page_stream(dump, streams[-1][0])
     chunks: list[Chunk] = []
     ordinal = 0
@@ -108,14 +121,15 @@ def plan_chunks(dump: Path, index: Path, streams_per_chunk: int = DEFAULT_STREAM
     return chunks
 
 
-def _end_of_last_page_stream(dump: Path, last_offset: int) -> int:
-    """Where the last page-holding stream ends (the closing </mediawiki> stream, if any, follows it)."""
-    with open(dump, "rb") as f:
-        f.seek(last_offset)
-        decompressor = bz2.BZ2Decompressor()
-        consumed = 0
+def _end_of_last_page_stream(dump: remote.Location, last_offset: int) -> int:
+    """Where the last page-holding stream ends (the closing </mediawiki> stream, if any, follows it). Reads that
+    stream only (a URL: ranged GETs of 1 MiB from its offset until it ends)."""
+    decompressor = bz2.BZ2Decompressor()
+    consumed = 0
+    blocks = remote.iter_blocks(dump, last_offset, 1 << 20)
+    try:
         while not decompressor.eof:
-            block = f.read(1 << 20)
+            block = next(blocks, b"")
             if not block:
                 raise InputError(f"{dump}: the last bz2 stream (offset {last_offset}) is truncated")
             try:
@@ -123,7 +137,9 @@ def _end_of_last_page_stream(dump: Path, last_offset: int) -> int:
             except OSError as err:
                 raise InputError(f"{dump}: corrupt bz2 stream at offset {last_offset}: {err}") from None
             consumed += len(block)
-        return last_offset + consumed - len(decompressor.unused_data)
+    finally:
+        blocks.close()
+    return last_offset + consumed - len(decompressor.unused_data)
 
 
 def _decompress_streams(data: bytes, name: str, chunk: Chunk) -> Iterator[bytes]:
@@ -145,12 +161,15 @@ def _decompress_streams(data: bytes, name: str, chunk: Chunk) -> Iterator[bytes]
         position = len(data) - len(decompressor.unused_data)
 
 
-def iter_chunk_pages(dump: Path, chunk: Chunk, source: int = 0, display_name: str | None = None) -> Iterator[Page | Quarantined]:
-    """The pages of one chunk as Page / Quarantined records, with their ordinals in the whole file."""
+def iter_chunk_pages(dump: remote.Location, chunk: Chunk, source: int = 0,
+                     display_name: str | None = None) -> Iterator[Page | Quarantined]:
+    """The pages of one chunk as Page / Quarantined records, with their ordinals in the whole file. The chunk's
+    bytes are one read (a URL: one ranged GET of bytes [start, end), never the rest of the dump)."""
     name = display_name or str(dump)
-    with open(dump, "rb") as f:
-        f.seek(chunk.start)
-        data = f.read(chunk.end - chunk.start)
+    try:
+        data = remote.read_range(dump, chunk.start, chunk.end)
+    except FileNotFoundError:
+        raise InputError(f"{name}: input file not found") from None
     xml = io.BytesIO(b"<mediawiki>" + b"".join(_decompress_streams(data, name, chunk)) + b"</mediawiki>")
     ordinal = chunk.first_ordinal
     try:
@@ -167,7 +186,7 @@ def iter_chunk_pages(dump: Path, chunk: Chunk, source: int = 0, display_name: st
 
 
 if __name__ == "__main__":
-    dump_path = Path(sys.argv[1])
+    dump_path = sys.argv[1] if remote.is_url(sys.argv[1]) else Path(sys.argv[1])
     index_file = index_path_for(dump_path)
     if index_file is None:
         sys.exit(f"{dump_path}: no multistream index beside it")
