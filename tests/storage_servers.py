@@ -88,7 +88,7 @@ class StorageServer:
                 self.process.wait()
 
 
-def _wait_ready(url: str, process: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
+def _wait_ready(url: str, process: subprocess.Popen, what: str, timeout: float = 180.0) -> None:  # hang bound
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:

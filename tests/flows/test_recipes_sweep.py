@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-import flows.distill_flow  # noqa: F401  Prefect sets up its console log handler at import: here, not under a test's capsys
+# Prefect sets up its console log handler when imported: here, not under one test's capsys (closed by the next)
+import flows.distill_flow  # noqa: F401
 from flows.cli import main
 from flows.recipe import bundled_recipes, load_recipe
 from flows.recipes_cli import _kind

@@ -65,7 +65,8 @@ class Twins:
             if name in NEEDS:
                 self.run(NEEDS[name])
             run = f"runs/{name}"
-            self.cli("preprocess", name, "--run-dir", run, "--no-prefect", "--set", "preprocess.runner.preset=in_process")
+            self.cli("preprocess", name, "--run-dir", run, "--no-prefect",
+                     "--set", "preprocess.runner.preset=in_process")
             self.cli("pretrain", name, "--run-dir", run, "--no-prefect", *_sets(reduced_steps(name)))
             self.built[name] = self.base / run
         return self.built[name]
