@@ -88,8 +88,25 @@ class EvalParts:
         problem = _problem(doc, self.path(kind, name))
         if problem is not None:  # a bug: the stage just computed it
             raise ValueError(problem)
+        self._set_aside(self.path(kind, name), doc)
         atomic_write_json(self.path(kind, name), doc)
         return doc
+
+    def _set_aside(self, path: Path, doc: dict) -> None:
+        """The earlier results of this part, of other inputs, move to `<name>.json.replaced-<time>-<key>` beside it
+        (issue 35: nothing is deleted; `bertfactory clean` deletes replaced outputs)."""
+        if not path.is_file():
+            return
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            old = {}
+        if isinstance(old, dict) and old.get("key") == doc["key"] and old.get("checkpoint") == doc["checkpoint"]:
+            return  # the same results again
+        from bertfactory.replaced import move_aside
+
+        target = move_aside(path, str(old.get("key", "old") if isinstance(old, dict) else "old")[:12])
+        logger.info("%s: earlier results of other inputs moved to %s", path, target)
 
     def adopt(self, results_file: Path) -> list[str]:
         """Split a results.json written before parts existed into part files (only when there are none yet), so

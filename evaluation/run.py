@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -368,7 +367,10 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     # each checkpoint's own learning-rate grid when the settings ask for one scaled to the encoder's width
     ft = task_cfg.finetune_config(cfg.finetune).for_encoder(encoder_width(template))
     board = path_inside(run_dir / "eval" / TENSORBOARD_DIR, name, f"evaluate.tasks.{name}")
-    shutil.rmtree(board, ignore_errors=True)  # curves of this task's earlier evaluation: replaced, not mixed
+    if board.is_dir():  # curves of this task's earlier evaluation: moved aside beside it, not mixed (issue 35)
+        from bertfactory.replaced import move_aside
+
+        move_aside(board, "earlier")
     tracking = cfg.tracking.target(board, f"{run_dir.resolve().name}/eval/{name}")
 
     def prepared(checkpoint: Checkpoint) -> PreparedTask:

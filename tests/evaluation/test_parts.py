@@ -80,3 +80,21 @@ def test_an_eval_directory_from_before_parts_is_adopted_not_lost(tmp_path):
         assert task["settings"] == {"epochs": 2}  # the old file's fine-tuning settings
     # once there are parts, a results.json is theirs: nothing is adopted again
     assert parts.adopt(tmp_path / "eval" / "results.json") == []
+
+
+def test_a_part_of_other_inputs_is_moved_aside_not_overwritten(tmp_path):
+    import json
+
+    from bertfactory.replaced import replaced_outputs
+
+    doc = example()
+    task = doc["tasks"]["movie_sentiment"]
+    parts = EvalParts(tmp_path / "eval", doc["checkpoint"])
+    parts.write(TASKS, "a", "key-a", {"value": task})
+    parts.write(TASKS, "a", "key-a", {"value": task})  # the same results again: nothing set aside
+    assert replaced_outputs(tmp_path) == []
+    parts.write(TASKS, "a", "key-a2", {"value": task})
+    aside = replaced_outputs(tmp_path)
+    assert [p.parent.name for p in aside] == ["tasks"] and aside[0].name.startswith("a.json.replaced-"), aside
+    assert json.loads(aside[0].read_text())["key"] == "key-a" and parts.fresh(TASKS, "a", "key-a2") is not None
+    assert set(to_document(parts.merge(_header(doc)))["tasks"]) == {"a"}  # the aside file stays out of results
