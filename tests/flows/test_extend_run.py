@@ -62,8 +62,13 @@ def _files(run: Path) -> set[str]:
 def _still_there(before: set[str], run: Path) -> list[str]:
     """Files of `before` that are neither where they were nor at the same place inside a replaced folder."""
     after = _files(run)
-    aside = {"/".join(part.split(".replaced-")[0] for part in f.split("/")) for f in after if ".replaced-" in f}
-    return sorted(f for f in before if f not in after and f not in aside)
+    aside = {_untagged(f) for f in after if ".replaced-" in f}
+    return sorted(f for f in before if f not in after and _untagged(f) not in aside)
+
+
+def _untagged(path: str) -> str:
+    """pretrain.replaced-<time>-<key>/final.replaced-<time>-step12/x -> pretrain/final/x"""
+    return "/".join(part.split(".replaced-")[0] for part in path.split("/"))
 
 
 def _weights(run: Path, rel: str = "pretrain/final") -> dict[str, torch.Tensor]:
@@ -148,7 +153,8 @@ def test_a_changed_shape_is_refused_and_moved_aside_with_force(preprocessed, tmp
 
 def test_a_linear_schedule_extends_with_extend_through_prefect(preprocessed, tmp_path):
     """Through the Prefect flow (the CLI without --no-prefect, its own process): a linear decay that stretches with
-    max_steps is refused (exit 2, one line naming --extend); with --extend the run continues from step 10."""
+    max_steps is refused (exit 2, one line naming --extend); with --extend the run continues from step 10; with the
+    flow's force parameter (--force) a shape change moves the extended run aside."""
     recipe, run = _copy(preprocessed, tmp_path)
     linear = ["--set", "pretrain.schedule=linear"]
     assert _pretrain(recipe, run, *linear) == 0
@@ -168,6 +174,15 @@ def test_a_linear_schedule_extends_with_extend_through_prefect(preprocessed, tmp
     from training.checkpoint import read_checkpoint_config
 
     assert read_checkpoint_config(run / "pretrain/final")["training"]["step"] == 20
+    # the flow's force parameter: another shape moves the extended run aside and trains the new one
+    before = _files(run)
+    proc = subprocess.run([*args, "--set", "model.hidden_size=32", "--force"], capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    aside = [p for p in run.iterdir() if p.name.startswith("pretrain.replaced-")]
+    assert len(aside) == 1 and read_checkpoint_config(aside[0] / "final")["training"]["step"] == 20, aside
+    assert read_checkpoint_config(run / "pretrain/final")["model"]["hidden_size"] == 32
+    assert _still_there(before, run) == []
 
 
 def test_a_longer_run_without_a_checkpoint_to_continue_keeps_the_old_one_aside(preprocessed, tmp_path, caplog):
