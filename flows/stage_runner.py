@@ -142,7 +142,7 @@ def pretrain_continues(recipe: Recipe, run_dir: Path, old: dict, new: dict) -> "
     schedule leaves the trained steps unchanged (or any, with pretrain.extend) resumes; other train shards replace
     the outputs (moved aside) unless pretrain.allow_shard_change; any other changed setting is refused, naming it."""
     from bertfactory.errors import ConfigError
-    from training.extend import differing_fields, refusal, resumable_step, unchanged_through
+    from training.extend import differing_fields, refusal, resumable_step, schedule_reason
 
     if "config" not in old:  # started by a bertfactory that did not record its settings: the checkpoints'
         # fingerprint decides (training/resume.py: an extension continues, another config is refused naming it)
@@ -171,11 +171,8 @@ def pretrain_continues(recipe: Recipe, run_dir: Path, old: dict, new: dict) -> "
         if not steps:  # nothing to continue from (save_every beyond the run): start over, the old run kept aside
             return stamps.Plan("replace", f"max_steps raised from {old_pre['max_steps']} to {new_pre['max_steps']} "
                                           "with no checkpoint to continue from")
-        limit = unchanged_through(old_pre, new_pre)
         raise ConfigError(refusal("pretrain.max_steps", old_pre["max_steps"], new_pre["max_steps"], where,
-                                  f"the {new_pre.get('schedule')} schedule then changes the learning rate from step "
-                                  f"{limit + 1} on, before the newest checkpoint (step {max(steps)}); pass --extend "
-                                  "to continue it with the new schedule from there"))
+                                  schedule_reason(old_pre, new_pre, max(steps))))
     # the setting that changes the trained steps (max_steps itself when it was lowered)
     first = next((d for d in diffs if d != "pretrain.max_steps"), diffs[0])
     also = [d for d in diffs if d != first]

@@ -81,3 +81,14 @@ def refusal(setting: str, old, new, run_dir, reason: str) -> str:
     return (f"{setting} changed ({old!r} -> {new!r}) since the outputs in {run_dir}/pretrain were made, "
             f"and {reason}; use a new --run-dir to keep both, or pass --force to move the old outputs aside "
             f"(pretrain.replaced-<time>-<key>/) and start over")
+
+
+def schedule_reason(old: Mapping, new: Mapping, newest: int) -> str:
+    """Why a raised max_steps cannot continue the checkpoint at `newest` (for the refusal line)."""
+    limit = unchanged_through(old, new)
+    schedule = new.get("schedule")
+    warmup = int(new.get("warmup_steps", 0))
+    clamp = (f" (warmup_steps={warmup} is longer than the {old.get('max_steps')}-step run, so the warmup stretches "
+             "with max_steps)" if warmup > int(old.get("max_steps", 0)) else "")
+    return (f"the {schedule} schedule then changes the learning rate from step {limit + 1} on{clamp}, before the "
+            f"newest checkpoint (step {newest}); pass --extend to continue it with the new schedule from there")

@@ -21,7 +21,7 @@ from bertfactory.io import atomic_write_text, read_json_file
 from .checkpoint import list_checkpoints, load_training_state, load_weights, MODEL_FILE, verify_checkpoint
 from .pretrain_checkpoints import RunSaver
 from .pretrain_config import PretrainConfig
-from .extend import resumable_step, unchanged_through
+from .extend import resumable_step
 from .optim import reset_learning_rate
 from .run_fingerprint import check_compatible, extends, saved_fingerprint
 from .run_layout import PretrainPaths
@@ -128,16 +128,13 @@ def _extension_checkpoint(paths: PretrainPaths, newest: tuple[int, Path], saved:
     the newest with pretrain.extend); ConfigError naming the schedule when there is none (training/extend.py)."""
     from bertfactory.errors import ConfigError
 
-    from .extend import refusal
+    from .extend import refusal, schedule_reason
 
     candidates = {s: d for s, d in list_checkpoints(paths.checkpoints) if s <= newest[0]}
     step = resumable_step(saved["pretrain"], current["pretrain"], sorted(candidates), cfg.extend)
     if step is None:
-        limit = unchanged_through(saved["pretrain"], current["pretrain"])
         raise ConfigError(refusal("pretrain.max_steps", saved["pretrain"]["max_steps"], cfg.max_steps, paths.out.parent,
-                                  f"the {cfg.schedule} schedule then changes the learning rate from step {limit + 1} "
-                                  f"on, before the newest checkpoint (step {newest[0]}); pass --extend to continue it "
-                                  "with the new schedule from there"))
+                                  schedule_reason(saved["pretrain"], current["pretrain"], newest[0])))
     if step != newest[0]:
         verify_checkpoint(candidates[step])
         logger.warning("pretrain: max_steps raised to %d: resuming from step %d, the last checkpoint whose steps the "

@@ -67,3 +67,43 @@ def test_reset_learning_rate_follows_the_new_budget():
     reset_learning_rate(longer)
     assert longer.optimizer.param_groups[0]["lr"] == (40 - 10) / (40 - 2)
     assert longer.get_last_lr() == [(40 - 10) / (40 - 2)]
+
+
+def test_the_refusal_explains_a_warmup_clamped_to_the_old_run():
+    from training.extend import schedule_reason
+
+    old, new = fields(schedule="wsd", warmup_steps=100, max_steps=12), fields(schedule="wsd", warmup_steps=100,
+                                                                            max_steps=20)
+    reason = schedule_reason(old, new, 10)
+    assert "from step 1 on" in reason and "warmup_steps=100 is longer than the 12-step run" in reason, reason
+    assert "--extend" in reason
+
+
+def test_run_pretrain_extends_refuses_or_continues_with_extend(tiny_run):
+    """Without the stage layer (a direct run_pretrain): a linear run raised to more steps is refused naming
+    --extend; with pretrain.extend it continues from its newest checkpoint, its shorter final/ moved aside."""
+    import pytest
+
+    from bertfactory.errors import ConfigError
+    from training.checkpoint import read_checkpoint_config
+    from training.config import ModelConfig
+    from training.pretrain import pretrain, run_pretrain
+
+    small = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=32)
+    cfg = PretrainConfig(batch_size=8, max_steps=12, warmup_steps=2, learning_rate=1e-3, log_every=4, save_every=5,
+                         seed=1)
+    pretrain(small, cfg, tiny_run)
+    longer = cfg.model_copy(update={"max_steps": 20})
+    with pytest.raises(ConfigError, match=r"^pretrain.max_steps changed \(12 -> 20\).*--extend"):
+        run_pretrain(small, longer, tiny_run)
+    summary = run_pretrain(small, longer.model_copy(update={"extend": True}), tiny_run)
+    assert summary["resumed_from_step"] == 10 and summary["steps"] == 20
+    aside = [p for p in (tiny_run / "pretrain").iterdir() if p.name.startswith("final.replaced-")]
+    assert len(aside) == 1 and read_checkpoint_config(aside[0])["training"]["step"] == 12
+    # from the resumed step on the rate is the new budget's linear decay (logged: the rate of the next step)
+    import json
+
+    lines = [json.loads(line) for line in (tiny_run / "pretrain/metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [4, 8, 12, 16, 20]
+    assert lines[3]["lr"] == pytest.approx(1e-3 * (20 - 16) / (20 - 2))
+    assert lines[1]["lr"] == pytest.approx(1e-3 * (12 - 8) / (12 - 2))  # the steps before kept their rates
