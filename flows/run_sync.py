@@ -100,8 +100,7 @@ def set_aside(stage: str, run_dir: Path, why: str) -> None:
     for workdir in stamps.STAGES[stage].workdirs:
         if storage.list_files(wc.remote(workdir)):
             target = wc.move_tree(workdir, previous[:12])
-            logger.warning("%s: %s since %s was made; moved it to %s (nothing deleted)", stage, why,
-                           wc.remote(workdir), target)
+            logger.warning("%s: %s: %s moved to %s (nothing deleted)", stage, why, wc.remote(workdir), target)
 
 
 def checkpoint_steps(run_dir: Path) -> list[int] | None:

@@ -179,11 +179,13 @@ class Plan:
     step: int | None = None  # an extended pretraining run: the checkpoint it continues
 
 
-def plan(run_dir: Path, stage: str, key: str, force: bool = False, continues=None, remote_outputs: bool = False) -> Plan:
+def plan(run_dir: Path, stage: str, key: str, force: bool = False, continues=None,
+         remote_outputs: bool = False) -> Plan:
     """Decide before anything is touched. Outputs started under the same key are kept (a crash, Ctrl-C, a killed
     worker: the stage resumes). Under another key, `continues(old, new)` (the stage's own rule, e.g. pretraining's
     extension: flows/stage_runner.py) gets both keys' details and returns a Plan or raises the refusal; without a
-    rule, or with `force`, the outputs are replaced (moved aside, never deleted). `remote_outputs`: a run location may hold outputs that the working copy does not."""
+    rule, or with `force`, the outputs are replaced (moved aside, never deleted). `remote_outputs`: a run location
+    may hold outputs that the working copy does not."""
     spec = STAGES[stage]
     if not spec.workdirs:
         return Plan("start")
@@ -217,8 +219,8 @@ def begin(run_dir: Path, stage: str, key: str, log=None, decided: Plan | None = 
             except FileNotFoundError:  # another rank of the same job moved it first
                 continue
             if log:
-                log(f"{stage}: {decided.why} since the outputs in {d} were made; moved them to {target} "
-                    f"(nothing deleted; `bertfactory clean {run_dir}` deletes replaced outputs)")
+                log(f"{stage}: {decided.why}: the outputs in {d} moved to {target} (nothing deleted; "
+                    f"`bertfactory clean {run_dir}` deletes replaced outputs)")
     elif decided.action == "keep" and decided.why and previous.get("key") != key and log:
         log(f"{stage}: {decided.why}")
     _stamp_path(run_dir, stage).unlink(missing_ok=True)

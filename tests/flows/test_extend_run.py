@@ -193,7 +193,7 @@ def test_a_longer_run_without_a_checkpoint_to_continue_keeps_the_old_one_aside(p
     before = _files(run)
     caplog.clear()
     assert _pretrain(recipe, run, *rare, "--set", "pretrain.max_steps=20") == 0
-    assert "no checkpoint to continue from" in caplog.text and "moved them to" in caplog.text, caplog.text
+    assert "no checkpoint to continue from: the outputs in" in caplog.text and "moved to" in caplog.text, caplog.text
     assert _still_there(before, run) == []
     from training.checkpoint import read_checkpoint_config
 
