@@ -145,6 +145,29 @@ def _one_job(corpus: CorpusConfig, cfg: PreprocessConfig, files: list[str], area
     area.collect()
 
 
+# input files on object storage checked at once: each check is a few requests whose latency, not CPU, is the cost
+REMOTE_CHECK_THREADS = 16
+
+
+def _check_inputs(corpus: CorpusConfig, inputs: list, known_sha256: dict | None) -> tuple[dict, dict]:
+    """Validate every input file (the first failure, in input order, raised) and take its sha256 (unless known)
+    and size. Local files one after the other; with URLs among them, REMOTE_CHECK_THREADS files at a time."""
+    def facts(f):
+        validate_file(corpus, f.location)
+        return (known_sha256[f] if known_sha256 is not None else f.sha256()), f.size()
+
+    if not any(is_remote(f.location) for f in inputs):
+        results = [facts(f) for f in inputs]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(REMOTE_CHECK_THREADS) as pool:
+            futures = [pool.submit(facts, f) for f in inputs]
+        results = [future.result() for future in futures]  # the first failure in input order
+    return ({f: sha for f, (sha, _size) in zip(inputs, results)},
+            {f: size for f, (_sha, size) in zip(inputs, results)})
+
+
 def bucket_exchange(runner: RunnerConfig, run_dir: Path, files: list[str], prior_index: str | None) -> str | None:
     """The run location's URL when the jobs' workers exchange their files through its bucket
     (preprocess.runner.exchange: bucket, or auto with a cluster preset and a URL run directory), else None. Such
@@ -224,10 +247,8 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
     if increment is not None:
         inputs = increment.new_files
     files = [f.location for f in inputs]
-    for f in inputs:
-        validate_file(corpus, f.location)
-    shas = increment.input_sha256 if increment is not None else {f: f.sha256() for f in inputs}
-    sources = [SourceInfo(path=f.name, sha256=shas[f], bytes=f.size()) for f in inputs]
+    shas, sizes = _check_inputs(corpus, inputs, increment.input_sha256 if increment is not None else None)
+    sources = [SourceInfo(path=f.name, sha256=shas[f], bytes=sizes[f]) for f in inputs]
     input_bytes = input_size([(f.location, s.bytes) for f, s in zip(inputs, sources)])
     # raw documents packed by tokens: the tokenizer's threads do the work, on every core from this process
     # the jobs that need no sentence ends (raw documents packed by tokens) are the tokenizer-bound ones
