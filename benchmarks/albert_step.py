@@ -41,7 +41,7 @@ def _worker(impl: str, shape: str, steps: int, warmup: int) -> dict:
     torch.manual_seed(0)
     attention = "ours (SDPA)"
     if impl == "ours":
-        from training.models.bert import BertConfig, BertForPreTraining
+        from training.models.bert.model import BertConfig, BertForPreTraining
         from training.objectives import get_objective
 
         model = BertForPreTraining(BertConfig(

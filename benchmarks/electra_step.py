@@ -40,7 +40,7 @@ def _batch(vocab: int, batch: int, seed: int = 0) -> dict:
 
 
 def _ours(shape: str):
-    from training.models.electra import ElectraConfig, ElectraForPreTraining
+    from training.models.electra.model import ElectraConfig, ElectraForPreTraining
 
     hidden, layers, heads, inter, embedding, vocab = SHAPES[shape]
     model = ElectraForPreTraining(ElectraConfig(
@@ -53,7 +53,7 @@ def _hf(shape: str):
     import torch
     import transformers
 
-    from training.models.electra import gumbel_sample, replace_masked
+    from training.models.electra.model import gumbel_sample, replace_masked
 
     hidden, layers, heads, inter, embedding, vocab = SHAPES[shape]
 

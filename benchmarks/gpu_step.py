@@ -104,7 +104,7 @@ def measure(impl: str, dims: tuple[int, int, int, int, int], seq_len: int, batch
     data = {k: v.to(dev) for k, v in _batch(vocab, batch=batch, max_predictions=predictions, seq_len=seq_len).items()}
     torch.manual_seed(0)
     if impl == "ours":
-        from training.models.bert import BertConfig, BertForPreTraining
+        from training.models.bert.model import BertConfig, BertForPreTraining
 
         model = BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=hidden, num_layers=layers,
                                               num_heads=heads, intermediate_size=inter, max_position_embeddings=512))

@@ -200,7 +200,7 @@ def bench_loader(server, root: Path, steps: int, repeats: int) -> dict:
     from bertfactory.io import sha256_file
     from pretrain_step import SHAPES, _batch, time_training_steps
     from training.data import PretrainBatches
-    from training.models.bert import BertConfig, BertForPreTraining
+    from training.models.bert.model import BertConfig, BertForPreTraining
 
     run = make_run(root / "loader-run", train_rows=BATCH * steps, heldout_rows=8, words=7995, variants=2,
                    max_seq_len=SEQ, min_seq_len=SEQ, shards=8)

@@ -64,7 +64,7 @@ def _worker(impl: str, shape: str, steps: int, warmup: int) -> dict:
     batch = _batch(vocab)
     torch.manual_seed(0)
     if impl == "ours":
-        from training.models.bert import BertConfig, BertForPreTraining
+        from training.models.bert.model import BertConfig, BertForPreTraining
 
         model = BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=hidden, num_layers=layers, num_heads=heads,
                                               intermediate_size=inter, max_position_embeddings=512))

@@ -60,7 +60,7 @@ def bench_loader(root: Path) -> None:
 
     from pretrain_step import SHAPES, _batch, time_training_steps
     from training.data import PretrainBatches
-    from training.models.bert import BertConfig, BertForPreTraining
+    from training.models.bert.model import BertConfig, BertForPreTraining
 
     shard_dir, tok_sha = _shards(root, rows=BERT_BASE_BATCH * 8, words=30517)
     batches = PretrainBatches.open(shard_dir, tok_sha, BERT_BASE_BATCH, seed=1)
@@ -88,7 +88,7 @@ def _ddp_worker(rank: int, world: int, port: int, steps: int, result_path: str) 
     import torch.distributed as dist
 
     from pretrain_step import _batch
-    from training.models.bert import BertConfig, BertForPreTraining
+    from training.models.bert.model import BertConfig, BertForPreTraining
 
     torch.set_num_threads(2 // world)
     if world > 1:
@@ -143,7 +143,7 @@ def bench_trainer(root: Path, steps: int = 20, rounds: int = 3) -> None:
     from training.config import ModelConfig
     from training.pretrain_config import PretrainConfig
     from training.data import PretrainBatches
-    from training.models.bert import BertForPreTraining
+    from training.models.bert.model import BertForPreTraining
     from training.objectives import get_objective_spec
     from training.optim import build_scheduler, clip_gradients, optimizer_from_config
     from training.trainer import Trainer

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from bertfactory.errors import ConfigError
-from training.models.bert import BertForPreTraining
+from training.models.bert.model import BertForPreTraining
 
 CONTINUATION_PREFIX = "##"
 

@@ -30,7 +30,7 @@ from torch import nn
 
 from bertfactory.errors import ConfigError
 from training.data import Position
-from training.models.bert import BertForPreTraining, gather_masked
+from training.models.bert.model import BertForPreTraining, gather_masked
 from training.optim import build_optimizer, build_scheduler
 from training.trainer import Trainer
 from training.tracking import TrackingTarget

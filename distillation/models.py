@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from bertfactory.errors import ConfigError, ContractError
-from training.models.bert import BertConfig, BertForPreTraining
-from training.models.modernbert import ModernBertConfig, ModernBertForMaskedLM
+from training.models.bert.model import BertConfig, BertForPreTraining
+from training.models.modernbert.model import ModernBertConfig, ModernBertForMaskedLM
 
 from .layer_map import attention_kinds, every_other, global_every_for
 

@@ -18,8 +18,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from training.models.attention import SelfAttention
-from training.models.varlen import sliding_window_band
+from training.models.core.attention import SelfAttention
+from training.models.core.varlen import sliding_window_band
 
 from .layer_map import attention_kinds
 

@@ -34,7 +34,7 @@ from evaluation.heads import TaskModel
 from evaluation.inputs import collate
 from evaluation.tasks.registry import BUILTIN_TASKS
 from training.checkpoint import load_pretrained, read_checkpoint_config
-from training.models.bert import BertForPreTraining
+from training.models.bert.model import BertForPreTraining
 from training.tracking import TENSORBOARD_DIR, NumberedTargets
 
 from .augment import Augmenter, augment_features

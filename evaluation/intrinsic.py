@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from bertfactory.errors import ContractError
 from preprocessing.shards import ShardSet
 from training.data import IGNORE_INDEX, collate, dynamic_masker, masked_at_read_time
-from training.models.bert import BertForPreTraining, chance_mlm_accuracy
+from training.models.bert.model import BertForPreTraining, chance_mlm_accuracy
 
 from .config import IntrinsicConfig
 

@@ -172,39 +172,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", type=int, default=0, help="row to decode (default 0)")
     p.add_argument("--variant", type=int, default=0, help="mask variant to show (default 0)")
 
+    # the members' transformers classes and layouts: training/hf's table (torch-free), built from their rows
+    from training import hf
+
     p = sub.add_parser(
-        "export", help="export a model directory to a transformers directory (BERT, RoBERTa, ALBERT, ELECTRA, XLNet, "
-        "XLM encoder)",
+        "export", help=f"export a model directory to a transformers directory ({hf.exported_members()})",
         description="Write one of our model directories (RUN/pretrain/final, RUN/pretrain/checkpoints/step-N, or a "
-        "run directory for its pretrain/final) as a Hugging Face transformers BertForPreTraining directory: "
-        "config.json (model_type bert), model.safetensors (bert.*, cls.predictions.*, cls.seq_relationship.*), "
-        "tokenizer.json and tokenizer_config.json. Load it with transformers.AutoModelForPreTraining / "
-        "AutoModelForMaskedLM / AutoModel.from_pretrained(OUT). RoBERTa- and ALBERT-style checkpoints are written as "
-        "RobertaForMaskedLM / AlbertForPreTraining instead (--layout); ELECTRA as ElectraForPreTraining + "
-        "OUT/generator (ElectraForMaskedLM), XLNet as XLNetLMHeadModel, XLM's encoder as XLMModel. Written to a staging directory, then published "
+        "run directory for its pretrain/final) as a Hugging Face transformers directory: config.json, "
+        "model.safetensors, tokenizer.json and tokenizer_config.json. Load it with "
+        "transformers.AutoModelForPreTraining / AutoModelForMaskedLM / AutoModel.from_pretrained(OUT). "
+        f"By the checkpoint's architecture: {hf.export_classes()}. Written to a staging directory, then published "
         "atomically. See docs/checkpoints.md.")
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="model directory (or run directory) to export")
     p.add_argument("--to", required=True, choices=["hf"], help="target format: hf (Hugging Face transformers)")
-    p.add_argument("--layout", choices=["auto", "bert", "roberta", "albert", "electra", "xlnet", "xlm-encoder"],
-                   default="auto",
+    p.add_argument("--layout", choices=hf.LAYOUTS, default="auto",
                    help="transformers class layout: bert = BertForPreTraining (BertForMaskedLM without a sentence "
                    "head), roberta = RobertaForMaskedLM, albert = AlbertForPreTraining (AlbertForMaskedLM without), "
-                   "electra and xlnet for those checkpoints, xlm-encoder = XLMModel (an XLM checkpoint's encoder; its "
-                   "MLM head does not map); auto (default) = by architecture, then albert for factorised embeddings or "
-                   "shared layers, else by the checkpoint's recorded objective (mlm_nsp bert, mlm roberta, mlm_sop "
-                   "albert)")
+                   f"{', '.join(x for x in hf.LAYOUTS if x not in ('auto', 'bert', 'roberta', 'albert'))} for those "
+                   "members' checkpoints (xlm-encoder = XLMModel, an XLM checkpoint's encoder; its MLM head does "
+                   "not map); auto (default) = by architecture, then albert for factorised embeddings or shared "
+                   "layers, else by the checkpoint's recorded objective (mlm_nsp bert, mlm roberta, mlm_sop albert)")
     p.add_argument("out", metavar="OUT", help="output directory (must not exist or be empty)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT as a whole")
 
     p = sub.add_parser(
-        "import-hf", help="import a Hugging Face BERT / RoBERTa / ALBERT / ELECTRA / XLNet / XLM directory as one of "
-        "our model directories",
+        "import-hf", help=f"import a Hugging Face directory (model_type {', '.join(hf.IMPORTS)}) as one of our "
+        "model directories",
         description="Convert a Hugging Face directory (config.json, model.safetensors or a sharded "
-        "model.safetensors.index.json, or a weights-only pytorch_model.bin; tokenizer.json) of a BertModel, "
-        "BertForPreTraining or BertForMaskedLM, RobertaForMaskedLM or RobertaModel, AlbertForPreTraining, "
-        "AlbertForMaskedLM or AlbertModel, ElectraForPreTraining (with its generator in HF_DIR/generator, as our "
-        "export writes it, or alone) or ElectraForMaskedLM, XLNetLMHeadModel or XLNetModel, XLMModel or "
-        "XLMWithLMHeadModel (the encoder) into "
+        "model.safetensors.index.json, or a weights-only pytorch_model.bin; tokenizer.json) of a "
+        f"{hf.imported_classes()} into "
         "one of our model directories, loadable with training.checkpoint.load_pretrained. Parts the checkpoint "
         "lacks (a plain BertModel has no MLM and NSP head) are initialised as our model initialises "
         "them, from --seed, and reported. Other model types, activations or position embeddings are refused. "

@@ -1,10 +1,13 @@
 """docs/family.md's table (written by scripts/family_table.py): every member has a row, every cell of every row is
 filled (no blank, lone dash, n/a, "not measured" or failed measurement), and the rows are the script's STATIC cells
 (not edited by hand). The checker itself is tested on altered copies of the committed table: each kind of empty
-cell, a missing row and a hand-edited row are reported, one line each, naming the member and the column."""
+cell, a missing row and a hand-edited row are reported, one line each, naming the member and the column. And
+docs/family.md's "Adding a member" checklist, for every registered member (training/models/members.py): its folder,
+its HF adapter or an explicit `no_hf`, a full recipe and its tiny twin, its docs rows."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import subprocess
 import sys
@@ -85,3 +88,52 @@ def test_a_table_rendered_without_runs_fails_the_check(tmp_path):
     problems = family_table.table_problems(text)
     assert len(problems) == len(family_table.TWINS)
     assert all(p.endswith("cell is empty ('not measured')") for p in problems)
+
+
+def _recipes_by_objective() -> dict[str, list[str]]:
+    """objective -> the recipes of configs/ that train it (the distillation configs are not recipes)."""
+    from flows.recipe import load_recipe
+
+    found: dict[str, list[str]] = {}
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        if not path.stem.startswith("distill-"):
+            found.setdefault(load_recipe(path).pretrain.objective, []).append(path.stem)
+    return found
+
+
+def test_every_registered_member_has_its_folder_hf_adapter_recipes_and_docs_rows():
+    """docs/family.md's "Adding a member", checked for every member of training/models/members.py."""
+    import ast
+
+    from training import hf
+    from training.models.members import MEMBERS
+
+    recipes = _recipes_by_objective()
+    rows = family_table.table_rows(DOC_TEXT)
+    hf_cell = family_table.COLUMNS.index("HF import / export")
+    for member in MEMBERS:
+        # its folder: model.py (the ARCHITECTURE) and the torch-free settings.py holding this very row
+        package = member.model.rpartition(".")[0]
+        folder = REPO / package.replace(".", "/")
+        assert member.model == f"{package}.model" and package.startswith("training.models."), member.name
+        assert (folder / "model.py").is_file() and (folder / "__init__.py").is_file(), member.name
+        assert importlib.import_module(f"{package}.settings").MEMBER is member, member.name
+        # its HF adapter (the functions the table names), or why it has none, said in the table's HF cell too
+        if member.hf is None:
+            assert member.no_hf and member.no_hf in rows[member.name][hf_cell], member.name
+        else:
+            adapter = REPO / "training" / "hf" / f"{member.hf.adapter}.py"
+            defined = {node.name for node in ast.parse(adapter.read_text(encoding="utf-8")).body
+                       if isinstance(node, ast.FunctionDef)}
+            named = {f for f in (member.hf.export, *(fn for _, fn in member.hf.imports)) if f}
+            assert named and named <= defined, (member.name, sorted(named - defined))
+            if member.hf.export:
+                assert hf.EXPORTS[member.architecture].member is member, member.name
+            assert all(hf.IMPORTS[model_type].member is member for model_type, _ in member.hf.imports), member.name
+        # its recipes: a full one and its tiny twin (the family table's) train one of its objectives
+        objectives = {info.name for info in member.objectives}
+        trained = {stem for name in objectives for stem in recipes.get(name, [])}
+        twin = Path(family_table.TWINS[member.name]).stem
+        assert twin in trained and len(trained) >= 2, (member.name, sorted(trained))
+        # its docs rows: the measured family table and the architecture table
+        assert member.name in rows and f"`{member.architecture}`" in DOC_TEXT, member.name

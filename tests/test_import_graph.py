@@ -7,8 +7,9 @@ a lazy import is still a dependency).
     component of more than one file, and no file imports itself.
 (c) Light entry points, in a fresh process: loading and validating a recipe, and `bertfactory preprocess
     --no-prefect` up to the call of run_preprocess, import neither torch nor Prefect nor transformers (the model
-    and objective declarations a recipe checks are torch-free modules: training/models/bert_config.py,
-    <member>_settings.py, capabilities.py, training/objective_catalog.py; the plain stage logic is
+    and objective declarations a recipe checks are torch-free modules: training/models/<member>/settings.py,
+    training/models/members.py and the schemas in training/models/core/ (config_schema.py, member.py,
+    capabilities.py, flops_terms.py); the CLI's HF table is training/hf/__init__.py; the plain stage logic is
     flows/stage_runner.py).
 
 Run: `.venv/bin/python -m pytest -q tests/test_import_graph.py`.

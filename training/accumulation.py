@@ -28,7 +28,7 @@ import torch
 
 from bertfactory.errors import ContractError
 
-from .models.bert import IGNORE_INDEX
+from .models.bert.model import IGNORE_INDEX
 
 
 @dataclass(frozen=True)

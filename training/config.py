@@ -1,10 +1,10 @@
 """The `model` section of a recipe (ModelConfig); the `pretrain` section is training/pretrain_config.py.
 
-The encoder keys are BertConfig's (training/models/bert_config.py: types, bounds and docs declared there once), but
+The encoder keys are BertConfig's (training/models/bert/settings.py: types, bounds and docs declared there once), but
 for the three pretraining fills in (vocab_size may stay null = the tokenizer's size; pad_token_id from the tokenizer;
 sentence_head from the objective); each member's own settings are a sub-section its architecture declares
 (`Architecture.settings`: `model.electra`, `model.spanbert`, `model.xlnet`, `model.transformer_xl`, `model.xlm`,
-`model.modernbert`, declared in training/models/<member>_settings.py). Nothing here imports torch: loading a recipe
+`model.modernbert`, declared in training/models/<member>/settings.py). Nothing here imports torch: loading a recipe
 stays light (tests/test_import_graph.py checks it). Each architecture turns the section into its config
 (`Architecture.from_model_config`, training/models/registry.py).
 
@@ -22,8 +22,8 @@ from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError
 
 # the torch-free declarations (not models.bert / models.registry, which build models): a recipe loads without torch
-from .models.bert_config import BertConfig, encoder_shape_problems
-from .models.settings_registry import member_settings
+from .models.bert.settings import BertConfig, encoder_shape_problems
+from .models.members import member_settings
 
 # the recipe's defaults of the encoder fields a checkpoint must state: BERT-base
 BERT_BASE = {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072,
@@ -71,7 +71,7 @@ def _encoder_fields() -> dict[str, Any]:
 _ENCODER_KEYS = tuple(_encoder_fields())
 
 def _member_sections() -> dict[str, Any]:
-    """Each member's settings sub-section (training/models/settings_registry.py, the Architecture.settings of
+    """Each member's settings sub-section (training/models/members.py, the Architecture.settings of
     registry.py), null = its defaults, described by the first paragraph of its dataclass's docstring."""
     sections: dict[str, Any] = {}
     for key, settings in member_settings().items():

@@ -27,7 +27,7 @@ from bertfactory.errors import ConfigError, ContractError
 from preprocessing.hashing import mix64
 from preprocessing.shards import Instance, ShardSet
 
-from .models.bert import IGNORE_INDEX  # re-exported: evaluation imports it from here
+from .models.bert.model import IGNORE_INDEX  # re-exported: evaluation imports it from here
 
 
 def collate(instances: Sequence[Instance], pad_id: int, max_predictions: int,

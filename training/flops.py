@@ -17,8 +17,9 @@ Backward = 2x forward for a product whose input needs a gradient (dX and dW), 1x
 projection of XLNet's / Transformer-XL's fixed sinusoidal distance table), 0 under no_grad (the frozen generator
 of two-stage ELECTRA). Parameter sharing (ALBERT) changes nothing: a shared layer runs as often as an unshared one.
 
-Per row of S real tokens (H hidden, I FFN width, L layers, E embedding width, V vocabulary, f the predicted
-fraction; the sum is divided by S):
+Each member's terms are its `Member.flops` (training/models/<member>/settings.py; the shared pieces:
+training/models/core/flops_terms.py). Per row of S real tokens (H hidden, I FFN width, L layers, E embedding width,
+V vocabulary, f the predicted fraction; the sum is divided by S):
     BERT layer          2 S (4 H^2 + 2 H I) + 4 S^2 H                          (projections + FFN, QK^T + AV)
     ModernBERT layer    2 S (4 H^2 + 3 H I) + 4 P H    the GeGLU FFN: H -> 2I, I -> H; no E -> H projection, no
                         biases (nothing to count either way). P = S^2 on a global layer (i % n == 0); on a local
@@ -51,10 +52,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .models.core.flops_terms import window_pairs  # noqa: F401  (importers' path)
+from .models.members import member_of_objective, objective_info
 from .models.registry import get_architecture
-from .objectives import get_objective_spec
 
-SENTENCE_HEAD_OBJECTIVES = ("mlm_nsp", "mlm_sop")  # the pooler + two-way head runs only where a loss reads it
 RELATIVE_OBJECTIVES = ("plm", "txl_clm")  # relative positions: no max_position_embeddings bound
 
 
@@ -92,96 +93,6 @@ def shard_mask_rate(masked_lm_prob: float, max_predictions_per_seq: int | None, 
     return min(masked_lm_prob, max_predictions_per_seq / mean_len)
 
 
-# ------------------------------------------------------------------------------------------------ per row
-
-
-def window_pairs(s: float, window: int) -> float:
-    """(query, key) pairs of a row of s tokens where a query sees the keys at most `window` positions away on either
-    side (itself included): s + 2 sum_i min(i, window), which is s^2 once the window spans the row."""
-    before = s * (s - 1) / 2 if s - 1 <= window else window * (window + 1) / 2 + (s - 1 - window) * window
-    return s + 2 * before
-
-
-def _bert_encoder(c: Any, s: float) -> float:
-    """Forward FLOPs of one row through BertModel (E -> H projection + L dense layers)."""
-    h, e = c.hidden_size, c.embedding_width
-    projection = 2 * s * e * h if e != h else 0.0
-    return projection + c.num_layers * (2 * s * (4 * h * h + 2 * h * c.intermediate_size) + 4 * s * s * h)
-
-
-def _lm_head(c: Any, predicted: float) -> float:
-    """MaskedLMHead at `predicted` positions: dense H -> E, tied decoder E -> V."""
-    return predicted * (2 * c.hidden_size * c.embedding_width + 2 * c.embedding_width * c.vocab_size)
-
-
-def _relative_stream(c: Any, q: float, k: float, r: float, segments: bool) -> float:
-    """One query stream of a relative layer, without the key/value and table projections (shared by streams)."""
-    h = c.hidden_size
-    return (4 * q * h * h + 4 * q * h * c.intermediate_size + 4 * q * k * h + 2 * q * r * h
-            + (4 * q * h if segments else 0.0))
-
-
-def _per_row(objective: str, c: Any, s: float, f: float, stage: str, rows: int | None,
-             carried: bool) -> list[tuple[str, float, float]]:
-    """[(name, forward FLOPs per row, backward factor)]."""
-    if objective == "electra":
-        g = c.generator_config()
-        d = c.discriminator_config()
-        generator = _bert_encoder(g, s) + _lm_head(g, f * s)
-        grad = 0.0 if stage == "discriminator" else 2.0
-        parts = [("generator encoder + MLM head", generator, grad)]
-        if stage != "generator":
-            h = d.hidden_size
-            parts += [("discriminator encoder", _bert_encoder(d, s), 2.0),
-                      ("replaced-token detection head", 2 * s * (h * h + h), 2.0)]
-        return parts
-    if objective == "plm":
-        h, p = c.hidden_size, s / c.predict_fraction
-        m = c.mem_len if carried else 0
-        k, r = m + s, m + 2 * s
-        layers = c.num_layers * (4 * k * h * h + _relative_stream(c, s, k, r, True))
-        query = c.num_layers * _relative_stream(c, p, k, r, True)
-        parts = [("content stream", layers, 2.0), ("query stream (targets only)", query, 2.0),
-                 ("logits at the targets", 2 * p * h * c.vocab_size, 2.0)]
-        if rows:
-            parts.append(("distance-table projection", c.num_layers * 2 * r * h * h / rows, 1.0))
-        return parts
-    if objective == "txl_clm":
-        h, n = c.hidden_size, c.train_segments
-        seg = s / n
-        layers = table = 0.0
-        for index in range(n):
-            memory = 0.0 if c.mem_len <= 0 else c.mem_len if carried else min(c.mem_len, index * seg)
-            k = memory + seg
-            layers += c.num_layers * (4 * k * h * h + _relative_stream(c, seg, k, k + 1, False))
-            table += c.num_layers * 2 * (k + 1) * h * h
-        parts = [("layers over memory + segment", layers, 2.0),
-                 ("logits at every token", 2 * s * h * c.vocab_size, 2.0)]
-        if rows:
-            parts.append(("distance-table projection", table / rows, 1.0))
-        return parts
-    if objective == "modernbert_mlm":
-        h = c.hidden_size
-        global_layers = (c.num_layers - 1) // c.global_attn_every_n_layers + 1  # layers 0, n, 2n, ...
-        local_layers = c.num_layers - global_layers
-        projections = c.num_layers * 2 * s * (4 * h * h + 3 * h * c.intermediate_size)
-        return [("projections + GeGLU feed-forward", projections, 2.0),
-                (f"attention, {global_layers} global layer(s)", global_layers * 4 * s * s * h, 2.0),
-                (f"attention, {local_layers} local layer(s) (window {c.local_attention})",
-                 local_layers * 4 * h * window_pairs(s, c.local_attention // 2), 2.0),
-                ("LM head at the predicted positions", _lm_head(c, f * s), 2.0)]
-    # the BertModel members: BERT, RoBERTa, ALBERT, SpanBERT, XLM
-    predicted = (s - 1) if objective == "clm" else f * s
-    parts = [("encoder", _bert_encoder(c, s), 2.0), ("LM head at the predicted positions", _lm_head(c, predicted), 2.0)]
-    if objective in SENTENCE_HEAD_OBJECTIVES:
-        parts.append(("pooler + sentence head", 2 * c.hidden_size * c.hidden_size + 4 * c.hidden_size, 2.0))
-    if objective == "mlm_sbo":
-        h, e = c.hidden_size, c.embedding_width
-        sbo = f * s * (2 * (2 * h + c.sbo_position_size) * h + 2 * h * e + 2 * e * c.vocab_size)
-        parts.append(("span boundary head", sbo, 2.0))
-    return parts
-
-
 # ------------------------------------------------------------------------------------------------ public
 
 
@@ -199,7 +110,8 @@ def estimate_flops(model_cfg: Any, objective: str, vocab_size: int, seq_len: flo
         raise ValueError(f"seq_len must be >= 1 (got {seq_len})")
     if not 0.0 < mask_rate <= 1.0:
         raise ValueError(f"mask_rate must be in (0, 1] (got {mask_rate})")
-    config = get_architecture(get_objective_spec(objective).architecture).from_model_config(model_cfg, vocab_size, 0)
+    info = objective_info(objective)
+    config = get_architecture(info.architecture).from_model_config(model_cfg, vocab_size, 0)
     two_stage = objective == "electra" and config.two_stage
     if stage is None:
         stage = "discriminator" if two_stage else "joint"
@@ -207,8 +119,8 @@ def estimate_flops(model_cfg: Any, objective: str, vocab_size: int, seq_len: flo
         raise ValueError(f"stage {stage!r} does not exist for objective {objective!r}"
                          f"{' (two-stage ELECTRA)' if two_stage else ''}")
     terms = tuple(Term(name, forward / seq_len, factor * forward / seq_len)
-                  for name, forward, factor in _per_row(objective, config, float(seq_len), mask_rate, stage,
-                                                        rows_per_batch, memory_across_batches))
+                  for name, forward, factor in member_of_objective(objective).flops(
+                      info, config, float(seq_len), mask_rate, stage, rows_per_batch, memory_across_batches))
     return FlopsEstimate(objective, stage, float(seq_len), mask_rate, terms)
 
 

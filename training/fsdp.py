@@ -13,7 +13,7 @@ gradients reduce-scattered (averaged, as DDP's all-reduce) after its backward. T
 processes x B equal one process x W*B up to the rounding of the reductions (tests/training/test_fsdp.py).
 
 The encoder's `TransformerLayer` is never called itself (Encoder runs its blocks through `TransformerLayer.run`,
-to share blocks between layers, training/models/encoder.py), so its unit is the list of its blocks: FSDP2
+to share blocks between layers, training/models/core/encoder.py), so its unit is the list of its blocks: FSDP2
 gathers the group when the first of them runs. Relative-attention layers (XLNet, Transformer-XL) are called, and
 are their own unit.
 
@@ -53,7 +53,7 @@ def is_sharded(model: nn.Module) -> bool:
 def shard_units(model: nn.Module) -> list[nn.Module | list[nn.Module]]:
     """The per-layer FSDP units of `model`, in model order: each element of an encoder's `layer` ModuleList (a
     list of its blocks for the Encoder's TransformerLayer, see the module docstring)."""
-    from .models.encoder import TransformerLayer
+    from .models.core.encoder import TransformerLayer
 
     units: list[nn.Module | list[nn.Module]] = []
     for name, module in model.named_modules():

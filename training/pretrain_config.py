@@ -20,7 +20,7 @@ from bertfactory.config import StrictModel
 
 from .batch_ramp_config import BatchRampConfig
 from .fsdp_config import FsdpConfig
-from .objective_catalog import objective_names
+from .models.members import objective_names
 from .stacking_config import StackingConfig
 from .stream_config import stream_batches_problem
 from .tracking import TrackingConfig
@@ -119,7 +119,7 @@ class PretrainConfig(StrictModel):
     # not resume-neutral: compiled dropout draws its masks through inductor's own generator, so a compiled run
     # follows another sample path than an eager one (without dropout the two differ only in rounding)
     # not resume-neutral either: the packed path draws dropout masks over the real tokens only
-    unpad: bool = Field(False, description="run the model on the real tokens only (training/models/varlen.py: "
+    unpad: bool = Field(False, description="run the model on the real tokens only (training/models/core/varlen.py: "
                         "varlen attention on CUDA, exact SDPA on CPU; ModernBERT's local layers keep their window); "
                         "pays off when batches hold much padding. For the architectures that declare it: BERT "
                         "(RoBERTa, ALBERT) and ModernBERT; refused for the others when the recipe loads")
@@ -144,7 +144,7 @@ class PretrainConfig(StrictModel):
                                   "data (flows/refresh.py). Same architecture and tokenizer required; the optimiser "
                                   "and schedule start fresh. Also a Hugging Face BERT directory or `sample:NAME` "
                                   "(e.g. sample:minilm): its encoder, the heads it lacks initialised fresh and logged; "
-                                  "its vocabulary must be the shards' tokenizer's (training/hf.py). null = random init")
+                                  "its vocabulary must be the shards' tokenizer's (training/hf/bert.py). null = random init")
     stacking: StackingConfig | None = Field(None, description="progressive stacking (training/stacking.py): double "
                                             "the layers after the listed steps; model.num_layers is the first depth. "
                                             "For the architectures that declare it: BERT (RoBERTa, ALBERT), SpanBERT "

@@ -22,7 +22,7 @@ from bertfactory.errors import ConfigError
 from .checkpoint import load_weights, MODEL_FILE, read_checkpoint_config
 from .distributed import DistContext
 from .fsdp import shard_model
-from .models.embeddings import BertEmbeddings
+from .models.core.embeddings import BertEmbeddings
 from .pretrain_config import PretrainConfig
 from .pretrain_data import TrainingData
 from .trainer import freeze_untrained
@@ -42,7 +42,8 @@ def warm_start(model: torch.nn.Module, directory: Path, architecture: str, token
     Hugging Face BERT directory (`sample:NAME` names a fetched one) with the same vocabulary as the shards'
     tokenizer (`tokenizer_path`): its encoder, the heads it lacks initialised fresh from pretrain.seed and logged."""
     from bertfactory.samples import resolve_input
-    from .hf import is_hf_model_dir, warm_start_from_hf
+    from .hf import is_hf_model_dir
+    from .hf.bert import warm_start_from_hf
 
     directory = resolve_input(str(directory))
     if is_hf_model_dir(directory):

@@ -16,14 +16,14 @@ from bertfactory.errors import ConfigError
 
 # the torch-free declarations (not models.registry / objectives, which import the models): a recipe loads without torch
 from .config import ModelConfig
-from .models.capabilities import STACKING, STATIC_SHAPES, UNPAD, supporting, supports
-from .objective_catalog import objective_info, objective_names
+from .models.core.capabilities import STACKING, STATIC_SHAPES, UNPAD
+from .models.members import objective_info, objective_names, supporting, supports
 from .pretrain_config import PretrainConfig
 
 
 def _unsupported_option(option: str, cfg: PretrainConfig) -> str | None:
-    """pretrain.<option> set for an objective whose architecture does not declare it (capabilities.SUPPORTS, each
-    Architecture.supports)."""
+    """pretrain.<option> set for an objective whose architecture does not declare it (its member's
+    `Member.supports`, training/models/members.py)."""
     architecture = objective_info(cfg.objective).architecture
     if supports(architecture, option):
         return None

@@ -24,7 +24,7 @@ Choices:
   `build_optimizer(new_model)` gives them, so the saved optimizer state loads onto the same parameters.
 - Stacking consumes no random numbers (the new model is built on the meta device), so the dropout stream and
   the data order are those of an unstacked run.
-- Which members stack: the architectures that declare STACKING (training/models/architecture.py: BERT with
+- Which members stack: the architectures that declare STACKING (training/models/core/architecture.py: BERT with
   RoBERTa and ALBERT, SpanBERT, XLM); a recipe asking it of another is refused when it loads
   (training/recipe_checks.py). ELECTRA (its generator's depth follows the discriminator's) and ModernBERT (layer 0
   has no attention norm, and a layer's global / local kind follows its index) do not.
@@ -41,7 +41,7 @@ from torch import nn
 from bertfactory.errors import ConfigError, ContractError
 
 from .distributed import unwrap
-from .models.bert import BertConfig
+from .models.bert.model import BertConfig
 from .models.registry import architecture_of
 from .optim import parameter_groups
 from .stacking_config import StackingConfig

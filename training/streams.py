@@ -1,7 +1,7 @@
 """The stream loader (`pretrain.stream_batches: true`): batches of `clm` shards laid out as B parallel text streams,
 so that row r of batch s+1 continues row r of batch s, as the data iterators of Transformer-XL (Dai et al. 2019,
 LMOrderedIterator) and XLNet (Yang et al. 2019, `batchify`) do. A recurrent objective (txl_clm, plm with mem_len
-> 0) then carries its memory from batch to batch (training/models/stream_memory.py).
+> 0) then carries its memory from batch to batch (training/models/core/stream_memory.py).
 
 Epoch e: the documents of the split, each as its `clm` segments in order (segment_index 0, 1, ...), are
 concatenated in an order drawn from (seed, e) into one stream of all N rows; the stream is cut into B equal

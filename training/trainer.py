@@ -204,7 +204,7 @@ class Trainer:
         return bool(getattr(self.batches, "carries_memory", False))
 
     def _stream_memory_state(self) -> dict[str, Any] | None:
-        """The carried memory of every slot of the global batch (training/models/stream_memory.py), gathered
+        """The carried memory of every slot of the global batch (training/models/core/stream_memory.py), gathered
         from the ranks in slot order (rank r holds slots r*B/W..), so it resumes under any number of processes."""
         from .distributed import unwrap
 
@@ -222,7 +222,7 @@ class Trainer:
     def _load_stream_memory(self, state: dict[str, Any] | None) -> None:
         """This rank's slots of a saved carried memory (see _stream_memory_state)."""
         from .distributed import unwrap
-        from .models.stream_memory import memory_of
+        from .models.core.stream_memory import memory_of
 
         module = unwrap(self.model)
         if state is None or not state["layers"]:

@@ -8,7 +8,7 @@ import torch
 from bertfactory.errors import ConfigError
 from evaluation.inputs import Features
 from distillation.augment import Augmenter, augment_features
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["good", "bad", "film", "movie", "plot", "great", "play", "##ing", "##ed", "act"]

@@ -11,7 +11,7 @@ from flows.recipe import load_recipe
 from distillation.layer_map import every_other, pkd_map, tinybert_map
 from distillation.models import Projections, distilbert_student, narrow_student, num_parameters
 from distillation.stage import load_distill_config
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from distillation.layer_map import tinybert_map
 from distillation.loop import (DistilBertObjective, DistillModel, Teacher, TinyBertIntermediateObjective,
                                    run_distillation)
 from distillation.models import Projections, distilbert_student, narrow_student
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 
 def _teacher(run) -> Teacher:

@@ -18,7 +18,7 @@ from flows.recipe import load_recipe
 from flows.stages import run_stage
 from tests.flows.conftest import write_tiny_recipe
 from training.checkpoint import save_pretrained
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "distill-minilm.yaml"
 REDUCED = ["finetune.max_train_examples=48", "finetune.max_eval_examples=16", "finetune.epochs=1",

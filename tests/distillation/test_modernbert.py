@@ -17,8 +17,8 @@ from distillation.loop import DistilBertObjective, DistillModel, Teacher, TinyBe
 from distillation.models import Projections, distilbert_student, narrow_student
 from distillation.outputs import attended_pairs, encoder_outputs
 from training.data import PretrainBatches
-from training.models.bert import BertForPreTraining
-from training.models.modernbert import ModernBertConfig, ModernBertForMaskedLM
+from training.models.bert.model import BertForPreTraining
+from training.models.modernbert.model import ModernBertConfig, ModernBertForMaskedLM
 
 # six layers, global at 0 and 3; rows of the tiny shards are 12..32 tokens, so the window of 4 on each side binds
 TEACHER = dict(vocab_size=45, hidden_size=32, num_layers=6, num_heads=2, intermediate_size=48,

@@ -12,7 +12,7 @@ from bertfactory.io import sha256_file
 from training.checkpoint import save_pretrained
 from distillation.config import DistillConfig
 from distillation.stage import run_distill
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 
 TINY = {

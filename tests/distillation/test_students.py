@@ -9,7 +9,7 @@ from bertfactory.errors import ConfigError, ContractError
 from distillation.loop import DistilBertObjective, Teacher
 from distillation.models import Projections, check_tokenizers, distilbert_student, narrow_student
 from distillation.outputs import encoder_outputs
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 CFG = BertConfig(vocab_size=30, hidden_size=16, num_layers=4, num_heads=2, intermediate_size=32,
                  max_position_embeddings=16, hidden_dropout=0.0, attention_dropout=0.0)

@@ -22,7 +22,7 @@ from bertfactory.samples import sample_path
 from preprocessing.shards import SCHEMA_VERSION, Manifest, SplitInfo, write_manifest, write_shard
 from training.checkpoint import save_pretrained
 from training.data import collate
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

@@ -18,7 +18,7 @@ from evaluation.finetune_schedule import layerwise_groups, linear_warmup_decay, 
 from evaluation.tasks.base import (Answer, ChoiceExample, Example, RegressionExample, SquadExample, TaggingExample,
                                    TaskData)
 from tests.evaluation.conftest import movie_sentences
-from training.models.bert import BertConfig, BertModel
+from training.models.bert.model import BertConfig, BertModel
 
 CPU = torch.device("cpu")
 SOURCE = {"path": "movie_reviews (rules)", "sha256": "0" * 64, "lines": 0}

@@ -10,7 +10,7 @@ from evaluation.encode import TextEncoder, truncate_pair
 from evaluation.heads import TaskModel, decode_squad, decode_tagging
 from evaluation.inputs import IGNORE_INDEX, build_features, collate, window_offsets
 from evaluation.tasks.base import Answer, ChoiceExample, Example, SquadExample, TaggingExample
-from training.models.bert import BertConfig, BertModel
+from training.models.bert.model import BertConfig, BertModel
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from preprocessing.shards import ShardSet
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 from evaluation.intrinsic import pseudo_perplexity
 
 

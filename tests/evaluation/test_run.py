@@ -120,7 +120,7 @@ def test_options_switch_parts_off_and_missing_metrics_are_noted(run_dir, task_sl
     from safetensors.torch import load_file
 
     from evaluation.heads import TaskModel
-    from training.models.bert import BertConfig, BertModel
+    from training.models.bert.model import BertConfig, BertModel
 
     model = TaskModel(BertModel(BertConfig.from_dict(head["encoder"])), "classification", 2, 0.1)
     model.load_state_dict(load_file(str(saved / "model.safetensors")))

@@ -24,7 +24,7 @@ from evaluation.results import read_results
 from evaluation.run import checkpoint_labels, load_task, run_evaluate
 from flows.evaluate_cli import add_evaluate_parser, transfer_overrides
 from training.checkpoint import save_pretrained
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 FINETUNE = {"epochs": 1, "learning_rate": 1e-3, "batch_size": 32, "max_seq_len": 32, "seed": 3, "num_seeds": 2,
             "max_train_examples": 80, "max_eval_examples": 40}

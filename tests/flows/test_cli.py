@@ -95,7 +95,7 @@ def test_export_to_hf_and_import_hf_round_trip(tmp_path, capsys):
     from tokenizers.models import WordLevel
 
     from training.checkpoint import save_pretrained
-    from training.models.bert import BertConfig, BertForPreTraining
+    from training.models.bert.model import BertConfig, BertForPreTraining
 
     for argv in (["export", "--help"], ["import-hf", "--help"]):
         with pytest.raises(SystemExit) as exit_info:

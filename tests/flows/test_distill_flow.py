@@ -17,7 +17,7 @@ from flows.distill_flow import distill
 from flows.recipe import load_recipe
 from flows.stages import run_stage
 from training.checkpoint import save_pretrained
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 DISTILL = {
     "finetune": {"epochs": 1, "num_seeds": 1, "batch_size": 16, "max_seq_len": 24, "max_train_examples": 32,

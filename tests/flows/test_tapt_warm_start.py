@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from bertfactory.errors import ConfigError
 from bertfactory.samples import is_fetched, sample_path
 from preprocessing.tokenizer import adopt_tokenizer
-from training.models.bert import BertConfig, BertForPreTraining, BertModel
+from training.models.bert.model import BertConfig, BertForPreTraining, BertModel
 from training.pretrain_model import warm_start
 
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(27)]

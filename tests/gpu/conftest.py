@@ -149,7 +149,7 @@ def varlen_kernel_capable():
 
 @pytest.fixture
 def kernel_calls(monkeypatch):
-    """The window_size of every varlen_attn call (training/models/varlen.py imports it from its module at each
+    """The window_size of every varlen_attn call (training/models/core/varlen.py imports it from its module at each
     call, so patching the module attribute sees them all)."""
     import torch.nn.attention.varlen as varlen_module
 

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from training.distributed import DistContext, from_environment, unwrap  # noqa: E402
-from training.models.bert import BertConfig, BertForPreTraining  # noqa: E402
+from training.models.bert.model import BertConfig, BertForPreTraining  # noqa: E402
 
 CONFIG = BertConfig(vocab_size=512, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=256,
                     max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)

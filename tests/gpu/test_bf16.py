@@ -21,7 +21,7 @@ from training.backends import autocast_context, resolve_device
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 from training.pretrain import pretrain
 
 pytestmark = pytest.mark.cuda

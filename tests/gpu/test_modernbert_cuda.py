@@ -1,4 +1,4 @@
-"""ModernBERT's unpadded path on CUDA (training/models/modernbert.py): the global layers and the sliding-window local
+"""ModernBERT's unpadded path on CUDA (training/models/modernbert/model.py): the global layers and the sliding-window local
 layers both reach the FlashAttention varlen kernel (`varlen_attn`, with window_size (-1, -1) and (w, w)), and the
 result equals the padded path, whose local layers attend under sliding_window_band's boolean mask.
 
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from training.backends import autocast_context
-from training.models.modernbert import ModernBertConfig, ModernBertForMaskedLM
-from training.models.varlen import PackedSequences, _use_varlen_kernel, reference_attention, varlen_attention
+from training.models.modernbert.model import ModernBertConfig, ModernBertForMaskedLM
+from training.models.core.varlen import PackedSequences, _use_varlen_kernel, reference_attention, varlen_attention
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("varlen_kernel_capable")]
 

@@ -1,4 +1,4 @@
-"""The unpadded path's CUDA kernel (training/models/varlen.py: `torch.nn.attention.varlen.varlen_attn`, the
+"""The unpadded path's CUDA kernel (training/models/core/varlen.py: `torch.nn.attention.varlen.varlen_attn`, the
 FlashAttention varlen kernel) against the padded path, in bf16 autocast on batches of very different lengths.
 
 The CPU tests (tests/training/test_varlen.py) cover the exact reference attention; here the kernel runs (checked:
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from training.backends import autocast_context
-from training.models.bert import BertConfig, BertForPreTraining, BertModel
-from training.models.varlen import PackedSequences, _use_varlen_kernel
+from training.models.bert.model import BertConfig, BertForPreTraining, BertModel
+from training.models.core.varlen import PackedSequences, _use_varlen_kernel
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("varlen_kernel_capable")]
 

@@ -179,7 +179,7 @@ def test_tlm_pairs_from_real_udhr_train_the_tlm_objective(tmp_path, wiki):
 
     from preprocessing.shards import ShardSet
     from training.data import PretrainBatches
-    from training.models.xlm import XlmConfig, XlmForPreTraining
+    from training.models.xlm.model import XlmConfig, XlmForPreTraining
     from training.objectives.xlm import tlm
 
     corpus = CorpusConfig(inputs=[f"sample:udhr/{c}.html" for c in ("eng", "fra", "deu_1996")], format="parallel")

@@ -13,7 +13,7 @@ from training.accumulation import split_batch, weighted_loss
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
-from training.models.bert import IGNORE_INDEX, BertConfig, BertForPreTraining
+from training.models.bert.model import IGNORE_INDEX, BertConfig, BertForPreTraining
 from training.objectives import get_objective_spec
 from training.optim import build_optimizer, build_scheduler
 from training.pretrain import pretrain
@@ -188,7 +188,7 @@ def test_resume_is_exact_with_the_new_optimizers_and_schedules(run_factory, opti
 
 def test_accumulation_is_refused_for_two_stage_electra(tiny_run):
     from bertfactory.errors import ConfigError
-    from training.models.electra import ElectraSettings
+    from training.models.electra.model import ElectraSettings
 
     model = SMALL.model_copy(update={"electra": ElectraSettings(two_stage=True, generator_steps=2, generator_size=1.0)})
     cfg = PretrainConfig(objective="electra", batch_size=8, max_steps=4, warmup_steps=1, grad_accumulation=2)

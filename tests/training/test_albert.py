@@ -20,8 +20,8 @@ from training.checkpoint import load_pretrained, save_pretrained
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.describe import count_parameters, meta_model
-from training.models.attention import padding_mask
-from training.models.bert import BertConfig, BertForPreTraining, BertModel
+from training.models.core.attention import padding_mask
+from training.models.bert.model import BertConfig, BertForPreTraining, BertModel
 from training.objectives import get_objective
 from training.pretrain import pretrain
 

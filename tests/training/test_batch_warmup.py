@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from training.batch_ramp import BatchRampConfig, ramp_sizes
 from training.config import ModelConfig
-from training.models.modernbert import ModernBertSettings
+from training.models.modernbert.model import ModernBertSettings
 from training.pretrain import pretrain
 from training.pretrain_config import PretrainConfig
 

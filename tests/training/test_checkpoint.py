@@ -12,7 +12,7 @@ from training.checkpoint import (list_checkpoints, load_pretrained, load_trainin
                                  save_pretrained)
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 from training.pretrain import pretrain
 
 CONFIG = BertConfig(vocab_size=45, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,

@@ -12,7 +12,7 @@ from training.checkpoint import best_checkpoint, list_checkpoints, save_checkpoi
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.flops import train_flops_per_token
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 from training.pretrain import pretrain
 from .conftest import make_run
 

@@ -18,8 +18,8 @@ from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
 from training.describe import count_parameters, meta_model
-from training.models.bert import IGNORE_INDEX
-from training.models.electra import ElectraConfig, ElectraForPreTraining, ElectraSettings, gumbel_sample
+from training.models.bert.model import IGNORE_INDEX
+from training.models.electra.model import ElectraConfig, ElectraForPreTraining, ElectraSettings, gumbel_sample
 from training.models.registry import get_architecture
 from training.optim import build_optimizer
 from training.pretrain import pretrain
@@ -143,7 +143,7 @@ def test_gumbel_sampling_follows_the_softmax_and_the_seed():
 
 
 def test_replacements_are_valid_ids_and_labels_compare_with_the_original(monkeypatch):
-    import training.models.electra as electra_module
+    import training.models.electra.model as electra_module
 
     vocab = 45
     batch = _batch(vocab)

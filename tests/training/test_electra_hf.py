@@ -9,7 +9,7 @@ import torch
 from flows.cli import main as cli_main
 from training.checkpoint import save_pretrained
 from training.hf import export_to_hf
-from training.models.electra import ElectraConfig, ElectraForPreTraining
+from training.models.electra.model import ElectraConfig, ElectraForPreTraining
 
 from .conftest import write_tokenizer
 

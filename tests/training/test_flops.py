@@ -17,14 +17,14 @@ from torch.utils.flop_counter import FlopCounterMode
 from training import flops
 from training.config import ModelConfig
 from training.flops import estimate_flops, train_flops_per_token
-from training.models.electra import ElectraSettings
-from training.models.modernbert import ModernBertSettings
+from training.models.electra.model import ElectraSettings
+from training.models.modernbert.model import ModernBertSettings
 from training.models.registry import get_architecture
-from training.models.spanbert import SpanBertSettings
-from training.models.varlen import sliding_window_band
-from training.models.transformer_xl import TransformerXLSettings
-from training.models.xlm import XlmSettings
-from training.models.xlnet import XLNetSettings
+from training.models.spanbert.model import SpanBertSettings
+from training.models.core.varlen import sliding_window_band
+from training.models.transformer_xl.model import TransformerXLSettings
+from training.models.xlm.model import XlmSettings
+from training.models.xlnet.model import XLNetSettings
 from training.objectives import get_objective_spec
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from bertfactory.errors import ContractError
 from bertfactory.samples import sample_path
-from training.hf import bert_config_from_hf, load_hf_bert_encoder
+from training.hf.bert import bert_config_from_hf, load_hf_bert_encoder
 
 # sentence-transformers model card of all-MiniLM-L6-v2: model.similarity(embeddings, embeddings)
 SENTENCES = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
@@ -61,7 +61,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from bertfactory.errors import InputError  # noqa: E402
 from training.checkpoint import load_pretrained, save_pretrained  # noqa: E402
 from training.hf import export_to_hf, import_from_hf  # noqa: E402
-from training.models.bert import BertConfig, BertForPreTraining  # noqa: E402
+from training.models.bert.model import BertConfig, BertForPreTraining  # noqa: E402
 
 PARITY_SENTENCES = SENTENCES + ["A man is playing a guitar on a small wooden stage in front of a quiet crowd.", "Hi"]
 TINY = BertConfig(vocab_size=48, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,

@@ -1,4 +1,4 @@
-"""Export of RoBERTa- and ALBERT-style checkpoints to transformers (training/hf_layouts.py via
+"""Export of RoBERTa- and ALBERT-style checkpoints to transformers (training/hf/layouts.py via
 training.hf.export_to_hf): transformers loads them with nothing missing and computes the same MLM (and SOP)
 logits as ours to 1e-5; the layout is chosen from the checkpoint; what transformers cannot express is refused."""
 
@@ -13,8 +13,8 @@ from bertfactory.errors import ContractError
 from flows.cli import main
 from training.checkpoint import load_pretrained, save_pretrained
 from training.hf import export_to_hf
-from training.hf_layouts import choose_layout
-from training.models.bert import BertConfig, BertForPreTraining
+from training.hf.layouts import choose_layout
+from training.models.bert.model import BertConfig, BertForPreTraining
 
 transformers = pytest.importorskip("transformers")
 
@@ -209,7 +209,7 @@ def test_a_model_without_sentence_head_exports_as_a_masked_lm(tmp_path, layout, 
 
 
 def test_spanbert_exports_its_encoder_and_mlm_head_as_a_masked_lm(tmp_path):
-    from training.models.spanbert import SpanBertConfig, SpanBertForPreTraining
+    from training.models.spanbert.model import SpanBertConfig, SpanBertForPreTraining
 
     config = SpanBertConfig(**ROBERTA, sbo_max_span_tokens=5, sbo_position_size=8)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Import of transformers RoBERTa and ALBERT checkpoints (training/hf_layouts.py via training.hf.import_from_hf),
+"""Import of transformers RoBERTa and ALBERT checkpoints (training/hf/layouts.py via training.hf.import_from_hf),
 checked against models that transformers builds offline from a config (no hub): our model computes the same
 logits to 1e-5 (fp32, eval mode), and both round trips are exact (HF -> ours -> HF and ours -> HF -> ours give
 bit-equal state dicts)."""
@@ -14,7 +14,7 @@ from bertfactory.errors import ContractError
 from flows.cli import main
 from training.checkpoint import load_pretrained
 from training.hf import export_to_hf, import_from_hf
-from training.models.bert import BertConfig
+from training.models.bert.model import BertConfig
 
 from .conftest import write_tokenizer
 

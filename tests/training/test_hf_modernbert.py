@@ -1,4 +1,4 @@
-"""ModernBERT <-> transformers (training/hf_modernbert.py), against models transformers builds offline from a config
+"""ModernBERT <-> transformers (training/hf/modernbert.py), against models transformers builds offline from a config
 (no hub): our export loads as ModernBertForMaskedLM with nothing missing and computes the same MLM logits to 1e-5
 (fp32, eval mode, eager and SDPA attention), a transformers model imported computes the same logits in ours, and
 the round trip HF -> ours -> HF is bit-equal. The sequences (16 tokens, padded rows) are longer than the sliding
@@ -14,7 +14,7 @@ from bertfactory.errors import ContractError
 from flows.cli import main
 from training.checkpoint import load_pretrained, save_pretrained
 from training.hf import export_to_hf, import_from_hf
-from training.models.modernbert import ModernBertConfig, ModernBertForMaskedLM
+from training.models.modernbert.model import ModernBertConfig, ModernBertForMaskedLM
 
 from .conftest import write_tokenizer
 from .test_hf_import_family import VOCAB, assert_same_state, batch, max_diff, our_mlm_logits, randomised, save_hf
@@ -88,7 +88,7 @@ def test_import_parity_and_round_trip(tmp_path, cls):
 def test_what_ours_does_not_compute_is_refused_naming_the_key(tmp_path):
     base = transformers.ModernBertConfig(vocab_size=VOCAB, pad_token_id=0, **SIZES).to_dict()
     base["architectures"] = ["ModernBertForMaskedLM"]
-    from training.hf_modernbert import modernbert_config_from_hf
+    from training.hf.modernbert import modernbert_config_from_hf
 
     for key, value in [("attention_bias", True), ("norm_bias", True), ("hidden_activation", "silu"),
                        ("tie_word_embeddings", False)]:

@@ -1,4 +1,4 @@
-"""XLM export to transformers (training/hf_xlm.py): our XLM encoder loads as transformers XLMModel with nothing
+"""XLM export to transformers (training/hf/xlm.py): our XLM encoder loads as transformers XLMModel with nothing
 missing and computes the same hidden states to 1e-5 (fp32, eval mode), with one and with several languages; the
 masked-LM head (BERT's transform, which XLMPredLayer has no place for) and what HF XLM cannot express are
 refused, naming the part."""
@@ -12,7 +12,7 @@ from bertfactory.errors import ContractError
 from flows.cli import main
 from training.checkpoint import save_pretrained
 from training.hf import export_to_hf
-from training.models.xlm import XlmConfig, XlmForPreTraining
+from training.models.xlm.model import XlmConfig, XlmForPreTraining
 
 from .conftest import write_tokenizer
 from .test_hf_import_family import VOCAB, batch, randomised

@@ -1,4 +1,4 @@
-"""XLNet <-> transformers (training/hf_xlnet.py): a transformers XLNetLMHeadModel built offline from a config and
+"""XLNet <-> transformers (training/hf/xlnet.py): a transformers XLNetLMHeadModel built offline from a config and
 our XLNetForPreTraining compute the same logits to 1e-5 (fp32, eval mode) in both directions, for the content
 stream and for the two-stream permutation LM (perm_mask + target_mapping); both round trips are bit-exact."""
 
@@ -11,7 +11,7 @@ from bertfactory.errors import ContractError
 from flows.cli import main
 from training.checkpoint import load_pretrained, save_pretrained
 from training.hf import export_to_hf, import_from_hf
-from training.models.xlnet import (XLNetConfig, XLNetForPreTraining, permutation_masks, prediction_targets,
+from training.models.xlnet.model import (XLNetConfig, XLNetForPreTraining, permutation_masks, prediction_targets,
                                    sample_factorisation_order)
 
 from .conftest import write_tokenizer

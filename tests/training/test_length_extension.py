@@ -21,7 +21,7 @@ from evaluation.heldout import evaluate_objective
 from preprocessing.shards import read_manifest, write_manifest
 from training.checkpoint import load_pretrained, read_checkpoint_config
 from training.config import ModelConfig
-from training.models.modernbert import ModernBertSettings
+from training.models.modernbert.model import ModernBertSettings
 from training.pretrain import pretrain
 from training.pretrain_config import PretrainConfig
 

@@ -1,6 +1,6 @@
 """One schema per architecture family: the recipe's `model` keys are BertConfig's fields (declared once), the
 member settings of a recipe are the fields their configs add, XLNet and Transformer-XL share RelativeConfig, and the
-one dict parser (training/models/config_schema.py) names the source and the field for every kind of bad value."""
+one dict parser (training/models/core/config_schema.py) names the source and the field for every kind of bad value."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 
 from bertfactory.errors import ContractError
 from training.config import BERT_BASE, ModelConfig
-from training.models.bert import BertConfig
-from training.models.electra import ElectraConfig, ElectraSettings
-from training.models.relative_config import RelativeConfig
-from training.models.transformer_xl import TransformerXLConfig, TransformerXLSettings
-from training.models.xlm import XlmConfig, XlmSettings
-from training.models.xlnet import XLNetConfig, XLNetSettings
+from training.models.bert.model import BertConfig
+from training.models.electra.model import ElectraConfig, ElectraSettings
+from training.models.core.relative_config import RelativeConfig
+from training.models.transformer_xl.model import TransformerXLConfig, TransformerXLSettings
+from training.models.xlm.model import XlmConfig, XlmSettings
+from training.models.xlnet.model import XLNetConfig, XLNetSettings
 
 TINY = dict(vocab_size=40, hidden_size=8, num_layers=2, num_heads=2, intermediate_size=16)
 

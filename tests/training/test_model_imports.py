@@ -53,7 +53,7 @@ def _circles(files: list[Path], root: Path = ROOT) -> list[list[str]]:
 
 
 def test_the_model_modules_and_the_hf_interchange_have_no_import_circle():
-    files = sorted((ROOT / "training" / "models").glob("*.py")) + sorted((ROOT / "training").glob("hf*.py"))
+    files = sorted((ROOT / "training" / "models").rglob("*.py")) + sorted((ROOT / "training" / "hf").rglob("*.py"))
     assert len(files) > 10
     assert _circles(files) == []
 

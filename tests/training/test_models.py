@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertfactory.errors import ContractError
-from training.models.bert import BertConfig, BertForPreTraining, BertModel, gather_masked
+from training.models.bert.model import BertConfig, BertForPreTraining, BertModel, gather_masked
 
 CONFIG = BertConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                     max_position_embeddings=24)

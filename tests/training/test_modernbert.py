@@ -1,7 +1,7 @@
-"""ModernBERT (training/models/modernbert.py): the core's modern options (no biases, pre-LN with embedding and final
+"""ModernBERT (training/models/modernbert/model.py): the core's modern options (no biases, pre-LN with embedding and final
 norms, GeGLU, rotary positions, global / sliding-window layers), the loss and its gradients, the unpadded and
 static-shape paths against the padded one, the config's checks and round trip, and the published size of the
-full recipe on the meta device. HF parity: test_hf_modernbert.py."""
+full recipe on the meta device. HF parity: test_hf/modernbert.py."""
 
 from pathlib import Path
 
@@ -11,10 +11,10 @@ import torch
 from bertfactory.errors import ConfigError, ContractError
 from training.checkpoint import load_pretrained, save_pretrained
 from training.config import ModelConfig
-from training.models.bert import IGNORE_INDEX
-from training.models.modernbert import ModernBertConfig, ModernBertForMaskedLM, ModernBertSettings
+from training.models.bert.model import IGNORE_INDEX
+from training.models.modernbert.model import ModernBertConfig, ModernBertForMaskedLM, ModernBertSettings
 from training.models.registry import get_architecture
-from training.models.varlen import PackedSequences
+from training.models.core.varlen import PackedSequences
 
 from .conftest import write_tokenizer
 
@@ -91,7 +91,7 @@ def test_local_layers_see_only_their_window():
     assert torch.equal(mask[0, 0], distance <= 4)  # local_attention 8: 4 on each side
 
     # a padding query keeps every real key (no softmax row without a key), a real query stays in its window
-    from training.models.varlen import sliding_window_band
+    from training.models.core.varlen import sliding_window_band
     real = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)
     band = sliding_window_band(real, 2)
     assert band[0, 0, 11].all() and band[0, 0, 0].tolist() == [True] * 3 + [False] * 9

@@ -217,7 +217,7 @@ def test_global_batch_and_accumulation_config():
 
 @pytest.mark.parametrize("name", ["lamb", "adafactor"])
 def test_progressive_stacking_keeps_the_optimizer_and_its_groups(name):
-    from training.models.bert import BertConfig, BertForPreTraining
+    from training.models.bert.model import BertConfig, BertForPreTraining
     from training.stacking import stack_layers
 
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ from bertfactory.errors import ConfigError, ContractError
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.optim import WarmupLinearDecay, build_optimizer, parameter_groups
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 from training.pretrain import pretrain, run_pretrain
 
 SMALL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=32)

@@ -13,7 +13,7 @@ _SWITCH = {UNPAD: "unpad_by_default", STATIC_SHAPES: "static_shapes"}
 
 
 def test_bert_declares_unpad_and_static_shapes_and_the_others_nothing():
-    # ModernBERT runs BertForPreTraining's forward (training/models/modernbert.py), so it declares the same
+    # ModernBERT runs BertForPreTraining's forward (training/models/modernbert/model.py), so it declares the same
     # two; stacking (tests/training/test_stacking.py) is BERT's, SpanBERT's and XLM's, not ModernBERT's
     declared = {"BertForPreTraining": {UNPAD, STATIC_SHAPES, STACKING}, "ModernBertForMaskedLM": {UNPAD, STATIC_SHAPES},
                 "SpanBertForPreTraining": {STACKING}, "XlmForPreTraining": {STACKING}}
@@ -23,7 +23,7 @@ def test_bert_declares_unpad_and_static_shapes_and_the_others_nothing():
 
 @pytest.mark.parametrize("name", ["BertForPreTraining", "SpanBertForPreTraining", "XlmForPreTraining"])
 def test_declared_capabilities_are_the_switches_the_model_has(name):
-    from training.models.bert import BertConfig
+    from training.models.bert.model import BertConfig
     arch = get_architecture(name)
     config = arch.config_from_dict(BertConfig(vocab_size=32, hidden_size=8, num_layers=1, num_heads=2,
                                               intermediate_size=16, max_position_embeddings=16,
@@ -46,7 +46,7 @@ def test_a_checkpoint_that_stores_the_former_xlnet_name_loads(tmp_path):
     import torch
 
     from training.checkpoint import load_pretrained, read_checkpoint_config, save_pretrained
-    from training.models.xlnet import XLNetConfig, XLNetForPreTraining
+    from training.models.xlnet.model import XLNetConfig, XLNetForPreTraining
 
     from .conftest import write_tokenizer
 

@@ -3,7 +3,7 @@ lookup, the two read-outs against each other, stop-gradient memory, and queries 
 
 import torch
 
-from training.models.relative_attention import (
+from training.models.core.relative_attention import (
     RelativeMultiHeadAttention, gather_geometry, shift_geometry, update_memory, with_memory,
 )
 

@@ -13,7 +13,7 @@ from flows.recipe import load_recipe
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.describe import count_parameters
-from training.models.bert import BertConfig, BertForPreTraining
+from training.models.bert.model import BertConfig, BertForPreTraining
 from training.pretrain import pretrain
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,12 +25,12 @@ from training.checkpoint import load_pretrained
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.describe import count_parameters, meta_model
-from training.models.bert import IGNORE_INDEX
+from training.models.bert.model import IGNORE_INDEX
 from training.models.registry import get_architecture
 from training.data import PretrainBatches, collate
-from training.models.span_boundary import (SpanBoundaryHead, gather_span_boundaries, span_boundaries,
+from training.models.spanbert.span_boundary import (SpanBoundaryHead, gather_span_boundaries, span_boundaries,
                                            stored_span_boundaries)
-from training.models.spanbert import SpanBertConfig, SpanBertForPreTraining
+from training.models.spanbert.model import SpanBertConfig, SpanBertForPreTraining
 from training.objectives import get_objective_spec
 from training.objectives.sbo import mlm_sbo
 from training.pretrain import pretrain

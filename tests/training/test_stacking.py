@@ -18,9 +18,9 @@ from flows.recipe import load_recipe
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.data import PretrainBatches
-from training.models.attention import padding_mask
-from training.models.bert import BertConfig, BertForPreTraining
-from training.models.encoder import TransformerLayer
+from training.models.core.attention import padding_mask
+from training.models.bert.model import BertConfig, BertForPreTraining
+from training.models.core.encoder import TransformerLayer
 from training.models.registry import STACKING, get_architecture
 from training.objectives import get_objective_spec
 from training.optim import build_optimizer, build_scheduler

@@ -1,5 +1,5 @@
 """The stream loader (training/streams.py) and the memory Transformer-XL and XLNet carry across batches with it
-(training/models/stream_memory.py): every slot reads its documents' segments in order, a row carried over from the
+(training/models/core/stream_memory.py): every slot reads its documents' segments in order, a row carried over from the
 batch before computes exactly what the two segments computed in one walk, a reset row exactly what a fresh one
 does, a run stopped at a checkpoint resumes the uninterrupted curve (the memory is saved with the training state),
 and 2 gloo processes x B/2 slots train like 1 process x B.
@@ -20,8 +20,8 @@ from bertfactory.errors import ContractError
 from preprocessing.shards import SplitInfo, read_manifest, write_manifest, write_shard
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
-from training.models.transformer_xl import TransformerXLConfig, TransformerXLLM
-from training.models.xlnet import XLNetConfig, XLNetForPreTraining
+from training.models.transformer_xl.model import TransformerXLConfig, TransformerXLLM
+from training.models.xlnet.model import XLNetConfig, XLNetForPreTraining
 from training.objectives.txl import recurrent_clm
 from training.streams import StreamBatches
 

@@ -11,7 +11,7 @@ import torch
 from bertfactory.errors import ContractError
 from bertfactory.io import sha256_file
 from training.data import PretrainBatches
-from training.models.transformer_xl import TransformerXLConfig, TransformerXLLM
+from training.models.transformer_xl.model import TransformerXLConfig, TransformerXLLM
 from training.objectives.original_ids import original_ids
 from training.objectives.txl import next_token_labels, recurrent_clm
 

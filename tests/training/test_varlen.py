@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from training.data import PretrainBatches
-from training.models.bert import BertConfig, BertForPreTraining, BertModel
-from training.models.varlen import PackedSequences, _use_varlen_kernel, reference_attention
+from training.models.bert.model import BertConfig, BertForPreTraining, BertModel
+from training.models.core.varlen import PackedSequences, _use_varlen_kernel, reference_attention
 
 from bertfactory.io import sha256_file
 

@@ -30,10 +30,10 @@ from preprocessing.shards import Instance
 from training.checkpoint import load_pretrained
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
-from training.models.bert import IGNORE_INDEX
+from training.models.bert.model import IGNORE_INDEX
 from training.describe import meta_model
 from training.models.registry import get_architecture
-from training.models.xlm import XlmConfig, XlmForPreTraining
+from training.models.xlm.model import XlmConfig, XlmForPreTraining
 from training.objectives import get_objective_spec
 from training.data import PretrainBatches, collate, masked_at_read_time, translation_inputs
 from training.objectives.xlm import clm, next_token_targets, tlm, xlm_mlm, xlm_mlm_tlm

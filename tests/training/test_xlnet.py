@@ -12,8 +12,8 @@ import torch
 from bertfactory.errors import ContractError
 from bertfactory.io import sha256_file
 from training.data import PretrainBatches
-from training.models.bert import IGNORE_INDEX
-from training.models.xlnet import (
+from training.models.bert.model import IGNORE_INDEX
+from training.models.xlnet.model import (
     XLNetConfig, XLNetForPreTraining, permutation_masks, prediction_targets, sample_factorisation_order,
 )
 from training.objectives.original_ids import original_ids

@@ -1,7 +1,6 @@
 """The architectures a checkpoint can hold, by the name stored in config.json's `architecture` (see
-architecture.py for what one is). This module lists every member; nothing it imports imports it back, so adding
-a member is its model module (with an `ARCHITECTURE`) plus one line in `_MEMBERS` (and, when it has recipe settings,
-its <member>_settings.py plus one line in settings_registry.py, the list a recipe reads without importing torch).
+core/architecture.py for what one is): one per member of training/models/members.py, imported from the module its
+row names (`Member.model`, which defines `ARCHITECTURE`). Nothing a model module imports imports this module.
 
     from training.models.registry import get_architecture
     arch = get_architecture("BertForPreTraining")
@@ -10,45 +9,38 @@ its <member>_settings.py plus one line in settings_registry.py, the list a recip
 
 from __future__ import annotations
 
+import importlib
+
 from torch import nn
 
 from bertfactory.errors import ContractError
 
-from . import bert, electra, modernbert, spanbert, transformer_xl, xlm, xlnet
-from .architecture import CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD, Architecture
-from .capabilities import SUPPORTS
+from .core.architecture import CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD, Architecture
+from .members import MEMBERS, Member, member_of_architecture
 
 __all__ = ["CAPABILITIES", "STACKING", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
            "architectures", "member_settings"]
 
-_MEMBERS: tuple[Architecture, ...] = (
-    bert.ARCHITECTURE,
-    electra.ARCHITECTURE,
-    spanbert.ARCHITECTURE,
-    xlnet.ARCHITECTURE,
-    transformer_xl.ARCHITECTURE,
-    xlm.ARCHITECTURE,
-    modernbert.ARCHITECTURE,
-)
-_ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in _MEMBERS}
-# a recipe's checks read capabilities.SUPPORTS without building an architecture: each must declare its entry
-_MISDECLARED = sorted({*SUPPORTS} - {*_ARCHITECTURES} | {arch.name for arch in _MEMBERS
-                                                         if arch.supports != SUPPORTS.get(arch.name, frozenset())})
-if _MISDECLARED:
-    raise ContractError(f"training/models/capabilities.py SUPPORTS and the architectures' `supports` disagree for "
-                        f"{', '.join(_MISDECLARED)}")
-# names that earlier releases wrote into config.json's `architecture` -> today's name (those checkpoints load)
-_FORMER_NAMES = {"XLNetForPretraining": "XLNetForPreTraining"}
+
+def _architecture(member: Member) -> Architecture:
+    arch = importlib.import_module(member.model).ARCHITECTURE
+    if (arch.name, arch.supports, arch.settings) != (member.architecture, member.supports, member.settings):
+        raise ContractError(f"{member.model}: ARCHITECTURE ({arch.name}) does not take its name, supports and "
+                            f"settings from its MEMBER row ({member.architecture})")
+    return arch
+
+
+_ARCHITECTURES: dict[str, Architecture] = {member.architecture: _architecture(member) for member in MEMBERS}
 
 
 def get_architecture(name: str, source: str = "config.json") -> Architecture:
-    """The architecture stored under `name` (today's name or a former one); a ContractError naming `source` and the
-    known names for any other."""
-    name = _FORMER_NAMES.get(name, name)
-    if name not in _ARCHITECTURES:
+    """The architecture stored under `name` (today's name or a former one, `Member.former_names`); a ContractError
+    naming `source` and the known names for any other."""
+    try:
+        return _ARCHITECTURES[member_of_architecture(name).architecture]
+    except KeyError:
         raise ContractError(f"{source}: architecture {name!r} is not one bertfactory can build; "
-                            f"known: {', '.join(sorted(_ARCHITECTURES))}")
-    return _ARCHITECTURES[name]
+                            f"known: {', '.join(sorted(_ARCHITECTURES))}") from None
 
 
 def architecture_of(model: nn.Module) -> Architecture:
@@ -65,7 +57,7 @@ def architectures() -> list[str]:
 
 
 def member_settings() -> dict[str, type]:
-    """The sub-sections of a recipe's `model` that members declare (`Architecture.settings`): key -> the dataclass
-    of its settings, in the order of `_MEMBERS`. A recipe reads the same list from settings_registry.py, which
-    imports no model (tests/training/test_model_config.py checks that they agree)."""
-    return dict(arch.settings for arch in _MEMBERS if arch.settings is not None)
+    """The sub-sections of a recipe's `model` that the architectures declare (`Architecture.settings`): key -> the
+    dataclass of its settings, in the order of members.MEMBERS (the same as members.member_settings(), which a
+    recipe reads without importing a model; tests/training/test_model_config.py checks that they agree)."""
+    return dict(arch.settings for arch in _ARCHITECTURES.values() if arch.settings is not None)

@@ -3,9 +3,10 @@
 averages into metrics.jsonl, and an `ObjectiveSpec` saying which architecture it trains and which shards it can
 read. `pretrain.objective` names one.
 
-Adding an objective = its entry in training/objective_catalog.py (architecture, instance formats, descriptions:
-declared without torch, so a recipe validates without importing a model) and one small module here with the loss
-function, named in `_LOSSES` below.
+Adding an objective = its entry in its member's row (`Member.objectives` in training/models/<member>/settings.py:
+architecture, instance formats, descriptions, declared without torch, so a recipe validates without importing a
+model), naming its loss function (`loss_function`): one of `LOSS_FUNCTIONS` below, or a new module here and its
+entry there when no existing loss fits.
 
     from training.objectives import get_objective_spec
     spec = get_objective_spec("mlm_sop")
@@ -23,8 +24,8 @@ import torch
 
 from bertfactory.errors import ContractError
 
-from ..objective_catalog import ObjectiveInfo, objective_info
-from ..objective_catalog import objective_names as _declared_names
+from ..models.members import ObjectiveInfo, objective_info
+from ..models.members import objective_names as _declared_names
 from .electra import electra
 from .mlm import mlm_only
 from .mlm_nsp import mlm_nsp
@@ -43,7 +44,7 @@ DEFAULT_INSTANCE_FORMAT = "nsp-pairs"
 
 @dataclass(frozen=True, kw_only=True)
 class ObjectiveSpec(ObjectiveInfo):
-    """An objective's catalogue entry (training/objective_catalog.py: name, architecture, instance formats,
+    """An objective's catalogue entry (training/models/members.py: name, architecture, instance formats,
     descriptions, sentence head) with its loss function."""
 
     loss: Objective
@@ -91,21 +92,22 @@ def register_objective(spec: ObjectiveSpec) -> ObjectiveSpec:
     return spec
 
 
-# each objective of the catalogue (training/objective_catalog.py) -> its loss function
-_LOSSES: dict[str, Objective] = {
-    "mlm_nsp": mlm_nsp, "mlm": mlm_only, "mlm_sop": mlm_sop, "electra": electra, "mlm_sbo": mlm_sbo,
-    "clm": clm, "xlm_mlm": xlm_mlm, "tlm": tlm, "xlm_mlm_tlm": xlm_mlm_tlm,
-    "plm": permutation_lm, "txl_clm": recurrent_clm, "modernbert_mlm": mlm_only,
-}
-# objectives whose batches need more than the run's shards (ObjectiveSpec.prepare_batches)
-_PREPARE_BATCHES = {name: prepare_xlm_batches for name in ("clm", "xlm_mlm", "tlm", "xlm_mlm_tlm")}
+# the loss functions an objective names (`ObjectiveInfo.loss_function`), by function name: a member trained by an
+# existing loss names it and touches nothing here
+LOSS_FUNCTIONS: dict[str, Objective] = {f.__name__: f for f in (
+    mlm_nsp, mlm_only, mlm_sop, electra, mlm_sbo, clm, xlm_mlm, tlm, xlm_mlm_tlm, permutation_lm, recurrent_clm)}
+# the hooks for objectives whose batches need more than the run's shards (`ObjectiveInfo.batches`)
+BATCH_HOOKS: dict[str, Callable[[Any, Any, Any, Any], Any]] = {"xlm": prepare_xlm_batches}
 
-if sorted(_LOSSES) != _declared_names():
-    raise ContractError(f"training/objectives/__init__.py: _LOSSES names {sorted(_LOSSES)}, but the catalogue "
-                        f"(training/objective_catalog.py) declares {_declared_names()}")
 for _name in _declared_names():
-    register_objective(ObjectiveSpec.of(objective_info(_name), _LOSSES[_name], _PREPARE_BATCHES.get(_name)))
-del _name
+    _info = objective_info(_name)
+    if _info.loss_function not in LOSS_FUNCTIONS or (_info.batches is not None and _info.batches not in BATCH_HOOKS):
+        raise ContractError(f"objective {_name} names loss function {_info.loss_function!r} / batch hook "
+                            f"{_info.batches!r}; training/objectives/__init__.py has the loss functions "
+                            f"{', '.join(LOSS_FUNCTIONS)} and the batch hooks {', '.join(BATCH_HOOKS)}")
+    register_objective(ObjectiveSpec.of(_info, LOSS_FUNCTIONS[_info.loss_function],
+                                        BATCH_HOOKS.get(_info.batches) if _info.batches else None))
+del _name, _info
 
 
 def objective_names() -> list[str]:

@@ -1,5 +1,5 @@
 """ELECTRA's objective: generator masked LM + disc_weight * replaced-token detection, joint or two-stage as the
-model's config says (ElectraForPreTraining.forward computes both losses; see training/models/electra.py).
+model's config says (ElectraForPreTraining.forward computes both losses; see training/models/electra/model.py).
 
 Returned scalars: loss, mlm_loss (generator), disc_loss (None in the generator-alone stage of two-stage
 training), mlm_correct / mlm_count (generator), disc_correct / disc_count (discriminator, over real tokens).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.bert import IGNORE_INDEX
+from ..models.bert.model import IGNORE_INDEX
 
 
 def original_ids(batch: dict[str, torch.Tensor]) -> torch.Tensor:

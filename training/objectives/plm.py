@@ -1,4 +1,4 @@
-"""XLNet's objective: permutation language modelling (see training/models/xlnet.py) on the ORIGINAL tokens of a
+"""XLNet's objective: permutation language modelling (see training/models/xlnet/model.py) on the ORIGINAL tokens of a
 collate() batch; BERT's masks mean nothing to it, so they are undone first (original_ids).
 
 Each row's factorisation order is a function of its `row_seeds` entry (the loader's, a hash of (seed, epoch, row)),

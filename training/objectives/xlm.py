@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.bert import IGNORE_INDEX
+from ..models.bert.model import IGNORE_INDEX
 from .original_ids import original_ids
 
 

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from training.config import ModelConfig
-from training.models.modernbert import ModernBertSettings
+from training.models.modernbert.model import ModernBertSettings
 from training.pretrain import pretrain
 from training.pretrain_config import PretrainConfig
 from training.tracking import TrackingConfig

@@ -1,0 +1,217 @@
+"""What every Hugging Face importer and exporter shares (training/hf/bert.py for BERT and its layouts, hf/electra.py,
+hf/xlnet.py, hf/xlm.py): the output-directory check, the staged HF directory writer, reading HF weights in any of
+their three file formats, the seeded build, the strict mapped load with optional parts, and the import's result.
+It imports none of those modules, so each of them imports it without an import circle.
+
+    check_output_dir(out, model_dir, overwrite)
+    write_hf_dir(out, state, hf_config, tokenizer_path, hf_tokenizer_config(tokenizer_path, special_ids, 512))
+    model = seeded(lambda: BertForPreTraining(config), seed)
+    initialised, dropped = load_mapped(model, state, hf_dir, hf_dir / "config.json", optional_parts)
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from bertfactory.errors import ContractError, InputError
+from bertfactory.io import atomic_write_json, publish_dir, read_json_file
+from bertfactory.tokens import role_tokens_of_file
+
+from ..checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir, save_pretrained,
+                         unreadable_pickle)
+
+logger = logging.getLogger(__name__)
+
+HF_INDEX_FILE = "model.safetensors.index.json"
+HF_TORCH_FILE = "pytorch_model.bin"
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+
+# HF config key -> BertConfig field
+HF_BERT_FIELDS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_heads",
+    "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "hidden_dropout_prob": "hidden_dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+    "layer_norm_eps": "layer_norm_eps",
+    "initializer_range": "initializer_range",
+    "pad_token_id": "pad_token_id",
+}
+
+
+# ------------------------------------------------------------------------------------------------ export
+
+
+def check_output_dir(out: Path, source: Path, overwrite: bool) -> None:
+    src, dst = source.resolve(), out.resolve()
+    if dst == src or dst in src.parents or src in dst.parents:
+        raise InputError(f"output {out} must not be, contain or lie inside the source {source}")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise InputError(f"output directory {out} exists and is not empty; choose another path or pass --overwrite "
+                         "(it is then replaced as a whole)")
+
+
+def hf_tokenizer_config(tokenizer_path: Path, special_ids: Mapping[str, int], max_length: int | None
+                        ) -> dict[str, Any]:
+    """tokenizer_config.json of an export: the fast tokenizer class and our special tokens under HF's names."""
+    special = {name: token for name, token in role_tokens_of_file(tokenizer_path).items() if name in special_ids}
+    doc: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    if max_length is not None:
+        doc["model_max_length"] = max_length
+    return {**doc, **{f"{name}_token": token for name, token in special.items()}}
+
+
+def write_hf_files(directory: Path, state: Mapping[str, torch.Tensor], hf_config: Mapping[str, Any],
+                   tokenizer_path: Path, tokenizer_config: Mapping[str, Any]) -> None:
+    """model.safetensors, tokenizer.json, config.json and tokenizer_config.json into `directory` (fsynced)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(dict(state), str(directory / MODEL_FILE), metadata={"format": "pt"})
+    shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
+    for name in (MODEL_FILE, TOKENIZER_FILE):
+        _fsync_file(directory / name)
+    atomic_write_json(directory / CONFIG_FILE, dict(hf_config))
+    atomic_write_json(directory / HF_TOKENIZER_CONFIG, dict(tokenizer_config))
+
+
+def write_hf_dir(out: Path, state: Mapping[str, torch.Tensor], hf_config: Mapping[str, Any], tokenizer_path: Path,
+                 tokenizer_config: Mapping[str, Any]) -> None:
+    """`write_hf_files` into a staging directory, then published as `out` atomically."""
+    staging = _staging_dir(out)
+    try:
+        write_hf_files(staging, state, hf_config, tokenizer_path, tokenizer_config)
+        publish_dir(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------ import
+
+
+@dataclass(frozen=True)
+class HfImport:
+    """What `import_from_hf` did: the directory written, the HF architecture it read, and the parts of our model
+    the HF checkpoint lacked (initialised as BertForPreTraining initialises them, with `seed`)."""
+
+    path: Path
+    architecture: str
+    initialised: tuple[str, ...] = field(default_factory=tuple)
+    seed: int = 0
+    dropped: tuple[str, ...] = field(default_factory=tuple)  # HF tensors left out (`drop`, or parts ours lacks)
+
+
+def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+    single, index = directory / MODEL_FILE, directory / HF_INDEX_FILE
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        doc = read_json_file(index, f"no {HF_INDEX_FILE} in {directory}")
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict):
+            raise ContractError(f"{index}: field 'weight_map' is missing or not an object")
+        files = [directory / f for f in sorted(set(weight_map.values()))]
+    elif (directory / HF_TORCH_FILE).is_file():
+        # the pre-safetensors format: a pickle, read with weights_only=True so that it can hold tensors only
+        path = directory / HF_TORCH_FILE
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError... for bad files
+            raise unreadable_pickle(path, "a readable weights-only PyTorch state dict", err) from None
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ContractError(f"{path} does not hold a flat state dict of tensors")
+        return dict(state)
+    else:
+        found = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+        raise ContractError(f"{directory} holds no {MODEL_FILE} (or {HF_INDEX_FILE}, or {HF_TORCH_FILE}). "
+                            f"Found: {found}")
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        if not path.is_file():
+            raise ContractError(f"weights file {path} (named in {index}) does not exist")
+        try:
+            state.update(load_file(str(path)))
+        except (SafetensorError, OSError) as err:
+            raise ContractError(f"{path} is not a readable safetensors file: {err}") from None
+    return state
+
+
+def hf_tokenizer_file(hf_dir: Path) -> Path:
+    tokenizer_path = hf_dir / TOKENIZER_FILE
+    if not tokenizer_path.is_file():
+        raise ContractError(f"no {TOKENIZER_FILE} in {hf_dir}: our model directories need the fast-tokenizer file "
+                            "(write it with a transformers fast tokenizer's save_pretrained)")
+    return tokenizer_path
+
+
+def with_sentence_head(values: dict[str, Any], sentence_head: bool) -> dict[str, Any]:
+    """`values` (BertConfig fields) plus `sentence_head`: a model without a sentence-pair head, e.g. RoBERTa's, is
+    then built without `nsp_head`."""
+    return {**values, "sentence_head": sentence_head}
+
+
+def seeded(build: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
+    """`build()` under torch seed `seed`, leaving the global RNG untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+def load_mapped(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path, source_config: Path,
+                optional: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Load `state` (HF tensors under our names) into `model` (built seeded), strictly but for the parts in
+    `optional` (our name prefix -> what it is): a part the HF checkpoint lacks keeps its initialisation, a part
+    it has that `model` lacks (e.g. a pooler of a model built without one) is dropped. Returns (initialised parts,
+    dropped parts); refuses a part present in part, other missing or unexpected names and wrong shapes."""
+    expected = model.state_dict()
+    dropped = []
+    for prefix, part in optional.items():
+        extra = [k for k in state if k.startswith(prefix)]
+        if extra and not any(k.startswith(prefix) for k in expected):
+            dropped.append(part)
+            state = {k: v for k, v in state.items() if not k.startswith(prefix)}
+    unexpected = sorted(set(state) - set(expected))
+    absent = sorted(set(expected) - set(state))
+    required = [k for k in absent if not k.startswith(tuple(optional))]
+    if unexpected or required:
+        raise ContractError(f"{source}: weights do not match {source_config}: missing {required[:5]}, unexpected "
+                            f"{unexpected[:5]}")
+    wrong = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}" for k in state
+             if state[k].shape != expected[k].shape]
+    if wrong:
+        raise ContractError(f"{source}: tensor shapes do not match {source_config}: {'; '.join(wrong[:5])}")
+    initialised = []
+    for prefix, part in optional.items():
+        names = [k for k in expected if k.startswith(prefix)]
+        lacking = [k for k in names if k not in state]
+        if lacking and len(lacking) != len(names):
+            raise ContractError(f"{source}: the {part} is incomplete (missing {lacking}, has "
+                                f"{sorted(set(names) - set(lacking))})")
+        if lacking:
+            initialised.append(part)
+    model.load_state_dict({**expected, **{k: v.to(torch.float32) for k, v in state.items()}}, strict=True)
+    return initialised, dropped
+
+
+def finish_import(model: torch.nn.Module, config: Any, tokenizer_path: Path, out: Path, hf_dir: Path,
+                  architecture: str, initialised: list[str], seed: int, dropped: tuple[str, ...] = ()) -> HfImport:
+    """Log what was initialised, write our model directory `out`, and say what was done."""
+    if initialised:
+        logger.warning("%s (%s) has no %s: initialised as our %s does (seed %d); train them before relying on "
+                       "them", hf_dir, architecture, ", ".join(initialised), type(model).__name__, seed)
+    save_pretrained(model, config, tokenizer_path, out)
+    return HfImport(path=out, architecture=architecture, initialised=tuple(initialised), seed=seed,
+                    dropped=dropped)
