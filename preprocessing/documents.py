@@ -48,7 +48,7 @@ from .config import CorpusConfig
 from .dedup_config import DedupConfig
 from .records import Document, Dropped, Quarantined, SentencePair
 from .sentences import split_sentences
-from .sinks import WriteKeyedParts, WriteSmallLines
+from .sinks import WriteBundleParts, WriteSmallLines
 from .text_spill import SpillReader, SpillWriter
 from .worker_errors import worker_input_error
 
@@ -356,9 +356,9 @@ def _write_index_part(part: int, entries, directory: str, cfg) -> str:
 
 def _line_sink(work: str, name: str):
     """The sink of a large line output (documents, quarantine, duplicates) into work/name: WriteToText on a
-    shared disk, WriteKeyedParts into a bucket (preprocessing.sinks says why)."""
+    shared disk, WriteBundleParts into a bucket (preprocessing.sinks says why)."""
     if exchange.is_remote(work):
-        return WriteKeyedParts(exchange.join(work, name))
+        return WriteBundleParts(exchange.join(work, name))
     return WriteToText(str(Path(work) / name / "part"), file_name_suffix=".jsonl")
 
 

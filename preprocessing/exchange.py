@@ -25,7 +25,6 @@ is the same on both: only the staging location the driver chooses differs (prepr
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -36,6 +35,11 @@ from bertfactory import storage
 from .worker_errors import worker_input_error
 
 SCRATCH_ENV = "BERTFACTORY_EXCHANGE_SCRATCH"
+# sinks.WriteBundleParts: a file per bundle under DIR/.bundles/, the committed ones listed in DIR/_committed/ (the one
+# file sinks.WriteSmallLines writes there)
+BUNDLES = ".bundles"
+COMMITTED = "_committed"
+COMMITTED_LIST = "part-00000.jsonl"
 
 
 def is_remote(location: str | os.PathLike) -> bool:
@@ -146,6 +150,10 @@ def remove(location: str | os.PathLike) -> None:
     shutil.rmtree(local(text), ignore_errors=True)
 
 
-def attempt_name(seed: str) -> str:
-    """A short name for one attempt of a job (its staging folder), from something unique to it."""
-    return hashlib.sha256(seed.encode()).hexdigest()[:16]
+def committed_parts(directory: str | os.PathLike) -> list[str]:
+    """The files sinks.WriteBundleParts committed under `directory`, sorted; none when nothing was written."""
+    folder = join(directory, COMMITTED)
+    if join(folder, COMMITTED_LIST) not in listing(folder):
+        return []
+    with open(get(join(folder, COMMITTED_LIST)), encoding="utf-8") as f:
+        return sorted(line.strip() for line in f if line.strip())

@@ -9,22 +9,28 @@ bytes (the lines are sorted), so reruns and retries are idempotent. Only for out
 source, language or shard; the ids of the rare documents that tokenise to nothing): the group is held in one
 worker's memory. Documents, the quarantine and the duplicates list go through WriteToText on a shared disk.
 
-Where the staging area is a bucket (preprocessing.exchange) they go through WriteKeyedParts instead: each line to
-one of a fixed number of parts by a hash of its bytes, each part's lines sorted and written whole, by one worker,
-and uploaded; a retried bundle writes the same bytes again under the same name (WriteToText would need Beam's own
-filesystem packages and options for the bucket, and leaves file names to the bundles).
+Where the staging area is a bucket (preprocessing.exchange) they go through WriteBundleParts instead: each bundle
+writes its lines to a file of its own (DIR/.bundles/<random>.jsonl) in the worker's scratch, uploads it when the
+bundle ends and emits its name; the names of the bundles that committed are written last, as a small list
+(DIR/_committed/part-00000.jsonl), and readers read the listed files only, so a failed attempt's file is never
+read. No text goes through a shuffle (a local runner would hold it all in the driver's memory). WriteToText would
+need Beam's own filesystem packages and options for the bucket.
 
     pcoll_of_lines | "WriteCounts" >> WriteSmallLines(join(work, "outcomes"))
-    docs_lines | "WriteDocs" >> WriteKeyedParts(join(work, "docs"), parts=16)
+    docs_lines | "WriteDocs" >> WriteBundleParts(join(work, "docs"))
+    exchange.committed_parts(join(work, "docs"))      # the driver or a later job: the files to read
 """
 
 from __future__ import annotations
 
-import zlib
+import uuid
 from pathlib import Path
 from typing import Iterable
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from bertfactory.io import atomic_write_text
 
@@ -58,22 +64,37 @@ class WriteSmallLines(beam.PTransform):
         )
 
 
-class WriteKeyedParts(beam.PTransform):
-    """Lines (str, no newline) -> `directory`/part-NNNNN-of-MMMMM.jsonl: each line in the part a CRC-32 of its
-    bytes picks, a part's lines sorted; parts without lines are not written. The same lines give the same files
-    whatever the bundles, so a retry rewrites them byte for byte. Returns the written locations."""
+class _WriteBundle(beam.DoFn):
+    def __init__(self, directory: str):
+        self.directory = directory
 
-    def __init__(self, directory: str | Path, parts: int = 16):
+    def start_bundle(self) -> None:
+        self._file, self._location = None, None
+
+    def process(self, line: str):
+        if self._file is None:
+            self._location = exchange.join(self.directory, exchange.BUNDLES, f"{uuid.uuid4().hex}.jsonl")
+            self._file = open(exchange.writable(self._location), "w", encoding="utf-8")
+        self._file.write(line + "\n")
+        return ()
+
+    def finish_bundle(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            exchange.put(self._location, keep=False)  # whole before its name leaves the bundle
+            yield WindowedValue(self._location, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+class WriteBundleParts(beam.PTransform):
+    """Lines (str, no newline) -> a file per bundle under `directory`/.bundles/, and the committed files' names in
+    `directory`/_committed/part-00000.jsonl (exchange.committed_parts reads it). Returns that list's location."""
+
+    def __init__(self, directory: str | Path):
         super().__init__()
         self.directory = str(directory)
-        self.parts = parts
 
     def expand(self, lines):
-        directory, parts = self.directory, self.parts
-        return (
-            lines
-            | "ToPart" >> beam.Map(lambda line: (zlib.crc32(line.encode("utf-8")) % parts, line))
-            | "GroupParts" >> beam.GroupByKey()
-            | "WritePart" >> beam.MapTuple(
-                lambda part, group: _write(directory, group, f"part-{part:05d}-of-{parts:05d}.jsonl"))
-        )
+        return (lines
+                | "WriteBundles" >> beam.ParDo(_WriteBundle(self.directory))
+                | "ListCommitted" >> WriteSmallLines(exchange.join(self.directory, exchange.COMMITTED)))

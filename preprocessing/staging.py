@@ -19,6 +19,11 @@ from bertfactory import storage
 
 from . import exchange
 
+# the large line outputs of the documents job (WriteToText on a disk, WriteBundleParts in a bucket)
+LINE_OUTPUTS = ("docs", "quarantine", "duplicates")
+# what the driver never downloads from a bucket area: spills, and the bundle files (read through their lists)
+SKIPPED = (".spill-", f"{exchange.BUNDLES}/", f"{exchange.COMMITTED}/")
+
 STAGING = ".preprocess-staging"
 
 
@@ -100,17 +105,24 @@ class JobArea:
             storage.upload_file(self.staging.tokenizer, self.tokenizer)
 
     def doc_parts(self) -> list[str]:
-        """The documents job's docs parts (locations), sorted."""
-        return exchange.matching(exchange.join(self.work, "docs"), "part", ".jsonl")
+        """The documents job's docs files (locations) in a bucket area, sorted (sinks.committed_parts)."""
+        return exchange.committed_parts(exchange.join(self.work, "docs"))
 
     def collect(self) -> None:
         """A bucket area: the jobs' outputs (not their spills) downloaded into the staging folder, where the
-        driver's readers find them as on a shared disk; files already there are not fetched again."""
+        driver's readers find them as on a shared disk; files already there are not fetched again. The large
+        line outputs (sinks.WriteBundleParts) come down as part-NNNNN.jsonl, their committed files only."""
         if not self.remote:
             return
         for rel, local in (("work", self.staging.work), ("shards", self.staging.shards)):
             exchange.pull(self._location(rel), local,
-                          skip=lambda name, local=local: "/.spill-" in f"/{name}" or (local / name).exists())
+                          skip=lambda name, local=local: any(f"/{mark}" in f"/{name}" for mark in SKIPPED)
+                          or (local / name).exists())
+        for name in LINE_OUTPUTS:
+            target = self.staging.work / name
+            for index, location in enumerate(exchange.committed_parts(exchange.join(self.work, name))):
+                if not (target / f"part-{index:05d}.jsonl").exists():
+                    storage.download_file(location, target / f"part-{index:05d}.jsonl")
 
     def drop_spills(self, location: str) -> None:
         """Remove one folder of spill files of this area (e.g. the documents job's) once nothing reads it."""
