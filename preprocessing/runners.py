@@ -35,7 +35,7 @@ from . import dofn_specs_cache, options_view_cache
 from .config import RunnerConfig, SdkEnvironmentConfig
 from .dead_workers import DATA_CHANNEL_CLOSED, WorkerDied, death_after, death_in_text, deaths_seen
 from .dead_workers import install as install_dead_worker_watch
-from .worker_errors import quiet_user_errors, recover_input_error
+from .worker_errors import quiet_broken_channels, quiet_user_errors, recover_input_error
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +165,7 @@ def run_pipeline(build, cfg: RunnerConfig, name: str) -> None:
     build(pipeline)
     logger.info("%s: running on %s (%s)", name, RUNNER_NAMES[cfg.preset], describe(cfg))
     deaths = deaths_seen()
+    quiet_broken_channels()  # a dead worker's broken channel: one line below, not Beam's threads' tracebacks
     try:
         with quiet_user_errors():  # the first user error comes out once, below, not as the workers' tracebacks
             result = pipeline.run()

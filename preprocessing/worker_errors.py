@@ -121,3 +121,45 @@ def recover_input_error(exc: BaseException) -> InputError | None:
             # Beam may escape newlines when it stringifies a remote traceback.
             return InputError(match.group(1).replace("\\n", "\n"))
     return None
+
+
+class _BrokenChannel(logging.Filter):
+    """Drops the records Beam's data plane logs, traceback and all, when a worker's gRPC channel breaks (a worker
+    that died: the job ends with preprocessing.dead_workers' one line about it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _is_rpc_error(record.exc_info[1]))
+
+
+def _is_rpc_error(exc: BaseException | None) -> bool:
+    import grpc
+
+    return isinstance(exc, grpc.RpcError)
+
+
+_installed = False
+
+
+def quiet_broken_channels() -> None:
+    """Once per process: a gRPC error that ends one of Beam's reader threads (beam_control_read, the data plane's)
+    is logged at debug level instead of printed with its traceback by threading.excepthook, and the data plane's
+    own error record of it is dropped. Such an error means a worker's channel broke; the job fails with its own
+    message (a dead worker's one line, or Beam's exception) either way."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    import threading
+
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if _is_rpc_error(args.exc_value):
+            logging.getLogger(__name__).debug("thread %s ended: gRPC channel broken (%r)",
+                                              getattr(args.thread, "name", "?"), args.exc_value)
+            return
+        previous(args)
+
+    threading.excepthook = hook
+    for name in ("apache_beam.runners.worker.data_plane", "apache_beam.runners.worker.sdk_worker"):
+        logging.getLogger(name).addFilter(_BrokenChannel())
