@@ -47,7 +47,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bertfactory.config import StrictModel
 
-from .langcodes import normalise_lang_code
+from .langcodes import normalise_lang_codes
 
 DROP_REASONS = (
     "language", "language_probability", "boilerplate", "too_short", "too_long", "symbol_ratio", "mean_word_length",
@@ -200,15 +200,8 @@ class FiltersConfig(StrictModel):
     def _codes(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
-        codes = []
-        for given in value:
-            code = normalise_lang_code(given) if given != "und" else "und"
-            if code is None:
-                raise ValueError(f"{given!r} is not a language code")
-            codes.append(code)
-        if not codes:
-            raise ValueError("an empty list drops every document; use null for all languages")
-        return sorted(set(codes))
+        return sorted(normalise_lang_codes(
+            value, keep=("und",), empty="an empty list drops every document; use null for all languages"))
 
     @field_validator("top_ngram_char_fraction", "duplicate_ngram_char_fraction")
     @classmethod

@@ -80,4 +80,20 @@ def is_listed_language(value: str | None) -> bool:
     return normalise_lang_code(value) in _LISTED
 
 
-__all__ = ["normalise_lang_code", "is_listed_language"]
+def normalise_lang_codes(given: list[str], *, empty: str, keep: tuple[str, ...] = ()) -> list[str]:
+    """The canonical codes of a config's language list, each once, in the order given: the one validator of
+    corpus.filters.languages and langid.languages. Codes in `keep` (e.g. "und") pass unchanged; ValueError for a
+    value that is not a language code, and with `empty` as its message for an empty list."""
+    codes: list[str] = []
+    for value in given:
+        code = value if value in keep else normalise_lang_code(value)
+        if code is None:
+            raise ValueError(f"{value!r} is not a language code")
+        if code not in codes:
+            codes.append(code)
+    if not codes:
+        raise ValueError(empty)
+    return codes
+
+
+__all__ = ["normalise_lang_code", "normalise_lang_codes", "is_listed_language"]

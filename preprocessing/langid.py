@@ -53,7 +53,7 @@ from pydantic import Field, field_validator
 from bertfactory.config import StrictModel
 from bertfactory.errors import ConfigError
 
-from .langcodes import normalise_lang_code
+from .langcodes import normalise_lang_code, normalise_lang_codes
 
 UNDETERMINED = "und"
 
@@ -74,16 +74,7 @@ class LangIdConfig(StrictModel):
     def _codes(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
-        codes = []
-        for given in value:
-            code = normalise_lang_code(given)
-            if code is None:
-                raise ValueError(f"{given!r} is not a language code")
-            if code not in codes:
-                codes.append(code)
-        if not codes:
-            raise ValueError("an empty list leaves no candidate; use null for all languages")
-        return codes
+        return normalise_lang_codes(value, empty="an empty list leaves no candidate; use null for all languages")
 
 
 def _model():
