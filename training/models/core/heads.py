@@ -1,4 +1,5 @@
-"""Pretraining heads: the pooler ([CLS] -> dense -> tanh), the masked-LM head and the next-sentence head.
+"""Pretraining heads: the pooler ([CLS] -> dense -> tanh), the masked-LM head and the next-sentence head, and the
+summed token loss of the members that predict every labelled position (Transformer-XL, XLNet).
 
 The MLM head computes logits only at the masked positions it is given (the caller gathers them first), which
 for BERT's 15 % masking saves ~85 % of the vocabulary projection; its decoder is the input word-embedding
@@ -49,3 +50,16 @@ class NextSentenceHead(nn.Module):
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         """pooled [B, H] -> logits [B, 2] (0 = IsNext, 1 = NotNext)."""
         return self.classifier(pooled)
+
+
+def summed_token_loss(logits: torch.Tensor, labels: torch.Tensor,
+                      ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [N, V], labels [N] (`ignore_index` = no target) -> (loss, correct, count): the cross-entropy summed over
+    the targets and divided by their count (at least 1), the targets predicted right, and the count. Sum / count
+    rather than the mean: a static shape, no device sync, and no NaN for rows without targets (e.g. all padding)."""
+    real = labels != ignore_index
+    count = real.sum()
+    loss = F.cross_entropy(logits.float(), labels, ignore_index=ignore_index, reduction="sum") / count.clamp(min=1)
+    with torch.no_grad():
+        correct = ((logits.argmax(-1) == labels) & real).sum()
+    return loss, correct, count

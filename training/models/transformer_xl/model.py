@@ -28,6 +28,7 @@ from torch import nn
 from ..core.architecture import Architecture
 from ..bert.model import IGNORE_INDEX, init_bert_weights
 from ..core.config_schema import MODEL_CONFIG
+from ..core.heads import summed_token_loss
 from .settings import MEMBER, TransformerXLSettings
 from ..core.relative_config import RelativeConfig, relative_config_from_model_config
 from ..core.stream_memory import memory_of
@@ -104,13 +105,7 @@ class TransformerXLLM(nn.Module):
         if labels is None:
             return {"logits": self._logits(h), "new_mems": new_mems}
         logits = self._logits(h.reshape(b * t, -1))
-        labels = labels.reshape(-1)
-        real = labels != IGNORE_INDEX
-        count = real.sum()
-        # sum / count: no device sync and no NaN for a segment without labels (e.g. all padding)
-        loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
-        with torch.no_grad():
-            correct = ((logits.argmax(-1) == labels) & real).sum()
+        loss, correct, count = summed_token_loss(logits, labels.reshape(-1), IGNORE_INDEX)
         return {"loss": loss, "clm_loss": loss, "clm_correct": correct, "clm_count": count, "new_mems": new_mems}
 
     def _rows(self, ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor,

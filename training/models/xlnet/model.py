@@ -33,7 +33,7 @@ from ..bert.model import IGNORE_INDEX, init_bert_weights
 from ..core.config_schema import MODEL_CONFIG
 from .settings import MEMBER, XLNetSettings
 from ..core.relative_config import RelativeConfig, relative_config_from_model_config
-from ..core.heads import Pooler
+from ..core.heads import Pooler, summed_token_loss
 from ..core.relative_attention import (
     RelativeGeometry, RelativeTransformerLayer, gather_geometry, init_relative_weights, shift_geometry,
     sinusoid_embeddings, update_memory, with_memory,
@@ -256,12 +256,7 @@ class XLNetForPreTraining(nn.Module):
         g = self.transformer.dropout(g)
         logits = F.linear(g.reshape(-1, g.shape[-1]), self.transformer.word_embeddings.weight, self.lm_bias)
         labels = labels.reshape(-1)
-        real = labels != IGNORE_INDEX
-        count = real.sum()
-        # sum / count rather than the mean: a static shape, no device sync, and no NaN if nothing is predicted
-        loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
-        with torch.no_grad():
-            correct = ((logits.argmax(-1) == labels) & real).sum()
+        loss, correct, count = summed_token_loss(logits, labels, IGNORE_INDEX)
         return {"loss": loss, "plm_loss": loss, "plm_correct": correct, "plm_count": count,
                 "plm_logits": logits, "plm_labels": labels, "new_mems": new_mems}
 
