@@ -32,8 +32,8 @@ from pydantic import ValidationError
 from bertfactory.errors import ContractError
 from bertfactory.io import publish_dir
 
-from ..checkpoint import CONFIG_FILE, _staging_dir, load_pretrained, read_checkpoint_config
-from .files import (HF_BERT_FIELDS, check_output_dir, finish_import, hf_tokenizer_config, hf_tokenizer_file,
+from ..checkpoint import CONFIG_FILE, _staging_dir
+from .files import (HF_BERT_FIELDS, finish_import, hf_tokenizer_config, hf_tokenizer_file, load_for_export,
                        load_mapped, read_hf_weights, seeded, with_sentence_head, write_hf_files)
 from .layouts import encoder_config_problems
 from ..models.bert.model import BertConfig
@@ -125,13 +125,10 @@ def export_electra_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool
     if layout not in (None, "auto", "electra"):
         raise ContractError(f"{model_dir / CONFIG_FILE}: an ELECTRA checkpoint exports only as layout 'electra' "
                             f"(got {layout!r})")
-    check_output_dir(out, model_dir, overwrite)
-    model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
-    if not isinstance(model, ElectraForPreTraining):
-        raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not ELECTRA")
+    model, config, tokenizer_path, special_ids = load_for_export(model_dir, out, overwrite, ElectraForPreTraining,
+                                                                 "ELECTRA")
     _check_exportable(config, str(model_dir / CONFIG_FILE))
     discriminator, generator = electra_hf_states(model)
-    special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
     tokenizer_config = hf_tokenizer_config(tokenizer_path, special_ids, config.max_position_embeddings)
     staging = _staging_dir(out)
     try:

@@ -1,9 +1,13 @@
 """What every Hugging Face importer and exporter shares (training/hf/bert.py for BERT and its layouts, hf/electra.py,
-hf/xlnet.py, hf/xlm.py): the output-directory check, the staged HF directory writer, reading HF weights in any of
-their three file formats, the seeded build, the strict mapped load with optional parts, and the import's result.
-It imports none of those modules, so each of them imports it without an import circle.
+hf/modernbert.py, hf/xlnet.py, hf/xlm.py): the output-directory check, the staged HF directory writer, the export
+of a member's checkpoint as one HF directory, reading HF weights in any of their three file formats, the seeded
+build, the strict mapped load with optional parts, and the import's result. It imports none of those modules, so
+each of them imports it without an import circle.
 
     check_output_dir(out, model_dir, overwrite)
+    model, config, tokenizer_path, special_ids = load_for_export(model_dir, out, overwrite, ElectraForPreTraining,
+                                                                 "ELECTRA")
+    export_one_dir(model_dir, out, overwrite, XLNetForPreTraining, "XLNet", state=xlnet_hf_state, ...)
     write_hf_dir(out, state, hf_config, tokenizer_path, hf_tokenizer_config(tokenizer_path, special_ids, 512))
     model = seeded(lambda: BertForPreTraining(config), seed)
     initialised, dropped = load_mapped(model, state, hf_dir, hf_dir / "config.json", optional_parts)
@@ -25,8 +29,8 @@ from bertfactory.errors import ContractError, InputError
 from bertfactory.io import atomic_write_json, publish_dir, read_json_file
 from bertfactory.tokens import role_tokens_of_file
 
-from ..checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir, save_pretrained,
-                         unreadable_pickle)
+from ..checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir, load_pretrained,
+                         read_checkpoint_config, save_pretrained, unreadable_pickle)
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +101,41 @@ def write_hf_dir(out: Path, state: Mapping[str, torch.Tensor], hf_config: Mappin
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def load_for_export(model_dir: Path, out: Path, overwrite: bool, model_class: type, member: str
+                    ) -> tuple[Any, Any, Path, dict[str, int]]:
+    """The start of a member's export: the output-directory check, then `model_dir` loaded (config.json, tokenizer
+    sha256 and weights validated) and refused unless a `model_class` (named `member` in the error) -> model, its
+    config, the tokenizer's path and the tokenizer's special ids."""
+    check_output_dir(out, model_dir, overwrite)
+    model, config, tokenizer_path = load_pretrained(model_dir)  # validates config.json, tokenizer sha256, weights
+    if not isinstance(model, model_class):
+        raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not {member}")
+    special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
+    return model, config, tokenizer_path, special_ids
+
+
+def export_one_dir(model_dir: Path, out: Path, overwrite: bool, model_class: type, member: str, *,
+                   state: Callable[[Any, str], dict[str, torch.Tensor]],
+                   hf_config: Callable[[Any, Mapping[str, int]], dict[str, Any]],
+                   max_length: Callable[[Any], int | None], left_out: str,
+                   check: Callable[[Any], None] | None = None) -> Path:
+    """A member's checkpoint as one HF directory `out` (staged, published atomically): `load_for_export`, then
+    `check(config)` (refuses what the HF class cannot hold), `state(model, weights file)` the HF tensors,
+    `hf_config(config, special_ids)` its config.json (architectures[0] = the HF class), `max_length(config)` the
+    tokenizer's model_max_length (None: none written); `left_out` says in the log which of our parts are not
+    exported. The adapters of ModernBERT, XLM and XLNet export this way."""
+    model, config, tokenizer_path, special_ids = load_for_export(model_dir, out, overwrite, model_class, member)
+    if check is not None:
+        check(config)
+    tensors = state(model, str(model_dir / MODEL_FILE))
+    doc = hf_config(config, special_ids)
+    write_hf_dir(out, tensors, doc, tokenizer_path,
+                 hf_tokenizer_config(tokenizer_path, special_ids, max_length(config)))
+    logger.info("exported %s -> %s (transformers %s, %d tensors; %s)", model_dir, out, doc["architectures"][0],
+                len(tensors), left_out)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ import

@@ -35,9 +35,9 @@ import torch
 
 from bertfactory.errors import ContractError
 
-from ..checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, read_checkpoint_config
-from .files import (HfImport, check_output_dir, finish_import, hf_tokenizer_config, hf_tokenizer_file,
-                       load_mapped, read_hf_weights, seeded, write_hf_dir)
+from ..checkpoint import CONFIG_FILE
+from .files import (HfImport, export_one_dir, finish_import, hf_tokenizer_file, load_mapped, read_hf_weights,
+                    seeded)
 from ..models.modernbert.model import ModernBertConfig, ModernBertForMaskedLM
 
 logger = logging.getLogger(__name__)
@@ -123,20 +123,12 @@ def export_modernbert_to_hf(model_dir: str | Path, out: str | Path, overwrite: b
     """Write our ModernBERT model directory as a transformers ModernBertForMaskedLM directory `out` (the one
     layout: None, 'auto' or 'modernbert')."""
     model_dir, out = Path(model_dir), Path(out)
-    check_output_dir(out, model_dir, overwrite)
     if layout not in (None, "auto", "modernbert"):
         raise ContractError(f"{model_dir / CONFIG_FILE}: a ModernBERT checkpoint exports only as layout "
                             f"'modernbert' (transformers ModernBertForMaskedLM), got {layout!r}")
-    model, config, tokenizer_path = load_pretrained(model_dir)
-    if not isinstance(model, ModernBertForMaskedLM):
-        raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not ModernBERT")
-    state = modernbert_hf_state(model, str(model_dir / MODEL_FILE))
-    special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
-    write_hf_dir(out, state, hf_modernbert_config(config, special_ids), tokenizer_path,
-                 hf_tokenizer_config(tokenizer_path, special_ids, config.max_position_embeddings))
-    logger.info("exported %s -> %s (transformers ModernBertForMaskedLM, %d tensors; pooler left out)", model_dir,
-                out, len(state))
-    return out
+    return export_one_dir(model_dir, out, overwrite, ModernBertForMaskedLM, "ModernBERT", state=modernbert_hf_state,
+                          hf_config=hf_modernbert_config, max_length=lambda config: config.max_position_embeddings,
+                          left_out="pooler left out")
 
 
 # ----------------------------------------------------------------------------------------------------- import

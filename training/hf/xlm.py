@@ -42,9 +42,9 @@ import torch
 
 from bertfactory.errors import ContractError
 
-from ..checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, read_checkpoint_config
-from .files import (HfImport, check_output_dir, finish_import, hf_tokenizer_config, hf_tokenizer_file,
-                       load_mapped, read_hf_weights, seeded, write_hf_dir)
+from ..checkpoint import CONFIG_FILE
+from .files import (HfImport, export_one_dir, finish_import, hf_tokenizer_file, load_mapped, read_hf_weights,
+                    seeded)
 from ..models.xlm.model import XlmConfig, XlmForPreTraining
 
 logger = logging.getLogger(__name__)
@@ -144,18 +144,10 @@ def export_xlm_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = F
     """Write our XLM model directory's encoder as a transformers XLMModel directory `out` (layout 'xlm-encoder';
     'xlm' / auto is refused, see the module docstring)."""
     model_dir, out = Path(model_dir), Path(out)
-    check_output_dir(out, model_dir, overwrite)
-    model, config, tokenizer_path = load_pretrained(model_dir)
-    if not isinstance(model, XlmForPreTraining):
-        raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not XLM")
-    _check_exportable(config, layout, str(model_dir / CONFIG_FILE))
-    state = xlm_hf_state(model, str(model_dir / MODEL_FILE))
-    special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
-    write_hf_dir(out, state, hf_xlm_config(config, special_ids), tokenizer_path,
-                 hf_tokenizer_config(tokenizer_path, special_ids, config.max_position_embeddings))
-    logger.info("exported %s -> %s (transformers XLMModel, %d tensors; MLM head and pooler left out)", model_dir,
-                out, len(state))
-    return out
+    return export_one_dir(model_dir, out, overwrite, XlmForPreTraining, "XLM", state=xlm_hf_state,
+                          hf_config=hf_xlm_config, max_length=lambda config: config.max_position_embeddings,
+                          left_out="MLM head and pooler left out",
+                          check=lambda config: _check_exportable(config, layout, str(model_dir / CONFIG_FILE)))
 
 
 # ----------------------------------------------------------------------------------------------------- import

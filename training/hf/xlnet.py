@@ -38,9 +38,9 @@ import torch
 
 from bertfactory.errors import ContractError
 
-from ..checkpoint import CONFIG_FILE, MODEL_FILE, load_pretrained, read_checkpoint_config
-from .files import (HfImport, check_output_dir, finish_import, hf_tokenizer_config, hf_tokenizer_file,
-                       load_mapped, read_hf_weights, seeded, write_hf_dir)
+from ..checkpoint import CONFIG_FILE
+from .files import (HfImport, export_one_dir, finish_import, hf_tokenizer_file, load_mapped, read_hf_weights,
+                    seeded)
 from ..models.xlnet.model import XLNetConfig, XLNetForPreTraining
 
 logger = logging.getLogger(__name__)
@@ -165,20 +165,15 @@ def export_xlnet_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool =
     if layout not in (None, "auto", "xlnet"):
         raise ContractError(f"{model_dir / CONFIG_FILE}: an XLNet checkpoint exports only as layout 'xlnet' "
                             f"(got {layout!r})")
-    check_output_dir(out, model_dir, overwrite)
-    model, config, tokenizer_path = load_pretrained(model_dir)
-    if not isinstance(model, XLNetForPreTraining):
-        raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {type(model).__name__} is not XLNet")
-    state = xlnet_hf_state(model, str(model_dir / MODEL_FILE))
-    if config.attention_dropout != config.dropout:
-        logger.warning("%s: attention_dropout %s is not written (transformers XLNet uses dropout %s everywhere)",
-                       model_dir, config.attention_dropout, config.dropout)
-    special_ids = read_checkpoint_config(model_dir)["tokenizer"].get("special_ids", {})
-    write_hf_dir(out, state, hf_xlnet_config(config, special_ids), tokenizer_path,
-                 hf_tokenizer_config(tokenizer_path, special_ids, None))
-    logger.info("exported %s -> %s (transformers XLNetLMHeadModel, %d tensors; pooler left out)", model_dir, out,
-                len(state))
-    return out
+
+    def check(config: XLNetConfig) -> None:
+        if config.attention_dropout != config.dropout:
+            logger.warning("%s: attention_dropout %s is not written (transformers XLNet uses dropout %s everywhere)",
+                           model_dir, config.attention_dropout, config.dropout)
+
+    return export_one_dir(model_dir, out, overwrite, XLNetForPreTraining, "XLNet", state=xlnet_hf_state,
+                          hf_config=hf_xlnet_config, max_length=lambda config: None, left_out="pooler left out",
+                          check=check)
 
 
 # ----------------------------------------------------------------------------------------------------- import
