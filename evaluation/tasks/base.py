@@ -16,6 +16,7 @@ Task types and their example classes (one reader per file layout; one head per t
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -94,6 +95,12 @@ class TaskData:
     suspicious_labels: dict[str, int] = field(default_factory=dict)  # rare label -> training examples (see files.py)
     task_type: str = "classification"  # one of TASK_TYPES
     language: str = "en"  # ISO 639 code of the text (cross-lingual transfer evaluates on other languages)
+
+    @classmethod
+    def from_splits(cls, splits: Mapping[str, Sequence[AnyExample]], **fields: Any) -> TaskData:
+        """The task whose train, dev and test are the examples of `splits` ("train", "dev", "test" -> examples, each
+        made a tuple); `fields`: the other fields (name, label_names, source, split_method, ...) as given."""
+        return cls(train=tuple(splits["train"]), dev=tuple(splits["dev"]), test=tuple(splits["test"]), **fields)
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train), "dev": len(self.dev), "test": len(self.test)}

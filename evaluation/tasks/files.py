@@ -195,12 +195,10 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
     require_filled(examples, str(paths["train"]))
     source = describe_sources(list(paths.values()))
     source.update(source_extra)
-    return TaskData(
+    return TaskData.from_splits(
+        examples,
         name=name or paths["train"].stem,
         label_names=tuple(names),
-        train=tuple(examples["train"]),
-        dev=tuple(examples["dev"]),
-        test=tuple(examples["test"]),
         source=source,
         split_method=_split_method(plan, key_what, paths.get("dev"), paths.get("test")),
         dropped=dropped,

@@ -159,12 +159,10 @@ def load_glue(task: str, directory: str | Path) -> TaskData:
     examples = {"train": [e for _, e in splits["train"]], "dev": [e for _, e in splits["dev"]],
                 "test": [e for _, e in test_items]}
     require_filled(examples, str(folder))
-    return TaskData(
+    return TaskData.from_splits(
+        examples,
         name=spec.name,
         label_names=spec.label_names,
-        train=tuple(examples["train"]),
-        dev=tuple(examples["dev"]),
-        test=tuple(examples["test"]),
         source=describe_sources([train_path, test_path], display=folder),
         split_method=f"test = the official {spec.test_file} (GLUE test labels are hidden); train/dev from train.tsv "
                      f"by {plan_description('train/dev', SPLIT_KEY)}",

@@ -70,13 +70,6 @@ def load_movie_sentiment(path: str | Path) -> TaskData:
         splits[split_of(sid)].append(Example(sid, text, 1 if valence > 0 else 0))
     if not all(splits.values()):
         raise InputError(f"{path}: too few usable lines ({sum(map(len, splits.values()))}) to fill train, dev and test")
-    return TaskData(
-        name=NAME,
-        label_names=LABEL_NAMES,
-        train=tuple(splits["train"]),
-        dev=tuple(splits["dev"]),
-        test=tuple(splits["test"]),
-        source={"path": str(path), "sha256": sha256_file(path), "lines": len(lines)},
-        split_method=SPLIT_METHOD,
-        dropped={"zero_valence": zero},
-    )
+    return TaskData.from_splits(splits, name=NAME, label_names=LABEL_NAMES,
+                                source={"path": str(path), "sha256": sha256_file(path), "lines": len(lines)},
+                                split_method=SPLIT_METHOD, dropped={"zero_valence": zero})

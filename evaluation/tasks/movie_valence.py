@@ -35,14 +35,5 @@ def load_movie_valence(path: str | Path) -> TaskData:
         splits[split_of(sid)].append(RegressionExample(sid, text, valence))
     require_filled(splits, str(path))
     source = describe_sources([path])
-    return TaskData(
-        name=NAME,
-        label_names=(),
-        train=tuple(splits["train"]),
-        dev=tuple(splits["dev"]),
-        test=tuple(splits["test"]),
-        source=source,
-        split_method=SPLIT_METHOD,
-        dropped={},
-        task_type="regression",
-    )
+    return TaskData.from_splits(splits, name=NAME, label_names=(), source=source, split_method=SPLIT_METHOD, dropped={},
+                                task_type="regression")

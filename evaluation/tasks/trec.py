@@ -67,16 +67,8 @@ def load_trec(path: str | Path, granularity: str) -> TaskData:
             splits[split_of(question)].append(
                 Example(f"trec-{lineno:05d}", question, labels.index(label_of(label), path, lineno)))
     require_filled(splits, str(path))
-    return TaskData(
-        name=f"trec_{granularity}",
-        label_names=labels.names,
-        train=tuple(splits["train"]),
-        dev=tuple(splits["dev"]),
-        test=tuple(splits["test"]),
-        source=describe_sources([path]),
-        split_method=SPLIT_METHOD,
-        dropped=dict(dropped),
-    )
+    return TaskData.from_splits(splits, name=f"trec_{granularity}", label_names=labels.names,
+                                source=describe_sources([path]), split_method=SPLIT_METHOD, dropped=dict(dropped))
 
 
 def load_trec_coarse(path: str | Path) -> TaskData:

@@ -85,13 +85,5 @@ def load_uci_sentences(directory: str | Path) -> TaskData:
     require_filled(splits, str(directory))
     source = describe_sources(paths, display=directory)
     source["domains"] = {domain: dict(per_domain[domain]) for domain in DOMAINS}
-    return TaskData(
-        name=NAME,
-        label_names=LABEL_NAMES,
-        train=tuple(splits["train"]),
-        dev=tuple(splits["dev"]),
-        test=tuple(splits["test"]),
-        source=source,
-        split_method=SPLIT_METHOD,
-        dropped=dict(dropped),
-    )
+    return TaskData.from_splits(splits, name=NAME, label_names=LABEL_NAMES, source=source, split_method=SPLIT_METHOD,
+                                dropped=dict(dropped))

@@ -51,14 +51,5 @@ def load_wnut16(path: str | Path) -> TaskData:
     require_filled(splits, str(path))
     source = describe_sources([path])
     source["tweets"], source["tokens"] = len(tweets), sum(len(s.words) for _, s, _ in tweets)
-    return TaskData(
-        name=NAME,
-        label_names=LABEL_NAMES,
-        train=tuple(splits["train"]),
-        dev=tuple(splits["dev"]),
-        test=tuple(splits["test"]),
-        source=source,
-        split_method=SPLIT_METHOD,
-        dropped=dict(dropped),
-        task_type="tagging",
-    )
+    return TaskData.from_splits(splits, name=NAME, label_names=LABEL_NAMES, source=source, split_method=SPLIT_METHOD,
+                                dropped=dict(dropped), task_type="tagging")
