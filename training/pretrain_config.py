@@ -62,6 +62,13 @@ class PretrainConfig(StrictModel):
     max_steps: int = Field(1_000_000, ge=1, description="optimiser steps in total")
     learning_rate: float = Field(1e-4, gt=0.0, description="peak learning rate (after warmup)")
     warmup_steps: int = Field(10_000, ge=0, description="linear warmup steps from 0 to learning_rate; then the schedule's (linear: decay to 0 at max_steps)")
+    freeze_encoder_steps: int = Field(
+        0, ge=0, description="head warm-up: for the first N optimiser steps train only what is not the model's "
+        "encoder (its backbone(): embeddings, layers, pooler), e.g. a fresh MLM head on a published encoder (TAPT). "
+        "BERT's MLM decoder is the word-embedding matrix (tied): it stays frozen with the embeddings, so the "
+        "warm-up trains the head's transform (dense, LayerNorm) and output bias only. Frozen tensors get no "
+        "gradient, no optimiser state, no weight decay (training/freeze.py); from step N on everything trains, "
+        "along the same learning-rate schedule (its warmup counts from step 0). Must be < max_steps; 0 = none")
     weight_decay: float = Field(0.01, ge=0.0, description="AdamW decoupled weight decay (not on biases and LayerNorm weights)")
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam beta1, beta2")
     eps: float = Field(1e-6, gt=0.0, description="Adam epsilon")
@@ -204,6 +211,12 @@ class PretrainConfig(StrictModel):
             if self.compile or self.stacking is not None:
                 raise ValueError("pretrain.parallelism fsdp is not implemented with pretrain.compile or "
                                  "pretrain.stacking; turn them off or use parallelism ddp")
+        if self.freeze_encoder_steps >= self.max_steps:
+            raise ValueError(f"pretrain.freeze_encoder_steps ({self.freeze_encoder_steps}) must be < max_steps "
+                             f"({self.max_steps}): the encoder would never train")
+        if self.freeze_encoder_steps and (self.parallelism == "fsdp" or self.stacking is not None):
+            raise ValueError("pretrain.freeze_encoder_steps is not implemented with parallelism fsdp or "
+                             "pretrain.stacking (both fix the trained parameters once); use parallelism ddp, no stacking")
         if self.stacking is not None and self.stacking.stages[-1] >= self.max_steps:
             raise ValueError(f"stacking.stages must lie before max_steps ({self.max_steps}), got {self.stacking.stages}")
         return self
@@ -216,4 +229,7 @@ class PretrainConfig(StrictModel):
                                                           "fsdp", "xla_spmd"})
 
     def trajectory_fields(self) -> dict:
-        return self.model_dump(mode="json", exclude=set(PretrainConfig.RESUME_NEUTRAL))
+        fields = self.model_dump(mode="json", exclude=set(PretrainConfig.RESUME_NEUTRAL))
+        if not self.freeze_encoder_steps:  # added later; 0 = the earlier behaviour, left out so that the stage
+            del fields["freeze_encoder_steps"]  # keys and fingerprints of runs started before it stay valid
+        return fields

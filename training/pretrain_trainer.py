@@ -1,6 +1,6 @@
 """The trainer of a pretraining run: the optimiser and schedule a PretrainConfig asks for (training/optim.py), the
 step guard, and the TrainerSettings derived from the config and the run (metrics path, FLOPs per token for the MFU,
-the XLA batch width).
+the XLA batch width), and the head warm-up of pretrain.freeze_encoder_steps (training/freeze.py).
 
     trainer = build_trainer(model, model_cfg, cfg, data, device, dist, paths, spmd_devices)
 """
@@ -12,6 +12,7 @@ import torch
 from .config import ModelConfig
 from .distributed import DistContext
 from .flops import shard_mask_rate, train_flops_per_token
+from .freeze import install_encoder_freeze
 from .optim import optimizer_from_config, scheduler_from_config
 from .pretrain_config import PretrainConfig
 from .pretrain_data import TrainingData
@@ -57,5 +58,11 @@ def build_trainer(model: torch.nn.Module, model_cfg: ModelConfig, cfg: PretrainC
     paths.out.mkdir(parents=True, exist_ok=True)
     guard = StepGuard(cfg.spike_factor, cfg.max_skipped_steps, cfg.max_consecutive_skipped_steps)
     settings = trainer_settings(model_cfg, cfg, data, device, dist, paths, spmd_devices)
-    return Trainer(model, optimizer, scheduler, data.batches, data.objective.loss, device, settings, dist=dist,
-                   guard=guard)
+    # pretrain.freeze_encoder_steps (training/freeze.py): installed before the Trainer, whose first freeze sees it;
+    # the optimiser above holds every parameter, the frozen ones just get no gradient until the warm-up ends
+    freeze = install_encoder_freeze(model, cfg.freeze_encoder_steps)
+    trainer = Trainer(model, optimizer, scheduler, data.batches, data.objective.loss, device, settings, dist=dist,
+                      guard=guard)
+    if freeze is not None:
+        freeze.follow(trainer)
+    return trainer
