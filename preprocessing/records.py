@@ -11,12 +11,13 @@ deduplicates and splits every `Document` the same way, whichever reader made it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .sources.wikipedia import Quarantined
 
-__all__ = ["Document", "SentencePair", "Dropped", "Quarantined"]
+__all__ = ["Document", "SentencePair", "Dropped", "Quarantined", "print_records"]
 
 
 @dataclass
@@ -52,3 +53,18 @@ class Dropped:
     source: int
     ordinal: int
     reason: str  # snake_case, e.g. "not_response", "http_status", "not_html", "fuzzy"
+
+
+def print_records(records: Iterable[Document | SentencePair | Dropped | Quarantined],
+                  describe: Callable[[Any], str]) -> int:
+    """A reader's records as its debug command prints them (`python -m preprocessing.sources.text FILE`): one
+    tab-separated line each, the ordinal then `describe(record)` for a document or pair, `dropped REASON` or
+    `quarantined ID REASON DETAIL`. Returns 0, the command's exit status."""
+    for rec in records:
+        if isinstance(rec, Dropped):
+            print(f"{rec.ordinal}\tdropped\t{rec.reason}")
+        elif isinstance(rec, Quarantined):
+            print(f"{rec.ordinal}\tquarantined\t{rec.record_id}\t{rec.reason}\t{rec.detail}")
+        else:
+            print(f"{rec.ordinal}\t{describe(rec)}")
+    return 0

@@ -39,7 +39,7 @@ from bertfactory.config import StrictModel
 from bertfactory.errors import InputError
 
 from ..langcodes import is_listed_language, normalise_lang_code
-from ..records import Dropped, Quarantined, SentencePair
+from ..records import Dropped, Quarantined, SentencePair, print_records
 from .lines import Line, LineReader, open_input, strip_compression_suffix
 
 ParallelFormat = Literal["auto", "tsv", "moses", "po", "udhr"]
@@ -280,15 +280,8 @@ def iter_records(path: str | Path, source: int, options: ParallelOptions | None 
 
 
 def _main(argv: list[str]) -> int:
-    for rec in iter_records(argv[0], 0):
-        if isinstance(rec, SentencePair):
-            print(f"{rec.ordinal}\t{rec.key!r}\t{rec.src_lang}:{rec.src_text[:60]!r}\t{rec.tgt_lang}:"
-                  f"{rec.tgt_text[:60]!r}")
-        elif isinstance(rec, Dropped):
-            print(f"{rec.ordinal}\tdropped\t{rec.reason}")
-        else:
-            print(f"{rec.ordinal}\tquarantined\t{rec.record_id}\t{rec.reason}\t{rec.detail}")
-    return 0
+    return print_records(iter_records(argv[0], 0), lambda pair: f"{pair.key!r}\t{pair.src_lang}:"
+                         f"{pair.src_text[:60]!r}\t{pair.tgt_lang}:{pair.tgt_text[:60]!r}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from bertfactory.config import StrictModel
 from bertfactory.errors import InputError
 
 from ..langcodes import normalise_lang_code
-from ..records import Document, Dropped, Quarantined
+from ..records import Document, Dropped, Quarantined, print_records
 from .lines import LineReader, open_input
 
 TextFormat = Literal["text", "jsonl"]
@@ -256,14 +256,8 @@ def iter_records(path: str | Path, source: int, fmt: TextFormat = "text", option
 
 def _main(argv: list[str]) -> int:
     path, fmt = argv[0], (argv[1] if len(argv) > 1 else "text")
-    for rec in iter_records(path, 0, fmt):  # type: ignore[arg-type]
-        if isinstance(rec, Document):
-            print(f"{rec.ordinal}\tdocument\t{rec.key}\t{len(rec.paragraphs)} paragraphs\t{rec.lang}")
-        elif isinstance(rec, Dropped):
-            print(f"{rec.ordinal}\tdropped\t{rec.reason}")
-        else:
-            print(f"{rec.ordinal}\tquarantined\t{rec.record_id}\t{rec.reason}\t{rec.detail}")
-    return 0
+    return print_records(iter_records(path, 0, fmt),  # type: ignore[arg-type]
+                         lambda doc: f"document\t{doc.key}\t{len(doc.paragraphs)} paragraphs\t{doc.lang}")
 
 
 if __name__ == "__main__":
