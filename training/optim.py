@@ -4,7 +4,10 @@
     scheduler = build_scheduler(optimizer, warmup_steps, max_steps, schedule="slanted_triangular")
 
 Optimisers (biases and LayerNorm parameters never decay; `parameter_groups`):
-- adamw: torch.optim.AdamW (BERT's recipe).
+- adamw: torch.optim.AdamW (BERT's recipe); on CUDA its fused kernel (`fused=True`: one launch for every
+  parameter, and a device-side veto of a step through `found_inf`, which the trainer's sync-free step uses) when
+  every parameter is a plain floating CUDA tensor, the foreach kernels otherwise (e.g. FSDP's DTensor shards);
+  on the CPU torch's default (the per-parameter loop), so CPU trajectories are unchanged (`adamw_kernel`).
 - lamb: `Lamb` below (You et al. 2020), following NVIDIA apex's FusedLAMB as NVIDIA's BERT recipe runs it
   (bias-corrected Adam moments, decoupled decay added to the update, trust ratio ||w|| / ||update|| set to 1
   when either norm is 0, no clamp; `use_nvlamb=False`: no trust ratio for the zero-decay group of biases and
@@ -14,7 +17,10 @@ Optimisers (biases and LayerNorm parameters never decay; `parameter_groups`):
   Under FSDP (training/fsdp.py) the parameters are DTensor shards: torch.linalg.vector_norm of a shard is a
   partial norm that DTensor all-reduces (sum of the squared shard norms, then the root) before the division, so
   the trust ratio is the full parameter's (tested against one process in tests/training/test_fsdp.py); it costs
-  two scalar all-reduces per parameter and step.
+  two scalar all-reduces per parameter and step. On CUDA (plain tensors) the step runs on torch._foreach
+  kernels (a handful of launches per group instead of ~12 per parameter; `foreach=None` decides at the first step),
+  on the CPU and on DTensors the per-parameter loop; the two agree within float rounding
+  (tests/training/test_optim.py).
 - adafactor: torch.optim.Adafactor (Shazeer & Stern 2018: factored second moments of matrices, relative step
   size scaled by max(eps2, RMS(param)), update clipping d=1, beta2_t = 1 - t^-0.8, no first moment). Its lr is
   the paper's relative step cap: step size = max(1e-3, RMS(param)) * min(lr_t, 1/sqrt(t)), with lr_t the
@@ -76,11 +82,14 @@ class Lamb(torch.optim.Optimizer):
     gets no trust ratio; `build_optimizer` sets it for the biases + LayerNorm group."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.0, layer_adaptation: bool = True):
+                 eps: float = 1e-6, weight_decay: float = 0.0, layer_adaptation: bool = True,
+                 foreach: bool | None = None):
+        """`foreach`: True = torch._foreach kernels, False = the per-parameter loop, None = foreach when every
+        parameter of a group is a plain CUDA tensor (decided per group at each step)."""
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0.0 <= b < 1.0 for b in betas):
             raise ConfigError(f"Lamb: invalid hyperparameters lr={lr} betas={betas} eps={eps} weight_decay={weight_decay}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      layer_adaptation=layer_adaptation))
+                                      layer_adaptation=layer_adaptation, foreach=foreach))
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
@@ -89,40 +98,106 @@ class Lamb(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = param.grad
+            params = [p for p in group["params"] if p.grad is not None]
+            for param in params:
                 state = self.state[param]
                 if not state:
                     state["step"] = 0  # a Python int: bias corrections need no device->host sync
                     state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                 state["step"] += 1
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                bias_correction1 = 1 - beta1 ** state["step"]
-                bias_correction2 = 1 - beta2 ** state["step"]
-                update = (exp_avg / bias_correction1) / ((exp_avg_sq / bias_correction2).sqrt_().add_(group["eps"]))
-                if group["weight_decay"] != 0:
-                    update.add_(param, alpha=group["weight_decay"])
-                if group["layer_adaptation"]:
-                    weight_norm = torch.linalg.vector_norm(param)
-                    update_norm = torch.linalg.vector_norm(update)
-                    one = torch.ones_like(weight_norm)
-                    trust_ratio = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, one)
-                    update.mul_(trust_ratio)
-                param.add_(update, alpha=-group["lr"])
+            foreach = group.get("foreach")
+            if foreach is None:
+                foreach = bool(params) and all(_plain_cuda(p) for p in params)
+            if foreach and params:
+                self._foreach_step(group, params)
+            else:
+                for param in params:
+                    self._single_step(group, param)
         return loss
+
+    def _single_step(self, group: dict, param: torch.Tensor) -> None:
+        beta1, beta2 = group["betas"]
+        grad = param.grad
+        state = self.state[param]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        bias_correction1 = 1 - beta1 ** state["step"]
+        bias_correction2 = 1 - beta2 ** state["step"]
+        update = (exp_avg / bias_correction1) / ((exp_avg_sq / bias_correction2).sqrt_().add_(group["eps"]))
+        if group["weight_decay"] != 0:
+            update.add_(param, alpha=group["weight_decay"])
+        if group["layer_adaptation"]:
+            weight_norm = torch.linalg.vector_norm(param)
+            update_norm = torch.linalg.vector_norm(update)
+            one = torch.ones_like(weight_norm)
+            trust_ratio = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, one)
+            update.mul_(trust_ratio)
+        param.add_(update, alpha=-group["lr"])
+
+    def _foreach_step(self, group: dict, params: list[torch.Tensor]) -> None:
+        """`_single_step` for all of a group's parameters at once, on torch._foreach kernels: the same arithmetic
+        in the same order, so the result matches the loop within float rounding. The parameters' step counts
+        are equal within a group (they start together), so the bias corrections are the group's."""
+        beta1, beta2 = group["betas"]
+        grads = [p.grad for p in params]
+        states = [self.state[p] for p in params]
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        torch._foreach_mul_(exp_avgs, beta1)
+        torch._foreach_add_(exp_avgs, grads, alpha=1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        by_step: dict[int, list[int]] = {}
+        for index, state in enumerate(states):  # one entry in practice; a restacked model may mix steps
+            by_step.setdefault(state["step"], []).append(index)
+        updates: list[torch.Tensor] = [None] * len(params)  # type: ignore[list-item]
+        for step, indices in by_step.items():
+            bias_correction1 = 1 - beta1 ** step
+            bias_correction2 = 1 - beta2 ** step
+            denominators = torch._foreach_div([exp_avg_sqs[i] for i in indices], bias_correction2)
+            torch._foreach_sqrt_(denominators)
+            torch._foreach_add_(denominators, group["eps"])
+            numerators = torch._foreach_div([exp_avgs[i] for i in indices], bias_correction1)
+            torch._foreach_div_(numerators, denominators)
+            for i, update in zip(indices, numerators):
+                updates[i] = update
+        if group["weight_decay"] != 0:
+            torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+        if group["layer_adaptation"]:
+            weight_norms = torch.stack(torch._foreach_norm(params))
+            update_norms = torch.stack(torch._foreach_norm(updates))
+            ratios = torch.where((weight_norms > 0) & (update_norms > 0), weight_norms / update_norms,
+                                 torch.ones_like(weight_norms))
+            torch._foreach_mul_(updates, list(ratios.unbind()))
+        torch._foreach_add_(params, updates, alpha=-group["lr"])
+
+
+def _plain_cuda(param: torch.Tensor) -> bool:
+    """A floating CUDA tensor that is not a DTensor shard (FSDP): what the fused / foreach kernels take."""
+    from torch.distributed.tensor import DTensor
+
+    return param.is_cuda and param.is_floating_point() and not isinstance(param, DTensor)
+
+
+def adamw_kernel(params: list[torch.Tensor]) -> dict[str, bool]:
+    """torch.optim.AdamW's implementation switch for `params`: fused on CUDA when every parameter is a plain
+    floating CUDA tensor, foreach on CUDA otherwise (DTensor shards), torch's default elsewhere (the CPU's
+    per-parameter loop: the trajectories recorded on the CPU stay bit-for-bit)."""
+    if params and all(_plain_cuda(p) for p in params):
+        return {"fused": True}
+    if any(p.is_cuda for p in params):
+        return {"foreach": True}
+    return {}
 
 
 def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float, betas: tuple[float, float],
                     eps: float, name: str = "adamw") -> torch.optim.Optimizer:
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=tuple(betas), eps=eps)
+        params = [p for group in groups for p in group["params"]]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=tuple(betas), eps=eps, **adamw_kernel(params))
     if name == "lamb":
         groups[1]["layer_adaptation"] = False  # biases + LayerNorm: no decay and no trust ratio
         return Lamb(groups, lr=learning_rate, betas=tuple(betas), eps=eps)

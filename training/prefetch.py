@@ -11,6 +11,11 @@ their timing (tests/training/test_prefetch.py). `workers = 0` builds each batch 
 Threads, not processes: collation is numpy work on memory-mapped Arrow shards (most of it releases the GIL),
 nothing has to be pickled, and a forked copy of an initialised torch (OpenMP pools) is not safe. At most
 `workers * depth` batches are built ahead, which bounds the memory held.
+
+On CUDA the trainer wraps the batch function in `pinned`: each batch's tensors are copied into page-locked memory
+by the thread that builds it, so the step's `.to(device, non_blocking=True)` copies run asynchronously (from
+pageable memory they are staged and wait for the host). torch's caching host allocator keeps a pinned block
+alive until the copies recorded on it are done, so a batch dropped by the loop cannot be overwritten early.
 """
 
 from __future__ import annotations
@@ -53,6 +58,15 @@ def prefetch_batches(batch_of_step: Callable[[int], Batch], start_step: int, wor
         for future in pending:
             future.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def pinned(batch_of_step: Callable[[int], dict]) -> Callable[[int], dict]:
+    """`batch_of_step` with every tensor of the batch it returns in page-locked host memory (needs CUDA); other
+    values unchanged. Run in the prefetching thread, so the copy is off the training loop with loader_workers."""
+    def call(step: int) -> dict:
+        return {k: v.pin_memory() if hasattr(v, "pin_memory") else v for k, v in batch_of_step(step).items()}
+
+    return call
 
 
 def per_thread(loader: Any, method: str) -> Callable[[int], Any]:

@@ -79,6 +79,28 @@ def _check_position_tables(model: torch.nn.Module, directory: Path, stored: int 
                 f"its length by warm start; keep {stored}, or extend a rotary member (ModernBERT)")
 
 
+def compile_model(model: torch.nn.Module, cfg: PretrainConfig) -> None:
+    """pretrain.compile: torch.compile the model in place (parameter names and checkpoints stay the eager model's).
+    The model's forward computes its loss (the objectives call it and read `loss`), so the loss is compiled with
+    it. Shapes: dynamo specialises on the first batch's shape and, on a second one, recompiles once with the
+    changing sizes symbolic (automatic dynamic shapes), so full-length rows (every recipe's batches at
+    max_seq_len) or a few length buckets compile once or twice and never again; the trainer writes the number of
+    graphs compiled so far to metrics.jsonl (`compiled_graphs`) to show it. Left to the recipe: without
+    pretrain.static_shapes the sparse MLM head's boolean gather (data-dependent size) splits the graph and reads
+    the number of masked tokens back every step, and pretrain.unpad packs the real tokens with `nonzero` (one host
+    read per forward) - both logged here. Mode "default": no CUDA graphs ("reduce-overhead" needs one static shape
+    and no host read in the step; at BERT's batch a step is long enough that launch overhead is small) and no
+    max-autotune (minutes of autotuning per shape); benchmarks/gpu_step.py --compile-mode measures them."""
+    if not cfg.static_shapes and not cfg.unpad:
+        logger.info("pretrain.compile without pretrain.static_shapes: the masked-token gather has a data-dependent "
+                    "size, so the compiled step is split there and waits for the device once per step; "
+                    "pretrain.static_shapes: true keeps it in one graph")
+    if cfg.unpad:
+        logger.info("pretrain.compile with pretrain.unpad: the packing of the real tokens (nonzero, longest row) is "
+                    "read on the host once per forward; the packed shapes become symbolic after the first change")
+    model.compile()
+
+
 def build_model(data: TrainingData, cfg: PretrainConfig, device: torch.device, dist: DistContext,
                 tokenizer_sha256: str, tokenizer_path: Path | None = None) -> torch.nn.Module:
     seed_everything(cfg.seed)
@@ -91,7 +113,7 @@ def build_model(data: TrainingData, cfg: PretrainConfig, device: torch.device, d
     if cfg.static_shapes:
         model.static_shapes = True
     if cfg.compile:
-        model.compile()  # in place: parameter names and checkpoints stay those of the eager model
+        compile_model(model, cfg)
     if cfg.parallelism == "fsdp":  # before the optimiser: it must hold the shards (training/fsdp.py)
         freeze_untrained(model)  # FSDP2 takes the frozen set at sharding (Trainer._sync_trainable)
         model = shard_model(model, dist, device, cfg.fsdp, cfg.bf16)

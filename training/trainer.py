@@ -5,6 +5,16 @@ tqdm progress bar and periodic checkpoints. Everything that decides the trajecto
 RNG states, data position, the open metrics window, the step guard's loss history) is in `state_dict()`, so a run
 resumed from a checkpoint continues bit-for-bit on CPU.
 
+Host reads. On the CPU (and on CUDA where the step guard must veto on the host, see `_defers_reads`) each step's
+losses, counts and gradient norm are read back in one transfer before the update, so the guard decides on it.
+On XLA, and on CUDA with an optimiser that can veto on the device (fused AdamW, training/optim.py) and no
+pretrain.spike_factor, nothing is read inside a step: the scalars stay on the device (`_pending`) and are read in
+one transfer when the metrics window is written (every log_every steps, `_flush_pending`). On that CUDA path a
+step whose gradient norm is not finite is still skipped - by the optimiser on the device (`found_inf`, as
+torch's GradScaler drives it) - and the guard counts it, logs it and enforces its limits when the values are read,
+up to log_every steps later (a non-finite loss with a finite norm, which cannot happen in practice, is detected
+there but its update applied, as on XLA). Under DDP the ranks' scalars are averaged at that read.
+
 Used by training.pretrain (`run_pretrain`); see there for how it is wired.
 """
 
@@ -13,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -30,7 +41,7 @@ from .fsdp import full_optimizer_state, is_sharded, load_full_optimizer_state
 from .objectives import Objective
 from .accumulation import combine_scalars, split_batch, weighted_loss
 from .optim import clip_gradients
-from .prefetch import per_thread, prefetch_batches
+from .prefetch import per_thread, pinned, prefetch_batches
 from .step_guard import StepGuard
 from .tracking import MetricsSink
 from .trainer_settings import TrainerSettings
@@ -109,13 +120,35 @@ class Window:
                       "loss_steps": dict(state.get("loss_steps", {k: state["steps"] for k in state["sums"]}))})
 
 
+def is_compiled(module: torch.nn.Module) -> bool:
+    """`module.compile()` was called on it (pretrain.compile, training/pretrain_model.py)."""
+    return getattr(module, "_compiled_call_impl", None) is not None
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile (dynamo) has compiled in this process so far, first compilations and recompilations
+    alike (torch._dynamo.utils.counters["stats"]["unique_graphs"]): flat after warm-up = no recompiles."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def _device_veto(optimizer: torch.optim.Optimizer) -> bool:
+    """The optimiser skips a step on the device when given a `found_inf` flag: torch's Adam / AdamW with every
+    group fused (the flag the fused kernel reads; the other implementations refuse it)."""
+    return (isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW))
+            and all(group.get("fused") for group in optimizer.param_groups))
+
+
 class Trainer:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, batches: PretrainBatches,
                  objective: Objective, device: torch.device, settings: TrainerSettings,
-                 dist: DistContext | None = None, guard: StepGuard | None = None):
+                 dist: DistContext | None = None, guard: StepGuard | None = None, defer_reads: bool | None = None):
         """`settings`: the loop's plain values (training/trainer_settings.py). `dist`: the torchrun context (None =
         one process). `guard`: decides which updates to skip (None = non-finite losses and norms only); it is
-        training state, saved with the checkpoint."""
+        training state, saved with the checkpoint. `defer_reads`: read the steps' scalars only when a metrics line
+        is written (no host sync inside a step, see the module docstring); None = on CUDA when the optimiser can
+        veto a non-finite step on the device and the guard has no spike factor (`_defers_reads`)."""
         # the model trained: the bare model (`module`), DDP-wrapped under torchrun by `_sync_trainable`, which
         # also freezes what the objective leaves untrained (they must agree, see there)
         self.model = model
@@ -134,6 +167,11 @@ class Trainer:
         # steps' scalars wait on the device in `_pending` until the metrics window is written
         self.xla = device.type == "xla"
         self._pending: list[tuple[int, dict, int, float]] = []
+        # CUDA (or a test on the CPU): the same deferred reads without XLA, the optimiser vetoing on the device
+        self.defer_reads = (not self.xla and (self._defers_reads() if defer_reads is None else defer_reads))
+        if self.defer_reads and not _device_veto(optimizer):
+            raise ValueError("Trainer(defer_reads=True) needs an optimiser that skips a step on the device "
+                             "(torch.optim.AdamW or Adam with fused=True)")
         self.step = 0  # optimiser steps completed
         self.tokens_seen = 0
         self.train_seconds = 0.0
@@ -141,6 +179,13 @@ class Trainer:
         self.last_metrics: dict[str, Any] = {}
         self.sink = MetricsSink(settings.tracking)  # TensorBoard / MLflow beside metrics.jsonl
         self._sync_trainable()
+
+    def _defers_reads(self) -> bool:
+        """The deferred reads by default: on CUDA, with an optimiser that vetoes non-finite steps on the device
+        (fused AdamW) and a guard with no spike factor. A spike veto needs the loss on the host before the update,
+        and LAMB / Adafactor / the foreach AdamW of FSDP shards take no `found_inf`: those keep the per-step read
+        (one device->host copy per step, so the guard still decides before each update)."""
+        return self.device.type == "cuda" and self.guard.spike_factor is None and _device_veto(self.optimizer)
 
     @property
     def module(self) -> torch.nn.Module:
@@ -206,8 +251,6 @@ class Trainer:
     def _stream_memory_state(self) -> dict[str, Any] | None:
         """The carried memory of every slot of the global batch (training/models/core/stream_memory.py), gathered
         from the ranks in slot order (rank r holds slots r*B/W..), so it resumes under any number of processes."""
-        from .distributed import unwrap
-
         memory = getattr(unwrap(self.model), "stream_memory", None)
         local = memory.state() if memory is not None else None
         parts = [local]
@@ -221,7 +264,6 @@ class Trainer:
 
     def _load_stream_memory(self, state: dict[str, Any] | None) -> None:
         """This rank's slots of a saved carried memory (see _stream_memory_state)."""
-        from .distributed import unwrap
         from .models.core.stream_memory import memory_of
 
         module = unwrap(self.model)
@@ -244,10 +286,15 @@ class Trainer:
         self.train_seconds = float(state["train_seconds"])
         self.window = Window.from_state(state["window"])
         self.last_metrics = dict(state.get("last_metrics", {}))
+        # the kernel switches (fused / foreach) stay this run's: they change the rounding, not the trajectory, and
+        # a checkpoint written on another device would otherwise bring its own (e.g. the CPU's loop onto CUDA)
+        kernels = [{k: group[k] for k in ("fused", "foreach") if k in group} for group in self.optimizer.param_groups]
         if is_sharded(self.model):  # the full state of any checkpoint, each rank keeping its shards
             load_full_optimizer_state(self.model, self.optimizer, state["optimizer"])
         else:
             self.optimizer.load_state_dict(state["optimizer"])
+        for group, own in zip(self.optimizer.param_groups, kernels):
+            group.update(own)
         scheduler = dict(state["scheduler"])
         if "lr_lambdas" in scheduler:  # the rule is this run's config (an extended run's budget), not the saved one
             scheduler["lr_lambdas"] = [None] * len(scheduler["lr_lambdas"])
@@ -288,6 +335,8 @@ class Trainer:
                                         w) for part, w in step_scalars], total_loss)
         if self.xla:
             return self._xla_finish_step(scalars, grad_norm)
+        if self.defer_reads:
+            return self._deferred_finish_step(scalars, grad_norm)
         tensors = [k for k, v in scalars.items() if isinstance(v, torch.Tensor) and v.dim() == 0]
         # one device->host copy for the scalars and the gradient norm (float64 holds float32 losses and int64
         # counts exactly); the step guard needs them before deciding on the update
@@ -317,23 +366,57 @@ class Trainer:
         out["grad_norm"] = grad_norm.detach()
         return out
 
+    def _deferred_finish_step(self, scalars: dict, grad_norm: torch.Tensor) -> dict:
+        """The sync-free end of a CUDA step: the optimiser skips the update on the device when the gradient norm
+        is not finite (`found_inf`, read by the fused kernel, which also leaves its step count unchanged); the
+        schedule steps either way (as for a skipped step on the host path). Nothing is read back: the scalars
+        wait for `_flush_pending`, where the guard counts the skipped steps."""
+        found_inf = (~torch.isfinite(grad_norm.detach())).to(torch.float32)
+        self.optimizer.grad_scale, self.optimizer.found_inf = None, found_inf
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.grad_scale, self.optimizer.found_inf
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.last_step_skipped = False  # known when the values are read
+        out = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in scalars.items()}
+        out["grad_norm"] = grad_norm.detach()
+        return out
+
     def _flush_pending(self) -> None:
-        """Read the waiting XLA steps' scalars in one transfer, then check them with the step guard (detection
-        only: their updates are applied) and add them to the metrics window, in step order."""
+        """Read the waiting steps' scalars in one transfer, then check them with the step guard and add them to
+        the metrics window, in step order. XLA: detection only (their updates were applied). Deferred CUDA: a
+        step with a non-finite gradient norm was skipped on the device; the guard counts it as skipped (and may
+        stop the run), and its values stay out of the averages, as on the host path. Under DDP the ranks'
+        values are reduced here (every rank flushes at the same steps)."""
         if not self._pending:
             return
-        from . import xla
-
         started = time.perf_counter()
         keys = [[k for k, v in out.items() if isinstance(v, torch.Tensor)] for _, out, _, _ in self._pending]
-        values = iter(xla.to_host([out[k] for (_, out, _, _), ks in zip(self._pending, keys) for k in ks]))
+        tensors = [out[k] for (_, out, _, _), ks in zip(self._pending, keys) for k in ks]
+        if self.xla:
+            from . import xla
+
+            values = iter(xla.to_host(tensors))
+        else:  # float64 holds float32 losses and int64 counts exactly
+            values = iter(torch.stack([t.to(torch.float64) for t in tensors]).tolist() if tensors else [])
         waited = time.perf_counter() - started  # the device finishing the steps: part of their time
         for (step, out, tokens, seconds), ks in zip(self._pending, keys):
             host = {**out, **{k: next(values) for k in ks}}
-            self.guard.check(host["loss"], host.pop("grad_norm"), step, detect_only=True)
+            grad_norm = host.pop("grad_norm")
             seconds += waited / len(self._pending)
             self.train_seconds += waited / len(self._pending)
-            self.window.add(host, tokens, seconds)
+            if self.xla:
+                self.guard.check(host["loss"], grad_norm, step, detect_only=True)
+                self.window.add(host, tokens, seconds)
+                continue
+            host, tokens = self.dist.reduce_step(host, tokens)  # all ranks' losses / counts / tokens
+            self.tokens_seen += tokens
+            # the norm is global under DDP (all-reduced gradients), so every rank's device took the same decision
+            reason = self.guard.check(host["loss"], grad_norm, step, detect_only=math.isfinite(grad_norm))
+            if reason is None:
+                self.window.add(host, tokens, seconds)
         self._pending = []
 
     def _optimizer_state(self) -> dict[str, Any]:
@@ -357,9 +440,11 @@ class Trainer:
 
     def _batch_source(self, start: int, end: int):
         """(batch, real tokens) of steps start..end-1: built `loader_workers` steps ahead by threads (each with its
-        own copy of the loader's per-epoch cache), and on XLA padded to the static width and copied to the device
+        own copy of the loader's per-epoch cache; on CUDA in pinned memory, training/prefetch.py), and on XLA padded to the static width and copied to the device
         by torch-xla's MpDeviceLoader."""
         batch_of_step = per_thread(self.batches, "batch") if self.settings.loader_workers else self.batches.batch
+        if self.device.type == "cuda":  # page-locked, so that train_step's non_blocking copies are asynchronous
+            batch_of_step = pinned(batch_of_step)
         host = prefetch_batches(batch_of_step, start, self.settings.loader_workers, end_step=end)
         if self.xla:
             from . import xla
@@ -375,6 +460,8 @@ class Trainer:
         # MFU = model FLOPs per token x tokens/s over the peak of all devices (null without a configured peak)
         flops, peak = self.settings.train_flops_per_token, self.settings.peak_flops
         record["mfu"] = record["tokens_per_s"] * flops / (peak * self.dist.world_size) if peak and flops else None
+        if is_compiled(self.module):  # pretrain.compile: a count that grows after warm-up means recompiles
+            record["compiled_graphs"] = compiled_graphs()
         if self.dist.is_main:  # every rank computes the same record; one writes it
             append_jsonl(self.settings.metrics_path, [record])
             self.sink.log(record, self.step)
@@ -397,9 +484,10 @@ class Trainer:
                 started = time.perf_counter()
                 batch, tokens = next(source)
                 out = self.train_step(batch)
-                if self.xla:  # the scalars stay on the device until the next metrics line (_flush_pending)
+                if self.xla or self.defer_reads:  # the scalars stay on the device until the next metrics line
                     self.step += 1
-                    self.tokens_seen += tokens
+                    if self.xla:  # deferred CUDA: the global count (over ranks) is added by _flush_pending
+                        self.tokens_seen += tokens
                     seconds = time.perf_counter() - started
                     self.train_seconds += seconds
                     self._pending.append((self.step, out, tokens, seconds))
