@@ -1,13 +1,22 @@
 """Stage freshness by content hash, recorded in the run directory.
 
-Each stage has an input key: a hash of its config section(s), the content of its inputs (source files, the
-upstream stage's outputs) and the bertfactory version. When a stage finishes, `RUN/.bertfactory/<stage>.json`
-records that key and a fingerprint of its outputs. A rerun whose key matches and whose outputs are intact skips
-the stage; a changed key (e.g. new masking settings) makes that stage and everything downstream run again.
+Each stage has a key: a hash of the settings that decide its result, the content of its input files (source
+files, the upstream stage's outputs, the tasks' data) and the bertfactory version. What each stage hashes is
+`flows.stage_runner.stage_inputs` (and `flows.tapt.tapt_inputs`, `flows.distill_flow`): the corpus and preprocess
+sections whole (preprocess.runner included); the model section and `PretrainConfig.trajectory_fields()` (its
+RESUME_NEUTRAL settings -- logging, tracking, checkpoint cadence, threads and the like -- left out); the evaluate or
+distill section less RESULT_NEUTRAL (tracking, num_threads); the tapt section and its tasks' settings. So
+toggling those left-out settings never makes pretraining, evaluation or distillation stale. When a stage finishes, `RUN/.bertfactory/<stage>.json` records that key and a
+fingerprint of its outputs. A rerun whose key matches and whose outputs are intact skips the stage. Under a
+changed key (e.g. new masking settings) the stage runs again, its earlier outputs moved aside (never deleted), and
+so does each stage downstream, whose input files it rewrites; pretraining has its own rule (`plan`'s `continues`,
+flows.stage_runner.pretrain_continues, training/extend.py): a raised max_steps extends the run from a checkpoint,
+other train shards replace it, and any other changed setting is refused, naming it, unless --force.
 
-Why a stamp in the run directory and not only Prefect's result cache: Prefect knows the inputs but cannot know
+Why a stamp in the run directory and not Prefect's result cache: Prefect knows the inputs but cannot know
 whether the outputs in the run directory still exist; the stamp checks both, survives across processes and
-machines, and works with or without a Prefect server. The Prefect tasks use the same key as their cache key.
+machines, and works with or without a Prefect server. The Prefect tasks run with `cache_policy=NO_CACHE`
+(flows/stages.py): the stamp is the only cache.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ _HASH_LIMIT = 64 << 20
 class StageSpec:
     name: str
     outputs: tuple[str, ...]  # paths relative to RUN that must exist when the stage is done
-    workdirs: tuple[str, ...]  # directories the stage owns (cleared when its inputs change)
+    workdirs: tuple[str, ...]  # directories the stage owns (moved aside when its key changes: `begin`)
 
 
 STAGES = {

@@ -2,6 +2,13 @@
 core/architecture.py for what one is): one per member of training/models/members.py, imported from the module its
 row names (`Member.model`, which defines `ARCHITECTURE`). Nothing a model module imports imports this module.
 
+Adding a member does not touch this module. It takes the member's folder training/models/<member>/ (`__init__.py`,
+model.py ending in its `ARCHITECTURE`, the torch-free settings.py holding its row `MEMBER`), one line (and its
+import) in `MEMBERS` of training/models/members.py, its HF adapter training/hf/<member>.py (or the row's `no_hf`),
+its recipes in configs/ (a full one and its tiny twin), its rows in docs/family.md, and its package in
+pyproject.toml's list and its row in scripts/family_table.py. tests/test_family_table.py checks the folder,
+adapter, recipes and docs rows of every member; the steps in order: docs/family.md, "Adding a member".
+
     from training.models.registry import get_architecture
     arch = get_architecture("BertForPreTraining")
     model = arch.build(arch.config_from_dict(doc["model"], "config.json"))
