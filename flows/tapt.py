@@ -7,17 +7,25 @@ ordinary stages (flows/stages.py), with their stamps, resume and artifacts.
                 RUN/tapt/corpus.jsonl <- the tasks' training texts, labels dropped (evaluation/task_corpus.py)
     preprocess  corpus.inputs: "tapt:tasks" -> RUN/tapt/corpus.jsonl; preprocess.tokenizer.path (when null) ->
                 the model's tokenizer.json, adopted (its padding / truncation dropped)
-    pretrain    pretrain.init_from -> tapt.hf_model: its encoder, the MLM head fresh (logged), continued MLM
+    pretrain    pretrain.init_from -> tapt.hf_model: its encoder, the MLM head fresh (logged), continued MLM;
+                pretrain.freeze_encoder_steps -> tapt.head_warmup_steps (the head alone trains, the encoder frozen:
+                training/freeze.py); with tapt.epochs, pretrain.max_steps -> the warm-up + that many epochs of
+                RUN/shards' train rows
     evaluate    the adapted RUN/pretrain/final, and RUN/tapt/unadapted as evaluate.compare_checkpoints
 
     bertfactory run configs/tapt-minilm.yaml --run-dir runs/tapt-minilm
+    bertfactory run configs/tapt-minilm.yaml --run-dir runs/tapt-10ep \
+        --set tapt.head_warmup_steps=200 --set tapt.epochs=10     # head warm-up, then 10 epochs
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from pathlib import Path
 
+from bertfactory.errors import ConfigError
 from bertfactory.samples import resolve_input
 
 from .recipe import Recipe
@@ -45,6 +53,34 @@ def tapt_tasks(recipe: Recipe) -> dict:
     return {name: enabled[name] for name in names}
 
 
+def tapt_max_steps(recipe: Recipe, run_dir: Path) -> int | None:
+    """pretrain.max_steps under tapt.epochs: the head warm-up's steps plus ceil(epochs x steps per epoch) over the
+    train rows of RUN/shards/manifest.json (training/data.py: rows // batch_size steps an epoch); None without
+    tapt.epochs or before preprocess wrote the manifest (no stage before pretrain reads max_steps)."""
+    assert recipe.tapt is not None
+    manifest = Path(run_dir) / "shards" / "manifest.json"
+    if recipe.tapt.epochs is None or not manifest.is_file():
+        return None
+    rows = int(json.loads(manifest.read_text(encoding="utf-8"))["splits"]["train"]["rows"])
+    per_epoch = rows // recipe.pretrain.batch_size
+    if per_epoch < 1:
+        raise ConfigError(f"tapt.epochs: the task corpus has {rows} train rows in {manifest}, fewer than "
+                          f"pretrain.batch_size ({recipe.pretrain.batch_size}): not one step an epoch")
+    return recipe.tapt.head_warmup_steps + max(1, math.ceil(recipe.tapt.epochs * per_epoch))
+
+
+def _pretrain_with(pretrain, update: dict):
+    """The pretrain section with the tapt section's values, checked again (a warm-up must end before max_steps)."""
+    from pydantic import ValidationError
+
+    if set(update) == {"init_from"}:  # a path only: nothing a check reads
+        return pretrain.model_copy(update=update)
+    try:
+        return type(pretrain).model_validate({**pretrain.model_dump(), **update})
+    except ValidationError as err:
+        raise ConfigError("tapt: " + "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())) from None
+
+
 def with_tapt(recipe: Recipe, run_dir: Path) -> Recipe:
     """The recipe the ordinary stages run: the tapt section's paths filled in (module docstring). Unchanged
     without a tapt section; applying it twice changes nothing more."""
@@ -57,12 +93,20 @@ def with_tapt(recipe: Recipe, run_dir: Path) -> Recipe:
     if tokenizer.path is None:
         tokenizer = tokenizer.model_copy(update={"path": str(hf / "tokenizer.json")})
     compared = list(recipe.evaluate.compare_checkpoints)
+    pretrain = {"init_from": str(hf)}
+    if recipe.tapt.head_warmup_steps:
+        pretrain["freeze_encoder_steps"] = recipe.tapt.head_warmup_steps
+    steps = tapt_max_steps(recipe, run_dir)
+    if steps is not None:
+        pretrain["max_steps"] = steps
+    # tapt.epochs before preprocess: max_steps unknown yet (and read by no stage before pretrain): checked once it is
+    checked = recipe.tapt.epochs is None or steps is not None
     if recipe.tapt.compare_unadapted and UNADAPTED not in compared:
         compared.append(UNADAPTED)
     return recipe.model_copy(update={
         "corpus": recipe.corpus.model_copy(update={"inputs": inputs}),
         "preprocess": recipe.preprocess.model_copy(update={"tokenizer": tokenizer}),
-        "pretrain": recipe.pretrain.model_copy(update={"init_from": str(hf)}),
+        "pretrain": _pretrain_with(recipe.pretrain, pretrain) if checked else recipe.pretrain.model_copy(update=pretrain),
         "evaluate": recipe.evaluate.model_copy(update={"compare_checkpoints": compared}),
     })
 

@@ -38,6 +38,14 @@ class TaptConfig(StrictModel):
                                     "every task with the same settings (added to evaluate.compare_checkpoints)")
     import_seed: int = Field(0, ge=0, description="torch seed of the heads the imported copy lacks (RUN/tapt/unadapted "
                              "is only fine-tuned: they are never used)")
+    head_warmup_steps: int = Field(0, ge=0, description="first train only the fresh MLM head, the imported encoder "
+                                   "frozen (embeddings and the tied decoder included), for this many steps: becomes "
+                                   "pretrain.freeze_encoder_steps (training/freeze.py). 0 = none")
+    epochs: float | None = Field(None, gt=0.0, description="then continue pretraining the whole model for this many "
+                                 "epochs of the task corpus: pretrain.max_steps becomes head_warmup_steps + "
+                                 "ceil(epochs x steps per epoch), an epoch being the train rows of RUN/shards // "
+                                 "pretrain.batch_size, read when pretrain starts (after preprocess). Gururangan et "
+                                 "al. 2020 run 100. null = pretrain.max_steps as the recipe says")
 
 
 def tapt_problems(recipe) -> list[str]:
@@ -56,6 +64,13 @@ def tapt_problems(recipe) -> list[str]:
     if recipe.pretrain.objective not in TAPT_OBJECTIVES:
         problems.append(f"tapt: pretrain.objective must be one of {', '.join(TAPT_OBJECTIVES)} (a BERT continues from "
                         f"a Hugging Face BERT), not {recipe.pretrain.objective!r}")
+    warmup = recipe.tapt.head_warmup_steps
+    if warmup and recipe.pretrain.freeze_encoder_steps:
+        problems.append("tapt: set the head warm-up in one place, tapt.head_warmup_steps, and leave "
+                        "pretrain.freeze_encoder_steps 0")
+    if warmup and recipe.tapt.epochs is None and warmup >= recipe.pretrain.max_steps:
+        problems.append(f"tapt.head_warmup_steps ({warmup}) must be < pretrain.max_steps ({recipe.pretrain.max_steps}), "
+                        "or set tapt.epochs (then max_steps = the warm-up + those epochs)")
     enabled = recipe.evaluate.enabled_tasks()
     unknown = [t for t in recipe.tapt.tasks or () if t not in enabled]
     if unknown:

@@ -24,10 +24,12 @@ RECIPE = REPO / "configs" / "tapt-minilm.yaml"
 pytestmark = pytest.mark.skipif(not (is_fetched("minilm") and is_fetched("trec")),
                                 reason="needs `bertfactory samples fetch minilm trec`")
 
-# the recipe's own model (MiniLM's shape: init_from requires it) on one task's text, 3 steps, one small fine-tuning
+# the recipe's own model (MiniLM's shape: init_from requires it) on one task's text: a head warm-up of 2 steps
+# (encoder frozen), then 2 % of an epoch (a few steps), one small fine-tuning
 REDUCED = ["tapt.tasks=[trec_coarse]", "evaluate.tasks={trec_coarse: {}}", "preprocess.runner.preset=in_process",
-           "preprocess.instances.max_seq_len=64", "pretrain.max_steps=3", "pretrain.batch_size=8",
-           "pretrain.warmup_steps=1", "pretrain.log_every=1", "pretrain.save_every=3",
+           "preprocess.instances.max_seq_len=64", "tapt.head_warmup_steps=2", "tapt.epochs=0.02",
+           "pretrain.batch_size=8", "pretrain.warmup_steps=1", "pretrain.log_every=1", "pretrain.save_every=2",
+           "pretrain.keep_last=5",
            "evaluate.intrinsic.enabled=false", "evaluate.objective.enabled=false", "evaluate.baselines=[majority]",
            "evaluate.finetune.num_seeds=1", "evaluate.finetune.max_train_examples=32",
            "evaluate.finetune.max_eval_examples=16", "evaluate.finetune.epochs=1", "evaluate.finetune.batch_size=16",
@@ -68,6 +70,17 @@ def test_tapt_minilm_recipe_runs_as_one_flow(tmp_path):
     final = load_file(str(run / "pretrain" / "final" / "model.safetensors"))
     start = load_file(str(minilm / "model.safetensors"))
     word = "embeddings.word_embeddings.weight"
+    # the head warm-up: 2 steps with MiniLM's encoder frozen (its bytes, the tied decoder's too; the head training
+    # is tests/training/test_freeze.py's), then tapt.epochs of the shards' train rows
+    assert "head warm-up: the encoder" in logs and "head warm-up over" in logs
+    warmed = load_file(str(run / "pretrain" / "checkpoints" / "step-2" / "model.safetensors"))
+    assert torch.equal(warmed[f"bert.{word}"], start[word])
+    unadapted = load_file(str(run / "tapt" / "unadapted" / "model.safetensors"))  # MiniLM under our names
+    encoder = [k for k in unadapted if k.startswith("bert.") and not k.startswith("bert.pooler.")]
+    assert len(encoder) > 90 and all(torch.equal(warmed[k], unadapted[k]) for k in encoder)
+    rows = json.loads((run / "shards" / "manifest.json").read_text())["splits"]["train"]["rows"]
+    steps = [json.loads(x)["step"] for x in (run / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 2 + -(-2 * (rows // 8) // 100) and steps[-1] > 2
     trained, loaded = final[f"bert.{word}"].double().flatten(), start[word].double().flatten()
     assert torch.nn.functional.cosine_similarity(trained, loaded, dim=0) > 0.99  # from MiniLM: a random init is ~0
     assert not torch.equal(trained, loaded)  # and trained

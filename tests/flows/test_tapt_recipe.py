@@ -93,3 +93,34 @@ def test_a_stage_of_a_tapt_recipe_run_alone_says_what_writes_its_input(tmp_path,
         err = capsys.readouterr().err
         assert err.startswith("error: ") and f"{stage} of a tapt recipe needs" in err
         assert "which the tapt stage writes; run `bertfactory run`" in err and err.count("\n") == 1
+
+
+def test_head_warmup_and_epochs_set_the_pretrain_steps_once_the_shards_exist(tmp_path):
+    run = tmp_path / "run"
+    recipe = load_recipe(RECIPE, ["tapt.head_warmup_steps=200", "tapt.epochs=10"])  # above the recipe's 60 steps
+    before = with_tapt(recipe, run)  # no shards yet: max_steps as the recipe says (no stage before pretrain reads it)
+    assert before.pretrain.freeze_encoder_steps == 200 and before.pretrain.max_steps == 60
+    (run / "shards").mkdir(parents=True)
+    (run / "shards" / "manifest.json").write_text(json.dumps({"splits": {"train": {"rows": 2228}}}))
+    filled = with_tapt(recipe, run)
+    # 2,228 rows // 32 = 69 steps an epoch: the warm-up, then 10 epochs of the whole model
+    assert filled.pretrain.freeze_encoder_steps == 200 and filled.pretrain.max_steps == 200 + 690
+    assert with_tapt(filled, run) == filled
+    plain = with_tapt(load_recipe(RECIPE), run)
+    assert plain.pretrain.freeze_encoder_steps == 0 and plain.pretrain.max_steps == 60
+    assert with_tapt(load_recipe(RECIPE, ["tapt.epochs=0.5"]), run).pretrain.max_steps == 35  # ceil(34.5)
+    with pytest.raises(ConfigError, match=r"^tapt: pretrain.freeze_encoder_steps is not implemented with parallelism fsdp"):
+        with_tapt(load_recipe(RECIPE, ["tapt.head_warmup_steps=10", "tapt.epochs=1", "pretrain.parallelism=fsdp"]), run)
+    with pytest.raises(ConfigError, match="2228 train rows .* fewer than pretrain.batch_size \\(4096\\)"):
+        with_tapt(load_recipe(RECIPE, ["tapt.epochs=1", "pretrain.batch_size=4096"]), run)
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["tapt.head_warmup_steps=60"], "tapt.head_warmup_steps (60) must be < pretrain.max_steps (60), or set tapt.epochs"),
+    (["tapt.head_warmup_steps=5", "pretrain.freeze_encoder_steps=5"], "set the head warm-up in one place"),
+    (["tapt.epochs=0"], "tapt.epochs"),
+])
+def test_a_wrong_warmup_or_epochs_is_refused_when_the_recipe_loads(overrides, expected):
+    with pytest.raises(ConfigError) as err:
+        load_recipe(RECIPE, overrides)
+    assert expected in str(err.value)
