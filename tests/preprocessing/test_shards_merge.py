@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from preprocessing import shards
+from preprocessing.shards import merge as shards
 from preprocessing.instance_pipeline import WriteShardFn, keys_path, spill_dir
 from preprocessing.shards import merge_runs, shard_batch, shard_schema, spill_part, write_shard
 

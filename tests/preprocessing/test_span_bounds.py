@@ -131,7 +131,7 @@ def _shard(path: Path, spans: list[int], positions: list[int]) -> Path:
                                                        ([3], [2, 3, 5], "not consecutive"),
                                                        ([0, 2], [2, 3], "do not add up")])
 def test_inconsistent_span_bounds_are_refused(tmp_path, spans, positions, message):
-    from preprocessing.shards import _load_shard
+    from preprocessing.shards.reader import _load_shard
 
     assert _load_shard(_shard(tmp_path / "ok.arrow", [2, 2], [2, 3, 4, 5]), 1).span_lengths.tolist() == [2, 2]
     with pytest.raises(ContractError, match=message):
