@@ -5,6 +5,24 @@ by side in one run: tokens/s, MFU against the GPU's peak dense bf16 FLOP/s, and 
     python benchmarks/gpu_step.py                                  # base and large, seq 128 and 512
     python benchmarks/gpu_step.py --shape base --seq 128 --steps 50 --repeats 3
     python benchmarks/gpu_step.py --peak-tflops 989.4              # a GPU the peak table does not know
+    python benchmarks/gpu_step.py --all                            # the goals of issue 31 (under 8 minutes)
+
+--all measures the cases of ALL_CASES, each goal printed next to its figure (met / not met):
+- BERT-base at 128 tokens, 64 sequences (8,192 tokens a step, the protocol's default batch): >= 35 % MFU;
+- BERT-base at 128 tokens, 256 sequences (32,768 tokens: configs/bert-base.yaml's batch_size): >= 45 % MFU;
+- ModernBERT-base (configs/modernbert-base.yaml's model) at 1,024 tokens, 24 sequences (the recipe's micro-batch
+  per process, batch_size 4,608 / 8 processes / grad_accumulation 24) with 308 predictions a row: >= 40 % MFU;
+- ours compiled >= 1.5x transformers' same-size model (BertForPreTraining / ModernBertForMaskedLM, sdpa,
+  eager) at the same batch.
+Each case runs three implementations, each in a fresh subprocess, one after the other: `ours` (eager, the recipe's
+default: sparse MLM head with boolean gather), `ours-compiled` (the GPU step of pretrain.compile with
+pretrain.static_shapes: torch.compile'd model and loss, MLM logits at every prediction slot, no host read in the
+step) and `hf`. All of them: bf16 autocast, fp32 master weights, fused AdamW (training/optim.py's choice on CUDA,
+given to transformers too: the optimiser is not what is compared), clip, zero_grad; a step reads nothing back.
+--warmup steps (compilation included) then --windows timed windows of --window-steps steps; the median window's
+tokens/s is reported, with every window's. Estimated duration on one H200: ~5-6 minutes (9 subprocesses of ~10 s
+start-up; inductor compiles BERT-base twice (two batch shapes) and ModernBERT-base once, ~40-90 s each cold, much
+less with a warm /tmp/torchinductor cache; the timed steps themselves take seconds).
 
 The protocol is benchmarks/pretrain_step.py's, with its batches and its timing loop (imported): each measurement
 in a fresh subprocess, ours and HF alternating for --repeats rounds, the median tokens/s reported with the ratio.
@@ -61,6 +79,22 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, str, float], ...] = (
     (r"\ba10\b", "A10", 125.0),  # not the A10G (another rate): pass --peak-tflops for it
     (r"rtx 4090", "RTX 4090", 165.2),
 )
+
+
+# --all: (label, family, shape dims, seq_len, batch, predictions per sequence, MFU goal); the ratio goal is RATIO_GOAL
+FAMILY_DIMS = {
+    # family: (hidden, layers, heads, intermediate, vocab)
+    "bert": SHAPES["base"],  # configs/bert-base.yaml
+    "modernbert": (768, 22, 12, 1152, 50368),  # configs/modernbert-base.yaml (intermediate = each GeGLU half)
+}
+ALL_CASES: tuple[tuple[str, str, int, int, int, float], ...] = (
+    ("bert-base", "bert", 128, 64, 20, 0.35),
+    ("bert-base", "bert", 128, 256, 20, 0.45),
+    ("modernbert-base", "modernbert", 1024, 24, 308, 0.40),
+)
+ALL_IMPLS = ("ours", "ours-compiled", "hf")
+RATIO_GOAL = 1.5
+TINY_DIMS = {"bert": (32, 1, 2, 64, 200), "modernbert": (32, 3, 2, 48, 256)}  # the CPU smoke test's
 
 
 def peak_for(device_name: str) -> tuple[str, float] | None:
@@ -143,6 +177,195 @@ def measure(impl: str, dims: tuple[int, int, int, int, int], seq_len: int, batch
     return {"impl": impl, "attention": attention, **out}
 
 
+def model_config(family: str, dims: tuple[int, int, int, int, int], seq_len: int, local_attention: int = 128):
+    """The recipe `model` section (training.config.ModelConfig) of a --all case: BERT's, or ModernBERT-base's
+    attention pattern and rotary bases. The tiny smoke shapes pass a smaller local window."""
+    from training.config import ModelConfig
+
+    hidden, layers, heads, inter, _ = dims
+    if family == "bert":
+        return ModelConfig(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=inter,
+                           max_position_embeddings=512)
+    from training.models.modernbert.model import ModernBertSettings
+
+    return ModelConfig(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=inter,
+                       max_position_embeddings=max(seq_len, 1024), type_vocab_size=1, hidden_dropout=0.0,
+                       attention_dropout=0.0, layer_norm_eps=1e-5,
+                       modernbert=ModernBertSettings(global_attn_every_n_layers=3, local_attention=local_attention,
+                                                     global_rope_theta=160000.0, local_rope_theta=10000.0))
+
+
+OBJECTIVES = {"bert": "mlm_nsp", "modernbert": "modernbert_mlm"}
+
+
+def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], seq_len: int, batch: int,
+                 predictions: int, warmup: int, windows: int, window_steps: int, device: str = "cuda",
+                 compile_mode: str = "default", local_attention: int = 128) -> dict:
+    """One --all measurement in this process: `warmup` steps (compilation included), then `windows` timed windows
+    of `window_steps` steps; tokens/s of each window, peak GPU memory, and the warm-up's seconds. On the CPU (the
+    smoke test) the autocast context is fp32 and there is no GPU memory to report."""
+    import time
+
+    import torch
+
+    from training.backends import autocast_context
+    from training.models.registry import get_architecture
+    from training.objectives import get_objective_spec
+    from training.optim import adamw_kernel
+
+    if impl not in ALL_IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(ALL_IMPLS)}, not {impl!r}")
+    dev = torch.device(device)
+    vocab = dims[-1]
+    data = {k: v.to(dev) for k, v in _batch(vocab, batch=batch, max_predictions=predictions, seq_len=seq_len).items()}
+    if family == "modernbert":
+        data["token_type_ids"] = torch.zeros_like(data["token_type_ids"])  # no segments
+    cfg = model_config(family, dims, seq_len, local_attention)
+    torch.manual_seed(0)
+    if impl.startswith("ours"):
+        arch = get_architecture(get_objective_spec(OBJECTIVES[family]).architecture)
+        model = arch.build(arch.from_model_config(cfg, vocab, 0))
+        untrained = set(model.untrained_parameter_names())  # ModernBERT's [CLS] pooler: frozen, as the trainer does
+        for name, param in model.named_parameters():
+            param.requires_grad_(name not in untrained)
+        nsp = data["nsp_labels"] if family == "bert" else None
+        inputs = (data["input_ids"], data["token_type_ids"], data["attention_mask"], data["masked_positions"],
+                  data["masked_labels"], nsp)
+        attention = "sdpa"
+        if impl == "ours-compiled":  # what build_model does for pretrain.compile + pretrain.static_shapes
+            model.static_shapes = True
+            model.compile(**({} if compile_mode == "default" else {"mode": compile_mode}))
+
+        def forward() -> torch.Tensor:
+            return model(*inputs)["loss"]
+    else:
+        import transformers
+
+        labels = torch.full_like(data["input_ids"], -100).scatter(1, data["masked_positions"], data["masked_labels"])
+        if family == "bert":
+            hidden, layers, heads, inter, _ = dims
+            hf_cfg = transformers.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                                             num_attention_heads=heads, intermediate_size=inter,
+                                             max_position_embeddings=512)
+            model = transformers.BertForPreTraining._from_config(hf_cfg, attn_implementation="sdpa")
+            hf_inputs = {"input_ids": data["input_ids"], "token_type_ids": data["token_type_ids"],
+                         "attention_mask": data["attention_mask"], "labels": labels,
+                         "next_sentence_label": data["nsp_labels"]}
+        else:
+            from training.hf.modernbert import hf_modernbert_config
+
+            ours_cfg = get_architecture("ModernBertForMaskedLM").from_model_config(cfg, vocab, 0)
+            doc = hf_modernbert_config(ours_cfg, {"cls": 2, "sep": 3})
+            doc = {k: v for k, v in doc.items() if k not in ("model_type", "architectures")}
+            model = transformers.ModernBertForMaskedLM._from_config(transformers.ModernBertConfig(**doc),
+                                                                     attn_implementation="sdpa")
+            hf_inputs = {"input_ids": data["input_ids"], "attention_mask": data["attention_mask"], "labels": labels}
+        attention = model.config._attn_implementation
+
+        def forward() -> torch.Tensor:
+            return model(**hf_inputs).loss
+    model.to(dev).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4, **adamw_kernel(params))
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+
+    def step() -> None:  # nothing read back: the device runs ahead of the host
+        with autocast_context(dev, bf16=True):
+            loss = forward()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    started = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    sync()
+    warmup_s = time.perf_counter() - started
+    rates = []
+    for _ in range(windows):
+        started = time.perf_counter()
+        for _ in range(window_steps):
+            step()
+        sync()
+        rates.append(window_steps * batch * seq_len / (time.perf_counter() - started))
+    return {"impl": impl, "attention": attention, "windows": rates, "tokens_per_s": statistics.median(rates),
+            "warmup_s": warmup_s, "peak_gpu_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None,
+            "parameters": sum(p.numel() for p in params)}
+
+
+def case_flops(family: str, dims: tuple[int, int, int, int, int], seq_len: int, predictions: int,
+               local_attention: int = 128) -> tuple[float, float]:
+    """(training FLOPs per token credited: MLM logits at the masked positions; the same with logits everywhere),
+    training/describe.py's for the case's objective."""
+    from training.describe import describe
+
+    d = describe(model_config(family, dims, seq_len, local_attention), dims[-1], seq_len, predictions / seq_len,
+                 OBJECTIVES[family])
+    return d.train_flops_per_token, d.dense_head_train_flops_per_token
+
+
+def format_all_table(rows: list[dict], peak_flops: float | None) -> str:
+    """--all's results: a line per (case, implementation) with tokens/s (median window), MFU and its goal, peak
+    memory and the windows; a line per case with ours-compiled / ours and ours-compiled / HF against the ratio
+    goal. A row: label, seq_len, batch, impl, tokens_per_s, windows, peak_gpu_mib, warmup_s, flops_per_token,
+    mfu_goal."""
+    def verdict(value: float | None, goal: float) -> str:
+        return "n/a" if value is None else ("met" if value >= goal else "NOT met")
+
+    lines = [f"  {'case':<16}{'seq':>5}{'batch':>6}  {'impl':<14}{'tokens/s':>12}{'MFU':>8}  {'goal':<17}"
+             f"{'peak GiB':>9}{'warm-up s':>10}   windows (tokens/s)"]
+    by_case: dict[tuple, dict[str, dict]] = {}
+    for row in rows:
+        share = mfu(row["tokens_per_s"], row["flops_per_token"], peak_flops)
+        goal = ""
+        if row["impl"] == "ours-compiled":
+            goal = f">= {100 * row['mfu_goal']:.0f} % {verdict(share, row['mfu_goal'])}"
+        memory = "n/a" if row["peak_gpu_mib"] is None else f"{row['peak_gpu_mib'] / 1024:.2f}"
+        by_case.setdefault((row["label"], row["seq_len"], row["batch"]), {})[row["impl"]] = row
+        lines.append(f"  {row['label']:<16}{row['seq_len']:>5}{row['batch']:>6}  {row['impl']:<14}"
+                     f"{row['tokens_per_s']:>12,.0f}{'n/a' if share is None else f'{100 * share:.1f} %':>8}  "
+                     f"{goal:<17}{memory:>9}{row['warmup_s']:>10.1f}   "
+                     + ", ".join(f"{r:,.0f}" for r in row["windows"]))
+    for (label, seq, batch), impls in by_case.items():
+        text = f"  {label} {seq} x {batch}:"
+        compiled = impls.get("ours-compiled")
+        if compiled and "ours" in impls:
+            text += f" compiled / eager {compiled['tokens_per_s'] / impls['ours']['tokens_per_s']:.2f}x;"
+        if compiled and "hf" in impls:
+            ratio = compiled["tokens_per_s"] / impls["hf"]["tokens_per_s"]
+            text += f" ours-compiled / HF {ratio:.2f}x (goal >= {RATIO_GOAL}x {verdict(ratio, RATIO_GOAL)})"
+            if compiled["peak_gpu_mib"] and impls["hf"]["peak_gpu_mib"]:
+                text += f", {compiled['peak_gpu_mib'] / impls['hf']['peak_gpu_mib']:.2f}x peak memory"
+        lines.append(text + f"; {next(iter(impls.values()))['flops_per_token'] / 1e9:.3f} G training FLOPs/token")
+    return "\n".join(lines)
+
+
+def run_all(args: argparse.Namespace) -> list[dict]:
+    """Every ALL_CASES case x ALL_IMPLS, each measurement in a fresh subprocess (its own peak memory, its own
+    compilation), one after the other on the same GPU."""
+    rows = []
+    for index, (label, family, seq, batch, predictions, goal) in enumerate(ALL_CASES):
+        credited, _ = case_flops(family, FAMILY_DIMS[family], seq, predictions)
+        for impl in ALL_IMPLS:
+            command = [sys.executable, os.path.abspath(__file__), "--worker-case", str(index), "--worker", impl,
+                       "--warmup", str(args.warmup), "--windows", str(args.windows), "--window-steps",
+                       str(args.window_steps), "--compile-mode", args.compile_mode]
+            out = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
+            if out.returncode != 0:
+                raise SystemExit(f"gpu_step: the {impl} worker failed ({label}, seq {seq}, batch {batch}):\n"
+                                 f"{out.stderr[-3000:]}")
+            measured = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append({"label": label, "seq_len": seq, "batch": batch, "flops_per_token": credited,
+                         "mfu_goal": goal, **measured})
+            print(f"  measured {label} {seq} x {batch} {impl}: {measured['tokens_per_s']:,.0f} tokens/s "
+                  f"(warm-up {measured['warmup_s']:.0f} s)", flush=True)
+    return rows
+
+
 def flops_per_token(shape: str, seq_len: int, predictions: int) -> tuple[float, float]:
     """(training FLOPs per token credited: MLM logits at the masked positions; the same with logits everywhere)."""
     from training.config import ModelConfig
@@ -194,8 +417,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of ours / HF")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="peak dense bf16 TFLOP/s of the GPU (default: from its name, PEAK_BF16_TFLOPS)")
-    parser.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)
+    parser.add_argument("--all", action="store_true",
+                        help="the issue-31 goals: ALL_CASES x (ours, ours-compiled, hf), goals printed (see above)")
+    parser.add_argument("--windows", type=int, default=3, help="--all: timed windows per measurement (median)")
+    parser.add_argument("--window-steps", type=int, default=10, help="--all: steps per timed window")
+    parser.add_argument("--compile-mode", default="default",
+                        choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"],
+                        help="--all: torch.compile mode of ours-compiled (pretrain.compile uses the default)")
+    parser.add_argument("--worker", choices=["ours", "hf", "ours-compiled"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker-case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.all and (args.windows < 3 or args.window_steps < 1):
+        parser.error("--all needs --windows >= 3 and --window-steps >= 1")
     if args.batch is not None and args.batch < 1:
         parser.error("--batch must be >= 1")
     if args.peak_tflops is not None and args.peak_tflops <= 0:
@@ -218,6 +451,11 @@ def _no_gpu_reason() -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.worker_case is not None:  # one --all measurement: --worker IMPL --worker-case INDEX
+        label, family, seq, batch, predictions, _ = ALL_CASES[args.worker_case]
+        print(json.dumps(measure_case(args.worker, family, FAMILY_DIMS[family], seq, batch, predictions,
+                                      args.warmup, args.windows, args.window_steps, compile_mode=args.compile_mode)))
+        return
     if args.worker:  # one measurement: --worker IMPL --shape S --seq N (one each)
         shape, seq, batch, predictions = cases(args)[0]
         print(json.dumps(measure(args.worker, SHAPES[shape], seq, batch, predictions, args.steps, args.warmup)))
@@ -229,6 +467,18 @@ def main(argv: list[str] | None = None) -> None:
 
     name = torch.cuda.get_device_name(0)
     label, peak = resolve_peak(name, args.peak_tflops)
+    if args.all:
+        import time
+
+        started = time.perf_counter()
+        rows = run_all(args)
+        print(f"GPU {name} (peak {label}: {peak / 1e12:,.1f} TFLOP/s dense bf16)" if peak else f"GPU {name} ({label})")
+        print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}; bf16 "
+              f"autocast, fp32 weights, fused AdamW; {args.warmup} warm-up steps, median of {args.windows} windows x "
+              f"{args.window_steps} steps; compile mode {args.compile_mode}; peak memory = max_memory_allocated")
+        print(format_all_table(rows, peak))
+        print(f"  --all took {time.perf_counter() - started:.0f} s")
+        return
     rows = []
     for shape, seq, batch, predictions in cases(args):
         runs: dict[str, list[dict]] = {"ours": [], "hf": []}

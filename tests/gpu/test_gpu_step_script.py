@@ -1,7 +1,9 @@
 """benchmarks/gpu_step.py without a GPU, so that the script cannot rot where CI has none (runs everywhere, no
 `cuda` marker): its arguments and cases, the peak table by device name, the MFU and the results table, the
-message it exits with when torch sees no CUDA device, and one real step of both implementations (ours and
-transformers') through its measurement function on the CPU at a tiny shape."""
+message it exits with when torch sees no CUDA device, one real step of both implementations (ours and
+transformers') through its measurement function on the CPU at a tiny shape, and --all's case list (BERT-base and
+ModernBERT-base, ours eager / ours compiled / transformers) at tiny shapes on the CPU with its goals table (the
+compiled implementation under the slow mark: inductor on the CPU)."""
 
 from __future__ import annotations
 
@@ -105,3 +107,58 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def test_all_cases_and_goals(gpu_step):
+    args = gpu_step.parse_args(["--all"])
+    assert args.all and args.windows == 3 and args.compile_mode == "default"
+    assert [(c[0], c[2], c[3], c[5]) for c in gpu_step.ALL_CASES] == [
+        ("bert-base", 128, 64, 0.35), ("bert-base", 128, 256, 0.45), ("modernbert-base", 1024, 24, 0.40)]
+    assert 256 * 128 == 32_768 and gpu_step.ALL_IMPLS == ("ours", "ours-compiled", "hf")
+    for bad in (["--all", "--windows", "2"], ["--all", "--window-steps", "0"], ["--compile-mode", "fast"]):
+        with pytest.raises(SystemExit):
+            gpu_step.parse_args(bad)
+
+
+def _tiny_all(gpu_step, impls, windows=3):
+    """The --all case list at tiny shapes on the CPU (the GPU's cases, a few rows of 32 tokens)."""
+    rows = []
+    for index, (label, family, _, _, _, goal) in enumerate(gpu_step.ALL_CASES):
+        dims, batch = gpu_step.TINY_DIMS[family], 2 + index  # a batch per case: the table groups by case
+        credited, _ = gpu_step.case_flops(family, dims, 32, 4, local_attention=8)
+        for impl in impls:
+            measured = gpu_step.measure_case(impl, family, dims, 32, batch, 4, warmup=1, windows=windows,
+                                             window_steps=1, device="cpu", local_attention=8)
+            rows.append({"label": label, "seq_len": 32, "batch": batch, "flops_per_token": credited,
+                         "mfu_goal": goal, **measured})
+    return rows
+
+
+def test_the_all_case_list_runs_at_a_tiny_shape_on_the_cpu(gpu_step, one_thread):
+    rows = _tiny_all(gpu_step, ("ours", "hf"))
+    assert len(rows) == 6
+    for row in rows:
+        assert len(row["windows"]) == 3 and row["tokens_per_s"] == sorted(row["windows"])[1]
+        assert row["peak_gpu_mib"] is None and row["attention"] == "sdpa"
+    for ours, hf in zip(rows[::2], rows[1::2]):
+        assert ours["parameters"] == hf["parameters"], (ours["label"], ours["parameters"], hf["parameters"])
+    with pytest.raises(ValueError, match="impl must be"):
+        gpu_step.measure_case("other", "bert", gpu_step.TINY_DIMS["bert"], 32, 2, 4, 0, 3, 1, device="cpu")
+
+    compiled = [{**row, "impl": "ours-compiled", "tokens_per_s": 2 * row["tokens_per_s"]} for row in rows[::2]]
+    table = gpu_step.format_all_table(rows + compiled, 1e9).splitlines()
+    assert table[0].split()[:6] == ["case", "seq", "batch", "impl", "tokens/s", "MFU"]
+    assert sum(">= 45 %" in line for line in table) == 1 and sum(">= 40 %" in line for line in table) == 1
+    summary = [line for line in table if "ours-compiled / HF" in line]
+    assert len(summary) == 3 and all("compiled / eager 2.00x" in line and "goal >= 1.5x" in line for line in summary)
+
+
+@pytest.mark.slow
+def test_the_compiled_implementation_runs_on_the_cpu(gpu_step, one_thread):
+    # inductor on the CPU (~60 s cold on the shared 2-core machine): the --all case's compiled step is real code
+    (row,) = [m for m in (gpu_step.measure_case("ours-compiled", "bert", gpu_step.TINY_DIMS["bert"], 32, 2, 4,
+                                                  warmup=1, windows=3, window_steps=1, device="cpu"),)]
+    assert row["tokens_per_s"] > 0 and len(row["windows"]) == 3
+    import torch._dynamo
+
+    torch._dynamo.reset()
