@@ -21,7 +21,8 @@ test: samples
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
 
 ## test-gpu: the CUDA-only tests (tests/gpu/: bf16 autocast, the varlen_attn kernel, DDP over nccl, FSDP mixed
-## precision, the pretrain-gpu deployment's torchrun command) on the GPUs torch sees; a machine without CUDA fails
+## precision, the compiled GPU step (pretrain.compile vs eager, no recompiles, no host read inside a step, fused
+## AdamW / foreach LAMB), the pretrain-gpu deployment's torchrun command) on the GPUs torch sees; a machine without CUDA fails
 ## instead of skipping (BERTFACTORY_REQUIRE_GPU=1). Needs the CUDA build of torch in .venv (docs/parallelism.md)
 test-gpu: setup
 	BERTFACTORY_REQUIRE_GPU=1 $(VENV)/bin/python -m pytest -q tests/gpu
