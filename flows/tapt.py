@@ -15,7 +15,7 @@ ordinary stages (flows/stages.py), with their stamps, resume and artifacts.
 
     bertfactory run configs/tapt-minilm.yaml --run-dir runs/tapt-minilm
     bertfactory run configs/tapt-minilm.yaml --run-dir runs/tapt-10ep \
-        --set tapt.head_warmup_steps=200 --set tapt.epochs=10     # head warm-up, then 10 epochs
+        --set tapt.head_warmup_steps=100 --set tapt.epochs=10     # head warm-up, then 10 epochs
 """
 
 from __future__ import annotations

@@ -1,0 +1,34 @@
+"""benchmarks/tapt_minilm.py without running it: the protocol's settings (head warm-up, 10 epochs, parity
+fine-tuning, 3 seeds, both tasks), the recipe accepting every --set, and the seed statistics by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+
+def test_the_full_size_is_the_issue_protocol_and_the_recipe_takes_its_settings(load_benchmark, tmp_path):
+    from flows.recipe import load_recipe
+
+    bench = load_benchmark("tapt_minilm")
+    args = bench.parse_args([])
+    assert args.tasks == ["trec_coarse", "movie_sentiment"] and args.size["seeds"] == 3
+    assert args.size["epochs"] >= 10 and args.size["head_warmup"] > 0
+    assert args.size["finetune"]["learning_rate"] == 5e-5 and args.size["finetune"]["max_train_examples"] == "null"
+    for quick in (False, True):
+        size = bench.parse_args(["--quick"] if quick else []).size
+        sets = bench.run_sets("trec_coarse", size, 1, 2)
+        recipe = load_recipe(bench.RECIPE, [sets[i + 1] for i in range(0, len(sets), 2)])
+        assert recipe.tapt.head_warmup_steps == size["head_warmup"] and recipe.tapt.epochs == size["epochs"]
+        assert recipe.evaluate.finetune.num_seeds == size["seeds"] and list(recipe.evaluate.tasks) == ["trec_coarse"]
+
+
+def test_the_detectable_difference_is_twice_the_standard_error_of_the_seed_means(load_benchmark):
+    bench = load_benchmark("tapt_minilm")
+    out = bench.seed_stats([0.80, 0.82, 0.84], [0.70, 0.71, 0.72])
+    se = math.sqrt(0.0004 / 3 + 0.0001 / 3)  # sample variances 0.02^2 and 0.01^2
+    assert out["difference"] == pytest.approx(0.11) and out["detectable"] == pytest.approx(2 * se)
+    assert out["detected"] is True and out["paired"]["per_seed"] == pytest.approx([0.10, 0.11, 0.12])
+    assert bench.seed_stats([0.70, 0.75], [0.72, 0.71])["detected"] is False
+    assert bench.seed_stats([0.39, 0.39], [0.375, 0.375])["detected"] is None  # no spread: nothing to judge by
