@@ -54,32 +54,14 @@ def test_a_broken_part_file_is_ignored(tmp_path):
 
 
 def test_the_grid_follows_the_width():
-    """The tiny twins' curve below 384 (the demo's 128 unchanged), BERT's grid for a pretrained checkpoint's width
-    (MiniLM-L6-H384 and wider)."""
-    from evaluation.lr_grid import PRETRAINED_WIDTH
-
+    assert size_scaled_grid(768) == [1e-5, 3e-5, 9e-5]
     assert size_scaled_grid(128) == [9.4e-5, 2.8e-4, 8.5e-4]
-    assert size_scaled_grid(256) == [3.9e-5, 1.2e-4, 3.6e-4] and size_scaled_grid(312) == [3.1e-5, 9.2e-5, 2.8e-4]
-    assert PRETRAINED_WIDTH == 384
-    for width in (384, 512, 768, 1024, 100_000):
-        assert size_scaled_grid(width) == [2e-5, 3e-5, 5e-5]
-    narrow = [16, 32, 64, 128, 256, 312, 383]
-    centres = [size_scaled_grid(h)[1] for h in narrow]
-    assert centres == sorted(centres, reverse=True) and len(set(centres)) == len(centres) - 1  # 16 and 32 clamped
-    assert size_scaled_grid(16)[1] == 1e-3 and size_scaled_grid(383)[1] > size_scaled_grid(384)[1]
-    assert all(g == sorted(g) for g in map(size_scaled_grid, narrow + [384]))
+    widths = [64, 128, 256, 384, 512, 768, 1024, 2048]
+    centres = [size_scaled_grid(h)[1] for h in widths]
+    assert centres == sorted(centres, reverse=True) and len(set(centres)) == len(centres)
+    assert size_scaled_grid(16)[1] == 1e-3 and size_scaled_grid(100_000)[1] == 1e-5  # clamped
     with pytest.raises(ValueError):
         size_scaled_grid(0)
-
-
-def test_a_task_file_on_an_imported_checkpoint_gets_the_pretrained_grid_unless_a_rate_is_given():
-    from evaluation.config import FinetuneConfig
-
-    scaled = FinetuneConfig(size_scaled_grid=True)
-    assert scaled.for_encoder(384).grid() == [2e-5, 3e-5, 5e-5]  # MiniLM (bertfactory import-hf)
-    assert scaled.for_encoder(128).grid() == [9.4e-5, 2.8e-4, 8.5e-4]  # the demo's tiny model
-    pinned = FinetuneConfig(size_scaled_grid=True, learning_rates=[1e-4])
-    assert pinned.for_encoder(384).grid() == [1e-4] and FinetuneConfig().for_encoder(384).grid() == [2e-5]
 
 
 def test_an_eval_directory_from_before_parts_is_adopted_not_lost(tmp_path):
