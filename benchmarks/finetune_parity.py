@@ -59,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -498,11 +499,16 @@ def run(args: argparse.Namespace) -> dict:
     model_dir = args.runs / "minilm"
     imported = import_model(hf_dir, model_dir, args.runs / "import.log", args.threads)
     hp = hyperparameters(args)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
-    result = {"commit": commit, "hyperparameters": hp, "threads": args.threads, "seeds": args.seed_list,
-              "sizes": {"train_limit": args.train_limit, "eval_limit": args.eval_limit}, "import": imported,
-              "command": " ".join(sys.argv), "tasks": {}}
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    # provenance (scripts/readme_quality.py quotes only a result of a clean tree): commit, tracked changes, UTC date
+    commit, dirty = git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    result = {"commit": commit, "dirty": dirty, "date": date, "hyperparameters": hp, "threads": args.threads,
+              "seeds": args.seed_list, "sizes": {"train_limit": args.train_limit, "eval_limit": args.eval_limit},
+              "import": imported, "command": " ".join(sys.argv), "tasks": {}}
     for task in args.tasks:
         result["tasks"][task] = run_task(task, args, model_dir, hf_dir, hp)
     result["total_wall_s"] = time.perf_counter() - started

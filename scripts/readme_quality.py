@@ -1,0 +1,164 @@
+"""The README's "How good are the models?" paragraph, regenerated from result files (never typed by hand).
+
+    .venv/bin/python scripts/readme_quality.py            # rewrite README.md's paragraph from the result files
+    .venv/bin/python scripts/readme_quality.py --check    # exit 1 when README.md's paragraph is not theirs
+
+The paragraph is the block between the two `quality` markers in README.md: one sentence or two per measurement of
+issue 32 — fine-tuning parity with transformers' Trainer (benchmarks/finetune_parity.json, written by
+benchmarks/finetune_parity.py at its full size), TAPT of MiniLM against un-adapted MiniLM (--tapt, default
+benchmarks/tapt_minilm.json: a committed copy of benchmarks/tapt_minilm.py's RUNS/summary.json) and distillation
+from the real MiniLM teacher (--distill, default benchmarks/distill_minilm.json: a committed copy of
+benchmarks/distill_seeds.py's RUN/summary.json). A file that is absent gives "not measured yet" and the command that
+measures it. A file that does not record its `commit`, its `date` and `dirty: false` is refused: its figures could
+not be traced to a commit. The defaults are committed files, so tests/test_readme_quality.py checks the README
+against them and a stale figure fails the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BEGIN = "<!-- quality:begin (scripts/readme_quality.py writes this block from result files; do not edit) -->"
+END = "<!-- quality:end -->"
+PARITY = REPO / "benchmarks" / "finetune_parity.json"
+TAPT = REPO / "benchmarks" / "tapt_minilm.json"
+DISTILL = REPO / "benchmarks" / "distill_minilm.json"
+COMMANDS = {
+    "parity": ".venv/bin/python benchmarks/finetune_parity.py",
+    "tapt": ".venv/bin/python benchmarks/tapt_minilm.py",
+    "distill": ".venv/bin/python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir "
+               "runs/distill-minilm --tasks movie_sentiment trec_coarse --seeds 1 2 3",
+}
+TITLES = {"parity": "Fine-tuning parity with transformers' Trainer",
+          "tapt": "Task-adaptive pretraining (TAPT) vs un-adapted MiniLM",
+          "distill": "Distillation from the real MiniLM teacher"}
+
+
+class QualityError(Exception):
+    """A result file cannot be quoted (no clean commit recorded, unreadable), or README has no block."""
+
+
+def provenance(doc: dict, path: Path) -> str:
+    """'commit C, DATE' of a result document, or QualityError when it cannot be traced to a clean commit."""
+    missing = [key for key in ("commit", "date", "dirty") if doc.get(key) in (None, "")]
+    if missing:
+        raise QualityError(f"{path}: records no {', '.join(missing)}; its writer must record the commit, the date "
+                           "and whether the tree was dirty (as benchmarks/finetune_parity.py does), then rerun it")
+    if doc["dirty"] is not False:
+        raise QualityError(f"{path}: measured from a tree with uncommitted changes (commit {doc['commit']}); "
+                           "commit, then rerun it")
+    return f"commit {str(doc['commit'])[:7]}, {str(doc['date'])[:10]}"
+
+
+def _ms(mean: float, std: float) -> str:
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+def parity_sentences(doc: dict, path: Path) -> str:
+    prov, hp = provenance(doc, path), doc["hyperparameters"]
+    tasks = doc["tasks"]
+    sizes = ", ".join(f"{t['files']['sizes']['train']:,} ({name})" for name, t in tasks.items())
+    parts, ratios = [], []
+    for name, t in tasks.items():
+        s = t["summary"]
+        verdict = "within 1 point" if s["within_1_point"] else "more than 1 point below"
+        checks = "" if s.get("hyperparameters_equal", True) and s.get("selection_ok", True) else \
+            "; checks failed, see the JSON"
+        parts.append(f"{name} {_ms(s['ours']['accuracy_mean'], s['ours']['accuracy_std'])} ours vs "
+                     f"{_ms(s['peer']['accuracy_mean'], s['peer']['accuracy_std'])} Trainer "
+                     f"({100 * s['difference']:+.2f} points, {verdict}{checks})")
+        ratios.append(f"{s['finetune_cpu_ratio']:.2f}x ({name})")
+    return (f"**{TITLES['parity']}** (MiniLM imported with `bertfactory import-hf` vs its own "
+            f"AutoModelForSequenceClassification + Trainer, same files and hyperparameters; training examples "
+            f"{sizes}, {hp['epochs']} epochs, {len(doc['seeds'])} seeds, max length {hp['max_seq_len']}; {prov}, "
+            f"`{doc.get('command') or COMMANDS['parity']}`): test accuracy, mean ± std over the seeds, "
+            f"{'; '.join(parts)}. Fine-tuning CPU-seconds ours / Trainer: {', '.join(ratios)}.")
+
+
+def tapt_sentences(doc: dict, path: Path) -> str:
+    prov, size = provenance(doc, path), doc["size"]
+    parts = []
+    for t in doc["tasks"]:
+        def ms(xs: list[float]) -> str:
+            return _ms(statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0)
+        seen = {True: "detected", False: "not detected", None: "no spread to judge by"}[t.get("detected")]
+        detectable = "" if t.get("detectable") is None else f" vs {t['detectable']:.3f} detectable by the seeds"
+        parts.append(f"{t['task']} {ms(t['unadapted'])} un-adapted vs {ms(t['adapted'])} adapted "
+                     f"({t['difference']:+.3f}{detectable}: {seen})")
+    ft = size["finetune"]
+    return (f"**{TITLES['tapt']}** (head warm-up {size['head_warmup']} steps, {size['epochs']:g} epochs of each task's "
+            f"training text, then fine-tuning {ft['epochs']} epochs at max length {ft['max_seq_len']}, "
+            f"{size['seeds']} seeds; {prov}): test accuracy {'; '.join(parts)}.")
+
+
+def distill_sentences(doc: dict, path: Path) -> str:
+    prov, parts = provenance(doc, path), []
+    for task, entry in doc["tasks"].items():
+        methods = entry["methods"]
+        teacher = next(iter(methods.values()))["teacher"]
+        students = ", ".join(f"{name} {_ms(m['student']['mean'], m['student']['std'])} ({m['retention']['mean']:.1%} "
+                             f"retained, {m['speedup']['mean']:.1f}x faster)" for name, m in methods.items())
+        seeds = max(len(m["seeds"]) for m in methods.values())
+        parts.append(f"{task} teacher {_ms(teacher['mean'], teacher['std'])}, {students} over {seeds} seeds")
+    return f"**{TITLES['distill']}** ({doc.get('config', '?')}; {prov}): test score {'; '.join(parts)}."
+
+
+def block(parity: Path = PARITY, tapt: Path = TAPT, distill: Path = DISTILL) -> str:
+    """The whole block, markers included: one paragraph, a sentence or two per source."""
+    sentences = []
+    for key, path, render in (("parity", parity, parity_sentences), ("tapt", tapt, tapt_sentences),
+                              ("distill", distill, distill_sentences)):
+        if not path.is_file():
+            sentences.append(f"**{TITLES[key]}**: not measured yet: `{COMMANDS[key]}`.")
+            continue
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            sentences.append(render(doc, path))
+        except (ValueError, KeyError, TypeError) as err:
+            raise QualityError(f"{path}: not a result file of {COMMANDS[key].split()[1]} ({err!r})") from err
+    return "\n".join([BEGIN, "\n".join(sentences), END])
+
+
+def replace_block(readme: str, text: str) -> str:
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        raise QualityError(f"README.md has no quality block (the lines {BEGIN!r} ... {END!r})")
+    return readme[:start] + text + readme[end + len(END):]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parity", type=Path, default=PARITY, help="benchmarks/finetune_parity.py's results JSON")
+    parser.add_argument("--tapt", type=Path, default=TAPT, help="benchmarks/tapt_minilm.py's summary.json")
+    parser.add_argument("--distill", type=Path, default=DISTILL, help="benchmarks/distill_seeds.py's summary.json")
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when the README differs")
+    args = parser.parse_args(argv)
+    try:
+        readme = args.readme.read_text(encoding="utf-8")
+        updated = replace_block(readme, block(args.parity, args.tapt, args.distill))
+    except QualityError as err:
+        print(f"readme_quality: {err}", file=sys.stderr)
+        return 2
+    if args.check:
+        if updated != readme:
+            print(f"readme_quality: {args.readme}'s quality paragraph is not the result files'; regenerate it with "
+                  "`python scripts/readme_quality.py`", file=sys.stderr)
+            return 1
+        print(f"readme_quality: {args.readme} quotes the result files")
+        return 0
+    if updated != readme:
+        tmp = args.readme.with_suffix(".md.tmp")
+        tmp.write_text(updated, encoding="utf-8")
+        tmp.replace(args.readme)
+    print(f"readme_quality: {args.readme}'s quality paragraph is the result files'")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
