@@ -67,6 +67,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from time_to_quality import run_watched  # noqa: E402  the timed child process (wall + CPU seconds)
+import bertfactory  # noqa: E402,F401  pins the CPU kernels in os.environ: both sides' processes inherit the same
 
 TASKS = ("trec_coarse", "movie_sentiment")
 DEFAULT_RESULTS = REPO / "benchmarks" / "finetune_parity.json"

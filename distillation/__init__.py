@@ -4,3 +4,5 @@ outputs.py (hidden states + pre-softmax attention), loop.py (the one loop and it
 
 A package of its own above training and evaluation (docs/architecture.md): it trains students with training's loop
 and scores them with evaluation's fine-tuning, and neither of those imports it."""
+
+import bertfactory  # noqa: F401  (first: pins torch's CPU kernels before torch loads, bertfactory/cpu_kernels.py)

@@ -119,6 +119,9 @@ def _devices() -> tuple[list[tuple[str, str]], str]:
     rows = [("CPU cores", f"{usable} usable of {os.cpu_count()}"),
             ("torch build", f"{torch.__version__} (CUDA {torch.version.cuda})" if torch.version.cuda
              else f"{torch.__version__} (CPU only)")]
+    from bertfactory.cpu_kernels import describe
+
+    rows.append(("CPU kernels", describe().removeprefix("CPU kernels: ")))
     if not torch.version.cuda:
         return rows, "missing: a CUDA build of torch (this is the CPU build; docs/parallelism.md installs the CUDA " \
             "build of the same version) and a GPU"

@@ -1,5 +1,7 @@
 """Test-wide settings. Prefect runs against a temporary home with an ephemeral API, analytics off."""
 
+import bertfactory  # noqa: F401  first: the pinned CPU kernels (bertfactory/cpu_kernels.py), as the CLI runs them
+
 import os
 import tempfile
 
