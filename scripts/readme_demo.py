@@ -19,9 +19,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
 from flows.stamps import recorded_run  # noqa: E402
 from flows.summary import summary_table  # noqa: E402
+import readme_block  # noqa: E402
 
 BEGIN = "<!-- demo-excerpt:begin (scripts/readme_demo.py writes this block from a `make demo` run; do not edit) -->"
 END = "<!-- demo-excerpt:end -->"
@@ -69,10 +71,7 @@ def excerpt(run_dir: Path) -> str:
 
 
 def replace_block(readme: str, block: str) -> str:
-    start, end = readme.find(BEGIN), readme.find(END)
-    if start < 0 or end < start:
-        raise ExcerptError(f"README.md has no demo excerpt block (the lines {BEGIN!r} ... {END!r})")
-    return readme[:start] + block + readme[end + len(END):]
+    return readme_block.replace_block(readme, BEGIN, END, block, ExcerptError, "demo excerpt")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,19 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     except ExcerptError as err:
         print(f"readme_demo: {err}", file=sys.stderr)
         return 2
-    if args.check:
-        if updated != readme:
-            print(f"readme_demo: {args.readme}'s demo excerpt is not {args.run_dir}'s run; regenerate it with "
-                  f"`python scripts/readme_demo.py {args.run_dir}`", file=sys.stderr)
-            return 1
-        print(f"readme_demo: {args.readme} quotes {args.run_dir}")
-        return 0
-    if updated != readme:
-        tmp = args.readme.with_suffix(".md.tmp")
-        tmp.write_text(updated, encoding="utf-8")
-        tmp.replace(args.readme)
-    print(f"readme_demo: {args.readme}'s demo excerpt is {args.run_dir}'s run")
-    return 0
+    return readme_block.write_or_check(
+        args.readme, readme, updated, args.check, "readme_demo",
+        stale=f"{args.readme}'s demo excerpt is not {args.run_dir}'s run; regenerate it with "
+              f"`python scripts/readme_demo.py {args.run_dir}`",
+        checked=f"{args.readme} quotes {args.run_dir}", written=f"{args.readme}'s demo excerpt is {args.run_dir}'s run")
 
 
 if __name__ == "__main__":

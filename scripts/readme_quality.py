@@ -23,6 +23,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import readme_block  # noqa: E402
+
 BEGIN = "<!-- quality:begin (scripts/readme_quality.py writes this block from result files; do not edit) -->"
 END = "<!-- quality:end -->"
 PARITY = REPO / "benchmarks" / "finetune_parity.json"
@@ -125,10 +129,7 @@ def block(parity: Path = PARITY, tapt: Path = TAPT, distill: Path = DISTILL) -> 
 
 
 def replace_block(readme: str, text: str) -> str:
-    start, end = readme.find(BEGIN), readme.find(END)
-    if start < 0 or end < start:
-        raise QualityError(f"README.md has no quality block (the lines {BEGIN!r} ... {END!r})")
-    return readme[:start] + text + readme[end + len(END):]
+    return readme_block.replace_block(readme, BEGIN, END, text, QualityError, "quality")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,19 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     except QualityError as err:
         print(f"readme_quality: {err}", file=sys.stderr)
         return 2
-    if args.check:
-        if updated != readme:
-            print(f"readme_quality: {args.readme}'s quality paragraph is not the result files'; regenerate it with "
-                  "`python scripts/readme_quality.py`", file=sys.stderr)
-            return 1
-        print(f"readme_quality: {args.readme} quotes the result files")
-        return 0
-    if updated != readme:
-        tmp = args.readme.with_suffix(".md.tmp")
-        tmp.write_text(updated, encoding="utf-8")
-        tmp.replace(args.readme)
-    print(f"readme_quality: {args.readme}'s quality paragraph is the result files'")
-    return 0
+    return readme_block.write_or_check(
+        args.readme, readme, updated, args.check, "readme_quality",
+        stale=f"{args.readme}'s quality paragraph is not the result files'; regenerate it with "
+              "`python scripts/readme_quality.py`",
+        checked=f"{args.readme} quotes the result files",
+        written=f"{args.readme}'s quality paragraph is the result files'")
 
 
 if __name__ == "__main__":
