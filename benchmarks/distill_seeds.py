@@ -27,9 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bertfactory  # noqa: E402,F401  before torch: the pinned CPU kernels (bertfactory/cpu_kernels.py)
+import torch  # noqa: E402
 
 
 class PhaseTimer:
@@ -124,6 +125,7 @@ def render(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from bertfactory.io import atomic_write_json
+    from bertfactory.provenance import result_provenance
     from distillation.stage import load_distill_config
     from flows.distill_flow import run_distill_stage
     import json
@@ -140,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     torch.set_num_threads(args.threads)
     base = Path(args.run_dir).resolve()
+    provenance = result_provenance()  # at the start: the code the pairs below run
     timer = PhaseTimer.around_stage()
     results: dict[str, dict[int, dict]] = {}
     for task in args.tasks:
@@ -167,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {p['phase']}: {p['wall_s']:.1f} s wall, {p['cpu_s']:.1f} s CPU", flush=True)
             results.setdefault(task, {})[seed] = outcome["summary"]
     summary = summarise(results)
-    atomic_write_json(base / "summary.json", {"config": args.config, "overrides": args.overrides, "tasks": summary})
+    # commit, dirty, date: what scripts/readme_quality.py needs to quote this summary (benchmarks/distill_minilm.json)
+    atomic_write_json(base / "summary.json", {**provenance, "config": args.config, "overrides": args.overrides,
+                                              "tasks": summary})
     print(render(summary))
     return 0
 

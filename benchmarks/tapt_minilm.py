@@ -168,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         print(table(json.loads(args.from_results.read_text(encoding="utf-8"))))
         return 0
-    summary = {"size": args.size, "first_seed": args.first_seed, "threads": args.threads, "tasks": [], "runs": {}}
+    from bertfactory.provenance import result_provenance
+
+    # commit, dirty, date: what scripts/readme_quality.py needs to quote this summary (benchmarks/tapt_minilm.json)
+    summary = {**result_provenance(), "size": args.size, "first_seed": args.first_seed, "threads": args.threads,
+               "tasks": [], "runs": {}}
     for task in args.tasks:
         summary["runs"][task] = run_task(task, args.size, args.runs, args.first_seed, args.threads)
         summary["tasks"].append(task_summary(task, args.runs / task))

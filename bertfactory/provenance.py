@@ -34,3 +34,13 @@ def code_revision() -> dict:
         status = git("status", "--porcelain", "--untracked-files=no")
         dirty = bool(status) if status is not None else None
     return {"version": __version__, "commit": commit, "dirty": dirty}
+
+
+def result_provenance() -> dict:
+    """{"commit" (short), "dirty", "date" (UTC, ISO)} for a benchmark's result file, taken when the run starts: what
+    scripts/readme_quality.py needs to quote a figure (it refuses a result without a clean commit)."""
+    from datetime import datetime, timezone
+
+    revision = code_revision()
+    return {"commit": revision["commit"][:7] if revision["commit"] else None, "dirty": revision["dirty"],
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
