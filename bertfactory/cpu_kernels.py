@@ -49,3 +49,14 @@ def describe() -> str:
     pinned = os.environ.get("ATEN_CPU_CAPABILITY")
     source = f"ATEN_CPU_CAPABILITY={pinned}" if pinned else f"{SWITCH}=native: the machine's widest"
     return f"CPU kernels: {capability} ({source}; MKL_CBWR={os.environ.get('MKL_CBWR', 'unset')})"
+
+
+def match_inductor() -> None:
+    """Before torch.compile on a pinned process: inductor's C++ code for the CPU uses the pinned vector width
+    (cpp.simdlen 256 = AVX2). Left to choose on its own under the pin, it generated code whose first training step
+    gave a NaN loss on this project's AVX-512 CPU (tests/training/test_compile.py), where simdlen 256 or 512 both
+    match eager; 256 keeps the compiled arithmetic on the kernels the rest of the process runs."""
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "avx2":
+        import torch._inductor.config as inductor
+
+        inductor.cpp.simdlen = 256

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertfactory.cpu_kernels import match_inductor
 from bertfactory.errors import ConfigError
 
 from .checkpoint import load_weights, MODEL_FILE, read_checkpoint_config
@@ -98,6 +99,7 @@ def compile_model(model: torch.nn.Module, cfg: PretrainConfig) -> None:
     if cfg.unpad:
         logger.info("pretrain.compile with pretrain.unpad: the packing of the real tokens (nonzero, longest row) is "
                     "read on the host once per forward; the packed shapes become symbolic after the first change")
+    match_inductor()
     model.compile()
 
 

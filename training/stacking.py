@@ -38,6 +38,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from bertfactory.cpu_kernels import match_inductor
 from bertfactory.errors import ConfigError, ContractError
 
 from .distributed import unwrap
@@ -142,6 +143,7 @@ def stack_trainer(trainer, build_scheduler: Callable[[torch.optim.Optimizer], to
     for group, lr in zip(optimizer.param_groups, learning_rates):
         group["lr"] = lr
     if compile_model:
+        match_inductor()
         model.compile()
     trainer.model, trainer.optimizer, trainer.scheduler = model, optimizer, scheduler
 
