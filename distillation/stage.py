@@ -225,16 +225,21 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
         objective = (DistilBertObjective(teacher, d.temperature, d.alpha_ce, d.alpha_mlm, d.alpha_cos)
                      if d.general_steps else None)
         student = distilbert_student(pretrainer, d.teacher_layers)
-        direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "distilbert direct")
         if objective is not None:
+            direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "distilbert direct")
             run_distillation(DistillModel(student), objective, _shard_batches(cfg, run_dir, teacher, d.batch_size),
                              d.general_steps, d.learning_rate, metrics, device,
                              tracking=boards.next("distilbert-general"))
         tuned = _finetune(student.bert, task, cfg, pad_id, "distilbert")
+        score = _score(tuned, task, cfg, pad_id)
+        # without general distillation the direct twin is the same student fine-tuned the same way (byte-identical
+        # by determinism), so it is not trained a second time
+        direct_score = _score(direct, task, cfg, pad_id) if objective is not None else score
         results["methods"]["distilbert"] = _record(
-            *common, tuned, _score(tuned, task, cfg, pad_id), task, cfg, pad_id,
-            student_direct={"score": _score(direct, task, cfg, pad_id), "note": "the same layer-copied student "
-                            "fine-tuned without general distillation"},
+            *common, tuned, score, task, cfg, pad_id,
+            student_direct={"score": direct_score, "note": "the same layer-copied student fine-tuned without "
+                            "general distillation" + ("" if objective is not None else " (general_steps 0: the "
+                                                      "student itself)")},
             student_layers=student.config.num_layers, general_steps=d.general_steps)
 
     if cfg.pkd.enabled:
