@@ -139,3 +139,21 @@ def test_inference_clock_counts_one_threads_work_not_its_waits():
         assert clock is time.perf_counter and name == "wall-clock time"
     finally:
         torch.set_num_threads(threads)
+
+
+def test_distilbert_without_general_distillation_fine_tunes_its_student_once(run_factory, monkeypatch):
+    """general_steps 0: the layer-copied student and its 'direct' twin are the same model trained the same way, so
+    the stage fine-tunes it once and reports its score for both (a second, byte-identical fine-tuning was a third of
+    a MiniLM pair's CPU)."""
+    import distillation.stage as stage
+
+    run, _ = _run_with_teacher(run_factory)
+    names = []
+    original = stage._finetune
+    monkeypatch.setattr(stage, "_finetune", lambda *a, **k: names.append(a[-1]) or original(*a, **k))
+    cfg = DistillConfig.model_validate({**TINY, "distilbert": {"general_steps": 0}, "pkd": {"enabled": False},
+                                        "tinybert": {"enabled": False}})
+    result = run_distill(cfg, run)["methods"]["distilbert"]
+    assert names == ["teacher", "distilbert"]
+    assert result["student_direct"]["score"] == result["student"]["score"]
+    assert "general_steps 0" in result["student_direct"]["note"]
