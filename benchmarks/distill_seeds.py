@@ -9,6 +9,11 @@ and prints a markdown table; retention = student / teacher score of the same see
     python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir runs/distill-minilm \\
         --tasks movie_sentiment trec_coarse --seeds 1 2 3 [--set tinybert.general_steps=0]
     python benchmarks/distill_seeds.py ... --only-summary     # the table of the pairs already run, training nothing
+    python benchmarks/distill_seeds.py --merge RUN_A/summary.json RUN_B/summary.json --out benchmarks/distill_minilm.json
+
+--merge joins the summaries of runs that used different overrides per task (e.g. one task at its full train split,
+another at a subset): one document with every task, each with the fine-tuning settings it ran at; the summaries must
+come from one clean commit.
 
 Run pairs in chunks (e.g. one task per invocation) on a shared machine: finished pairs are reused.
 
@@ -123,6 +128,35 @@ def render(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(paths: list[Path]) -> dict:
+    """Several RUN/summary.json -> one document: the tasks of all, each with the overrides and the fine-tuning
+    settings (train examples, max length, epochs, rate) it ran at. Refused (ValueError) when the summaries come from
+    different commits, from a dirty tree, or repeat a task."""
+    import json
+
+    from distillation.stage import load_distill_config
+
+    docs = [(path, json.loads(Path(path).read_text(encoding="utf-8"))) for path in paths]
+    commits = {doc.get("commit") for _, doc in docs}
+    if len(commits) != 1 or None in commits:
+        raise ValueError(f"summaries from different or unrecorded commits: {sorted(map(str, commits))}")
+    dirty = [str(path) for path, doc in docs if doc.get("dirty") is not False]
+    if dirty:
+        raise ValueError(f"measured from a tree with uncommitted changes: {', '.join(dirty)}")
+    tasks: dict = {}
+    for path, doc in docs:
+        ft = load_distill_config(doc["config"], doc["overrides"]).finetune
+        for task, entry in doc["tasks"].items():
+            if task in tasks:
+                raise ValueError(f"{path}: task {task} is in two summaries")
+            tasks[task] = {**entry, "overrides": doc["overrides"],
+                           "finetune": {"max_train_examples": ft.max_train_examples, "max_seq_len": ft.max_seq_len,
+                                        "epochs": ft.epochs, "learning_rate": ft.learning_rate}}
+    configs = sorted({doc["config"] for _, doc in docs})
+    return {"commit": commits.pop(), "dirty": False, "date": max(doc["date"] for _, doc in docs),
+            "config": ", ".join(configs), "merged_from": [str(path) for path, _ in docs], "tasks": tasks}
+
+
 def main(argv: list[str] | None = None) -> int:
     from bertfactory.io import atomic_write_json
     from bertfactory.provenance import result_provenance
@@ -131,14 +165,28 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="distill YAML (e.g. configs/distill-minilm.yaml)")
-    parser.add_argument("--run-dir", required=True, help="base run directory: teacher/shards paths resolve here")
-    parser.add_argument("--tasks", nargs="+", required=True)
-    parser.add_argument("--seeds", nargs="+", type=int, required=True)
+    parser.add_argument("--config", help="distill YAML (e.g. configs/distill-minilm.yaml)")
+    parser.add_argument("--run-dir", help="base run directory: teacher/shards paths resolve here")
+    parser.add_argument("--tasks", nargs="+")
+    parser.add_argument("--seeds", nargs="+", type=int)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--only-summary", action="store_true", help="summarise the pairs already run, train nothing")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="SUMMARY", help="join these summary.json files "
+                        "(one clean commit, disjoint tasks) into --out, training nothing")
+    parser.add_argument("--out", type=Path, help="with --merge: the merged document")
     args = parser.parse_args(argv)
+    if args.merge:
+        if args.out is None:
+            parser.error("--merge needs --out")
+        merged = merge(args.merge)
+        atomic_write_json(args.out, merged)
+        print(render(merged["tasks"]))
+        return 0
+    missing = [flag for flag, value in (("--config", args.config), ("--run-dir", args.run_dir),
+                                        ("--tasks", args.tasks), ("--seeds", args.seeds)) if not value]
+    if missing:
+        parser.error(f"{', '.join(missing)} required (or --merge)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     torch.set_num_threads(args.threads)
     base = Path(args.run_dir).resolve()

@@ -100,16 +100,38 @@ def tapt_sentences(doc: dict, path: Path) -> str:
             f"{size['seeds']} seeds; {prov}): test accuracy {'; '.join(parts)}.")
 
 
+STUDENTS = {"distilbert": "DistilBERT-style 3 layers", "pkd_skip": "BERT-PKD 3 layers", "pkd_last": "BERT-PKD 3 layers",
+            "tinybert": "TinyBERT 4 x 312"}
+GOAL_RETENTION, GOAL_SPEEDUP = 0.97, 1.8  # issue 32: >= 97 % of the teacher's test score at >= 1.8x its CPU speed
+
+
+def _size(entry: dict) -> str:
+    """' (all training examples, max length 32, 3 epochs)' from a merged summary's fine-tuning settings, else ''."""
+    ft = entry.get("finetune")
+    if not ft:
+        return ""
+    train = "all" if ft["max_train_examples"] is None else f"{ft['max_train_examples']:,}"
+    return f" ({train} training examples, max length {ft['max_seq_len']}, {ft['epochs']} epochs)"
+
+
 def distill_sentences(doc: dict, path: Path) -> str:
-    prov, parts = provenance(doc, path), []
+    prov, parts, met = provenance(doc, path), [], []
     for task, entry in doc["tasks"].items():
         methods = entry["methods"]
         teacher = next(iter(methods.values()))["teacher"]
-        students = ", ".join(f"{name} {_ms(m['student']['mean'], m['student']['std'])} ({m['retention']['mean']:.1%} "
-                             f"retained, {m['speedup']['mean']:.1f}x faster)" for name, m in methods.items())
+        students = []
+        for name, m in methods.items():
+            label = STUDENTS.get(name, name)
+            students.append(f"{label} {_ms(m['student']['mean'], m['student']['std'])} ({m['retention']['mean']:.1%} "
+                            f"retained, {m['speedup']['mean']:.1f}x faster)")
+            if m["retention"]["mean"] >= GOAL_RETENTION and m["speedup"]["mean"] >= GOAL_SPEEDUP:
+                met.append(f"{label} on {task}")
         seeds = max(len(m["seeds"]) for m in methods.values())
-        parts.append(f"{task} teacher {_ms(teacher['mean'], teacher['std'])}, {students} over {seeds} seeds")
-    return f"**{TITLES['distill']}** ({doc.get('config', '?')}; {prov}): test score {'; '.join(parts)}."
+        parts.append(f"{task}{_size(entry)} teacher {_ms(teacher['mean'], teacher['std'])}, {', '.join(students)} "
+                     f"over {seeds} seeds")
+    goal = (f"Goal (>= {GOAL_RETENTION:.0%} retained at >= {GOAL_SPEEDUP}x): met by {', '.join(met)}." if met else
+            f"Goal (>= {GOAL_RETENTION:.0%} retained at >= {GOAL_SPEEDUP}x): not met.")
+    return f"**{TITLES['distill']}** ({doc.get('config', '?')}; {prov}): test score {'; '.join(parts)}. {goal}"
 
 
 def block(parity: Path = PARITY, tapt: Path = TAPT, distill: Path = DISTILL) -> str:

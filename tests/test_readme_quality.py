@@ -114,3 +114,25 @@ def test_the_committed_readme_quotes_the_committed_result_files(capsys):
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert text.count(rq.BEGIN) == 1 and text.count(rq.END) == 1
     assert rq.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_a_merged_distillation_summary_states_sizes_and_the_goal(tmp_path):
+    stat = lambda mean, std: {"mean": mean, "std": std}  # noqa: E731
+
+    def method(student: float, retention: float) -> dict:
+        return {"teacher": stat(0.90, 0.01), "student": stat(student, 0.01), "retention": stat(retention, 0.01),
+                "speedup": stat(2.0, 0.05), "seeds": [1, 2, 3]}
+
+    distill = {"commit": "0f0f0f0", "dirty": False, "date": "2025-03-06", "config": "configs/distill-minilm.yaml",
+               "tasks": {"trec_coarse": {"methods": {"distilbert": method(0.88, 0.978), "pkd_skip": method(0.85, 0.944)},
+                                         "finetune": {"max_train_examples": None, "max_seq_len": 32, "epochs": 3}},
+                         "movie_sentiment": {"methods": {"distilbert": method(0.80, 0.889)},
+                                             "finetune": {"max_train_examples": 2000, "max_seq_len": 48, "epochs": 3}}}}
+    text = rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))
+    assert "trec_coarse (all training examples, max length 32, 3 epochs) teacher 0.900 ± 0.010" in text
+    assert "movie_sentiment (2,000 training examples, max length 48, 3 epochs)" in text
+    assert "DistilBERT-style 3 layers 0.880 ± 0.010 (97.8% retained, 2.0x faster)" in text
+    assert "met by DistilBERT-style 3 layers on trec_coarse." in text
+    distill["tasks"]["trec_coarse"]["methods"]["distilbert"]["retention"] = stat(0.96, 0.01)
+    text = rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))
+    assert "retained at >= 1.8x): not met." in text

@@ -63,3 +63,34 @@ def test_summarise_gives_mean_and_sample_std_per_method(load_benchmark):
     assert m["retention"]["std"] == pytest.approx(0.1414, abs=1e-4)
     assert m["seeds"] == [1, 2] and summary["trec_coarse"]["majority_accuracy"] == [0.25]
     assert "| trec_coarse | distilbert | 2 |" in seeds.render(summary)
+
+
+def test_merge_joins_task_summaries_of_one_clean_commit(load_benchmark, tmp_path):
+    import json
+
+    seeds = load_benchmark("distill_seeds")
+    from pathlib import Path
+
+    config = str(Path(seeds.__file__).resolve().parents[1] / "configs" / "distill-minilm.yaml")
+
+    def summary(name: str, task: str, overrides: list[str], **provenance) -> object:
+        doc = {"commit": "abc", "dirty": False, "date": f"2026-01-0{len(name)}", "config": config,
+               "overrides": overrides, "tasks": {task: {"methods": {}, "majority_accuracy": [0.25]}}, **provenance}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        return path
+
+    a = summary("a", "trec_coarse", ["finetune.max_train_examples=null", "finetune.max_seq_len=32"])
+    b = summary("bb", "movie_sentiment", ["finetune.max_train_examples=2000"])
+    merged = seeds.merge([a, b])
+    assert merged["commit"] == "abc" and merged["dirty"] is False and merged["date"] == "2026-01-02"
+    assert merged["tasks"]["trec_coarse"]["finetune"]["max_train_examples"] is None
+    assert merged["tasks"]["trec_coarse"]["finetune"]["max_seq_len"] == 32
+    assert merged["tasks"]["movie_sentiment"]["finetune"]["max_train_examples"] == 2000
+    assert merged["tasks"]["movie_sentiment"]["overrides"] == ["finetune.max_train_examples=2000"]
+    with pytest.raises(ValueError, match="different"):
+        seeds.merge([a, summary("c", "sst2", [], commit="def")])
+    with pytest.raises(ValueError, match="uncommitted"):
+        seeds.merge([a, summary("d", "sst2", [], dirty=True)])
+    with pytest.raises(ValueError, match="two summaries"):
+        seeds.merge([a, summary("e", "trec_coarse", [])])
