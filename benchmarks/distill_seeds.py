@@ -187,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                                         ("--tasks", args.tasks), ("--seeds", args.seeds)) if not value]
     if missing:
         parser.error(f"{', '.join(missing)} required (or --merge)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    # force: importing flows (Prefect) installed its own root handler, and the fine-tunings' epoch lines did not show
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        force=True)
     torch.set_num_threads(args.threads)
     base = Path(args.run_dir).resolve()
     provenance = result_provenance()  # at the start: the code the pairs below run
