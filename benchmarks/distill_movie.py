@@ -29,10 +29,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bertfactory  # noqa: E402,F401  before torch: the pinned CPU kernels (bertfactory/cpu_kernels.py)
+import torch  # noqa: E402
 
 MINILM = {
     "teacher": {"hf": "sample:minilm"},

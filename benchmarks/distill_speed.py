@@ -18,9 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bertfactory  # noqa: E402,F401  before torch: the pinned CPU kernels (bertfactory/cpu_kernels.py)
+import torch  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,9 +24,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bertfactory  # noqa: E402,F401  before torch: the pinned CPU kernels (bertfactory/cpu_kernels.py)
+import torch  # noqa: E402
 
 from evaluation.config import FinetuneConfig  # noqa: E402
 from evaluation.encode import TextEncoder  # noqa: E402

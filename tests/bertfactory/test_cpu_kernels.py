@@ -88,3 +88,23 @@ def test_fine_tuning_computes_what_an_avx2_machine_computes():
         native = _run(FINETUNE, BERTFACTORY_CPU_KERNELS="native")
         assert native[0] in ("AVX512", "AVX512_BF16", "AVX512_VNNI", "AMX") or native[0].startswith("AVX512")
         assert native[1] != pinned[1]
+
+
+def test_scripts_that_load_torch_at_import_import_bertfactory_first():
+    """A benchmark or script run as `python benchmarks/x.py` imports no stage package before its own `import torch`
+    unless it says so: torch loaded first keeps this machine's native kernels, and its figures would not be the
+    pinned ones the project's other processes compute."""
+    import ast
+
+    late = []
+    for path in sorted([*REPO.glob("benchmarks/*.py"), *REPO.glob("scripts/*.py")]):
+        modules = []
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:  # module level only
+            if isinstance(node, ast.Import):
+                modules += [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules.append(node.module.split(".")[0])
+        stages = {"bertfactory", "preprocessing", "training", "evaluation", "distillation", "flows"}
+        if "torch" in modules and not stages & set(modules[:modules.index("torch")]):
+            late.append(path.relative_to(REPO).as_posix())
+    assert late == [], f"import bertfactory before torch in: {late}"
