@@ -66,6 +66,11 @@ class TinyBertConfig(StrictModel):
     num_heads: int | None = Field(None, description="null = the teacher's (attention distillation needs it)")
     student: Literal["teacher", "bert"] = Field("teacher", description="the student's member: the teacher's (a "
                                                 "ModernBERT teacher gives a ModernBERT student) or BERT")
+    init: Literal["random", "teacher"] = Field(
+        "random", description="the student's initial weights: random (seeded), or teacher = weight selection "
+        "(distillation/weight_selection.py): student layer m starts from teacher layer g(m) of the layer map, every "
+        "weight the teacher's restricted to fixed subsets of its hidden, head and FFN dimensions (a BERT teacher and "
+        "student with the teacher's heads)")
     mapping: Literal["uniform", "top", "bottom"] = "uniform"
     layer_map: dict[int, int] | None = Field(None, description="explicit g(m) (student layer -> teacher layer, 0 = embeddings)")
     attention: bool = Field(True, description="distil pre-softmax attention scores too")

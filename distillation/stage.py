@@ -43,6 +43,7 @@ from .layer_map import check_map, pkd_map, tinybert_map
 from .loop import (DistilBertObjective, DistillModel, PkdObjective, TaskBatches, Teacher,
                    TinyBertIntermediateObjective, TinyBertPredictionObjective, run_distillation)
 from .models import Projections, check_tokenizers, distilbert_student, first_layers_student, narrow_student, num_parameters
+from .weight_selection import select_from_teacher
 
 logger = logging.getLogger(__name__)
 
@@ -284,6 +285,8 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
                  else tinybert_map(n_teacher, t.num_layers, t.mapping))
     student = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, cfg.seed,
                              t.student)
+    if t.init == "teacher":
+        select_from_teacher(student, pretrainer, layer_map)
     projections = Projections(t.hidden_size, pretrainer.config.hidden_size)
     if t.general_steps:
         run_distillation(DistillModel(student, projections), TinyBertIntermediateObjective(teacher, layer_map, t.attention),
@@ -325,6 +328,8 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
     if t.ablations and t.general_steps:
         fresh = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads,
                                cfg.seed, t.student)
+        if t.init == "teacher":
+            select_from_teacher(fresh, pretrainer, layer_map)
         no_gd = task_distil(fresh.bert, Projections(t.hidden_size, pretrainer.config.hidden_size), train)
         ablations["no_gd"] = _score(no_gd, task, cfg, pad_id)
     model = task_distil(student.bert, projections, train)
@@ -335,7 +340,7 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
                    student_shape={"layers": t.num_layers, "hidden": t.hidden_size, "heads": student.config.num_heads,
                                   "architecture": type(student).__name__},
                    layer_map=layer_map, attention_maps="pre-softmax scores" if t.attention else "not distilled",
-                   augmented_examples=augmented, general_steps=t.general_steps)
+                   augmented_examples=augmented, general_steps=t.general_steps, init=t.init)
 
 
 def render_report(results: dict) -> str:
