@@ -283,10 +283,16 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
     n_teacher = pretrainer.config.num_layers
     layer_map = (check_map(t.layer_map, n_teacher, t.num_layers, "tinybert.layer_map") if t.layer_map is not None
                  else tinybert_map(n_teacher, t.num_layers, t.mapping))
-    student = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, cfg.seed,
-                             t.student)
-    if t.init == "teacher":
-        select_from_teacher(student, pretrainer, layer_map)
+
+    def new_student() -> BertForPreTraining:
+        """The narrow student, random (seeded) or weight-selected from the teacher (`tinybert.init`)."""
+        built = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads,
+                               cfg.seed, t.student)
+        if t.init == "teacher":
+            select_from_teacher(built, pretrainer, layer_map)
+        return built
+
+    student = new_student()
     projections = Projections(t.hidden_size, pretrainer.config.hidden_size)
     if t.general_steps:
         run_distillation(DistillModel(student, projections), TinyBertIntermediateObjective(teacher, layer_map, t.attention),
@@ -326,11 +332,7 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
         no_da = task_distil(copy.deepcopy(student.bert), copy.deepcopy(projections), task.train.features)
         ablations["no_da"] = _score(no_da, task, cfg, pad_id)
     if t.ablations and t.general_steps:
-        fresh = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads,
-                               cfg.seed, t.student)
-        if t.init == "teacher":
-            select_from_teacher(fresh, pretrainer, layer_map)
-        no_gd = task_distil(fresh.bert, Projections(t.hidden_size, pretrainer.config.hidden_size), train)
+        no_gd = task_distil(new_student().bert, Projections(t.hidden_size, pretrainer.config.hidden_size), train)
         ablations["no_gd"] = _score(no_gd, task, cfg, pad_id)
     model = task_distil(student.bert, projections, train)
     return _record(*common, model, _score(model, task, cfg, pad_id), task, cfg, pad_id,

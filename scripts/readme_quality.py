@@ -129,8 +129,8 @@ def distill_sentences(doc: dict, path: Path) -> str:
         seeds = max(len(m["seeds"]) for m in methods.values())
         parts.append(f"{task}{_size(entry)} teacher {_ms(teacher['mean'], teacher['std'])}, {', '.join(students)} "
                      f"over {seeds} seeds")
-    goal = (f"Goal (>= {GOAL_RETENTION:.0%} retained at >= {GOAL_SPEEDUP}x): met by {', '.join(met)}." if met else
-            f"Goal (>= {GOAL_RETENTION:.0%} retained at >= {GOAL_SPEEDUP}x): not met.")
+    verdict = f"met by {', '.join(met)}" if met else "not met"
+    goal = f"Goal (>= {GOAL_RETENTION:.0%} retained at >= {GOAL_SPEEDUP}x): {verdict}."
     return f"**{TITLES['distill']}** ({doc.get('config', '?')}; {prov}): test score {'; '.join(parts)}. {goal}"
 
 
