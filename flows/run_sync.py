@@ -17,6 +17,7 @@ working copy). Shards are never pulled here: each process fetches the ones it op
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from bertfactory import storage
@@ -123,6 +124,8 @@ def after_begin(stage: str, run_dir: Path, step: int | None = None) -> None:
     if stage == "pretrain":
         wc.pull_tree("pretrain", exclude=(f"{_CHECKPOINTS}/",))
         complete = wc.complete_dirs(_CHECKPOINTS)
+        if not secondary_rank():
+            _drop_unpublished_checkpoints(wc, set(complete))
         steps = sorted((int(name.split("-", 1)[1]), name) for name in complete if name.startswith("step-")
                        and name.split("-", 1)[1].isdigit())
         if step is not None and not secondary_rank():  # an extension: the old run's later checkpoints move aside
@@ -136,6 +139,22 @@ def after_begin(stage: str, run_dir: Path, step: int | None = None) -> None:
             chosen = next((name for number, name in steps if number == step), newest)
             logger.info("pretrain: resuming from %s", wc.remote(f"{_CHECKPOINTS}/{chosen}"))
             wc.pull_tree(f"{_CHECKPOINTS}/{chosen}")
+
+
+def _drop_unpublished_checkpoints(wc, complete: set[str]) -> None:
+    """A checkpoint complete in the working copy but not in the run location was saved by a process that died
+    before uploading it, and the metrics through its step never went up either (they go before its marker). The
+    run location is the truth: resuming from it would leave the pulled metrics.jsonl without the records of the
+    steps since the location's newest checkpoint. So it goes; the steps after the location's checkpoint are
+    trained (and logged) again, to the same weights."""
+    local = wc.root / _CHECKPOINTS
+    if not local.is_dir():
+        return
+    for directory in sorted(local.iterdir()):
+        if directory.is_dir() and directory.name.startswith("step-") and directory.name not in complete:
+            logger.warning("pretrain: checkpoint %s never reached %s (its process died while uploading it): "
+                           "not resumed from; removed", directory.name, wc.remote(_CHECKPOINTS))
+            shutil.rmtree(directory)
 
 
 def push_outputs(stage: str, run_dir: Path) -> None:

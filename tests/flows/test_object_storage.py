@@ -8,7 +8,8 @@
   local disk and the same CPU loss curve;
 - `torchrun` on two "nodes" (two launchers, each with its own working copy and a shard cache smaller than the
   shards) trains from the bucket as one process with the whole batch does;
-- SIGKILL three times with the checkpoints on S3, resumed on a fresh machine: the same final weights;
+- SIGKILL three times with the checkpoints on S3, resumed on a fresh machine: the same final weights; a death
+  between a checkpoint's local save and its upload: the resume starts from the bucket's checkpoint, no metric lost;
 - the storage server cut mid-preprocess and mid-checkpoint: one clear error, nothing committed, and the rerun
   completes with the same output;
 - the corpus refresh on a bucket: versions, their ledger and lineage, read back from another machine.
@@ -370,6 +371,57 @@ def test_sigkill_three_times_with_checkpoints_on_s3_resumes_to_the_same_weights(
     if lease is not None:
         time.sleep(max(0.0, json.loads(lease)["expires"] - time.time()) + 0.1)
     bf("pretrain", "local", "--run-dir", url, "--no-prefect", *sets(train), env=env, cwd=tmp_path)
+    pretrain = remote_files(s3, f"{url}/pretrain")
+    assert pretrain["final/model.safetensors"] == (reference / "pretrain/final/model.safetensors").read_bytes()
+    assert losses(pretrain["metrics.jsonl"]) == losses((reference / "pretrain/metrics.jsonl").read_text())
+
+
+# The process dies at the one unlucky moment the random kills above only sometimes hit: checkpoint step-8 is
+# complete in the working copy, but neither it nor the metrics through step 8 went up. The run location's newest
+# checkpoint is step-4 and its metrics.jsonl ends at step 4.
+DIE_BEFORE_UPLOADING_STEP_8 = """
+import os, sys
+import bertfactory
+import training.checkpoint as checkpoint
+from flows.cli import main
+
+upload = checkpoint.publish_checkpoint
+def die_at_step_8(directory, pruned=(), also=()):
+    if os.path.basename(str(directory)) == "step-8":
+        os._exit(137)
+    return upload(directory, pruned, also=also)
+checkpoint.publish_checkpoint = die_at_step_8
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_never_reached_the_bucket_is_not_resumed_from(tmp_path, s3, local_run):
+    bucket = s3.make_bucket("unlucky")
+    url = f"{bucket}/run"
+    _upload_tree(s3, local_run, url, ("shards", "tokenizer"))
+    train = [o for o in TRAIN if not o.startswith("pretrain.max_steps")] + ["pretrain.max_steps=12"]
+    reference = tmp_path / "reference"  # the same training uninterrupted, on local disk
+    for part in ("shards", "tokenizer"):
+        shutil.copytree(local_run / part, reference / part)
+    bf("pretrain", "local", "--run-dir", str(reference), "--no-prefect", *sets(train),
+       env=machine(tmp_path, "steady"), cwd=tmp_path)
+    env = machine(tmp_path, "m", s3, BERTFACTORY_LEASE_TTL="2")
+    died = subprocess.run([sys.executable, "-c", DIE_BEFORE_UPLOADING_STEP_8, "pretrain", "local", "--run-dir", url,
+                           "--no-prefect", *sets(train)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert died.returncode == 137, died.stderr[-3000:]
+    work = tmp_path / "m" / "work" / "s3" / "unlucky" / "run" / "pretrain"
+    assert (work / "checkpoints/step-8/config.json").is_file()  # complete here ...
+    names = _remote_names(s3, f"{url}/pretrain")
+    assert "checkpoints/step-4/.complete" in names and "checkpoints/step-8/.complete" not in names  # ... not there
+    assert [s for s, _ in losses(remote_files(s3, f"{url}/pretrain")["metrics.jsonl"])] == [1, 2, 3, 4]
+    lease = remote_files(s3, f"{url}/.bertfactory").get("lease.json")
+    if lease is not None:
+        time.sleep(max(0.0, json.loads(lease)["expires"] - time.time()) + 0.1)
+    # the same machine resumes: from the bucket's step-4, so the metrics of steps 5-8 are logged again
+    resumed = bf("pretrain", "local", "--run-dir", url, "--no-prefect", *sets(train), env=env, cwd=tmp_path)
+    assert "step-8 never reached" in resumed.stderr, resumed.stderr[-3000:]
     pretrain = remote_files(s3, f"{url}/pretrain")
     assert pretrain["final/model.safetensors"] == (reference / "pretrain/final/model.safetensors").read_bytes()
     assert losses(pretrain["metrics.jsonl"]) == losses((reference / "pretrain/metrics.jsonl").read_text())
