@@ -31,6 +31,8 @@ What runs, for each task of `--tasks` (trec_coarse, movie_sentiment):
    weight decay (not on biases and LayerNorm: the Trainer's rule and ours), linear schedule with our warmup step
    count (round(ratio x steps); the Trainer's own ratio rounds up), clipping 1.0, dev accuracy after every epoch
    (`eval_strategy=epoch`), `load_best_model_at_end` on `accuracy` (checkpoints: the model only), then test.
+   A seed's finished pair is kept as RUNS/TASK/seedN.json: the same command at the same commit (clean tree), with
+   the same files and settings, reuses it instead of measuring it again, so a stopped full-size run continues.
 4. The clock: each process's user + system CPU seconds (resource.getrusage of the child) and wall seconds, at
    `--threads` torch / OpenMP threads on both sides (OMP_NUM_THREADS and torch.set_num_threads / evaluate.num_threads).
    Inside each process the fine-tuning alone is timed too (CPU and wall): the peer's `trainer.train()` +
@@ -50,6 +52,7 @@ Per task: mean ± std test accuracy per side, the difference (ours - peer) and w
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -429,15 +432,45 @@ def _curve(side: dict) -> str:
     return " ".join("-" if v is None else f"{v:.3f}" for v in side["dev_curve"])
 
 
-def run_task(task: str, args: argparse.Namespace, model_dir: Path, hf_dir: Path, hp: dict) -> dict:
+def pair_key(provenance: dict, hp: dict, threads: int, files: dict, seed: int) -> str:
+    """What one seed's pair of runs depends on: the commit (a clean tree only), the settings, the threads, the
+    bytes of the task files. A stopped comparison continues from the pairs it finished under the same key (run the
+    same command at the same commit again); any difference measures the pair again."""
+    digest = hashlib.sha256()
+    for split in ("train", "dev", "test"):
+        digest.update(Path(files["paths"][split]).read_bytes())
+    state = {"commit": provenance["commit"], "dirty": provenance["dirty"], "hp": hp, "threads": threads,
+             "files": digest.hexdigest(), "seed": seed}
+    if provenance["dirty"]:  # uncommitted changes: nothing to tell two trees apart, never reused
+        state["date"] = provenance["date"]
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def write_atomic(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def run_task(task: str, args: argparse.Namespace, model_dir: Path, hf_dir: Path, hp: dict, provenance: dict) -> dict:
     root = args.runs / task
     files = write_task_files(task, root / "data", args.train_limit, args.eval_limit)
     entry = {"files": files, "tokenizer_parity": tokenizer_parity(model_dir, hf_dir, files, hp["max_seq_len"]),
              "runs": []}
     for seed in args.seed_list:
-        ours = run_ours(model_dir, task, files, hp, seed, root / f"ours-seed{seed}", args.threads)
-        peer = run_peer(hf_dir, task, files, hp, seed, root / f"peer-seed{seed}", args.threads)
-        entry["runs"].append({"seed": seed, "ours": ours, "peer": peer, "checks": compare_run(ours, peer)})
+        done = root / f"seed{seed}.json"
+        key = pair_key(provenance, hp, args.threads, files, seed)
+        earlier = json.loads(done.read_text()) if done.is_file() else None
+        if earlier is not None and earlier.get("key") == key:
+            ours, peer = earlier["ours"], earlier["peer"]
+            print(f"{task} seed {seed}: measured earlier by this commit with these files and settings ({done})",
+                  flush=True)
+        else:
+            ours = run_ours(model_dir, task, files, hp, seed, root / f"ours-seed{seed}", args.threads)
+            peer = run_peer(hf_dir, task, files, hp, seed, root / f"peer-seed{seed}", args.threads)
+            write_atomic(done, {"key": key, "ours": ours, "peer": peer})
+        entry["runs"].append({"seed": seed, "ours": ours, "peer": peer, "checks": compare_run(ours, peer),
+                              "measured_earlier": earlier is not None and earlier.get("key") == key})
         print(f"{task} seed {seed}: ours {ours['accuracy']:.4f} ({ours['cpu_s']:.0f} CPU s), peer "
               f"{peer['accuracy']:.4f} ({peer['cpu_s']:.0f} CPU s)", flush=True)
     entry["summary"] = summarize(entry["runs"])
@@ -511,12 +544,11 @@ def run(args: argparse.Namespace) -> dict:
               "seeds": args.seed_list, "sizes": {"train_limit": args.train_limit, "eval_limit": args.eval_limit},
               "import": imported, "command": " ".join(sys.argv), "tasks": {}}
     for task in args.tasks:
-        result["tasks"][task] = run_task(task, args, model_dir, hf_dir, hp)
-    result["total_wall_s"] = time.perf_counter() - started
+        result["tasks"][task] = run_task(task, args, model_dir, hf_dir, hp,
+                                         {"commit": commit, "dirty": dirty, "date": date})
+    result["total_wall_s"] = time.perf_counter() - started  # this invocation's: without pairs measured earlier
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True))
-    tmp.replace(args.out)
+    write_atomic(args.out, result)
     return result
 
 

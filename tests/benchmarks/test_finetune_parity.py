@@ -8,6 +8,7 @@ test majority rate) and land within a loose tolerance of each other. The checker
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -87,3 +88,50 @@ def test_reduced_parity_both_sides_run_alike(parity, tmp_path):
     assert summary["hyperparameters_equal"] and summary["selection_ok"]
     assert summary["cpu_ratio"] == pytest.approx(ours["cpu_s"] / peer["cpu_s"])
     assert "| trec_coarse (200 / 100 / 100) |" in parity.tables(result)
+
+
+def test_a_stopped_comparison_continues_from_the_pairs_it_finished(parity, tmp_path, monkeypatch):
+    """A seed's pair is reused only under the same commit (clean tree), settings, threads and file bytes; a pair that
+    is missing or was measured under another key runs again."""
+    files = {"paths": {}}
+    for split in ("train", "dev", "test"):
+        files["paths"][split] = str(tmp_path / f"{split}.jsonl")
+        (tmp_path / f"{split}.jsonl").write_text(f'{{"id": "{split}", "text": "a", "label": "x"}}\n')
+    hp = parity.hyperparameters(parity.parse_args(REDUCED))
+    clean = {"commit": "abc1234", "dirty": False, "date": "2026-11-29T18:00:00+00:00"}
+    key = parity.pair_key(clean, hp, 1, files, 1)
+    assert key == parity.pair_key(dict(clean, date="2026-11-30T09:00:00+00:00"), hp, 1, files, 1)
+    assert key != parity.pair_key(dict(clean, commit="def5678"), hp, 1, files, 1)
+    assert key != parity.pair_key(clean, dict(hp, learning_rate=5e-5), 1, files, 1)
+    assert key != parity.pair_key(clean, hp, 2, files, 1) and key != parity.pair_key(clean, hp, 1, files, 2)
+    dirty = dict(clean, dirty=True)
+    assert parity.pair_key(dirty, hp, 1, files, 1) != parity.pair_key(dict(dirty, date="later"), hp, 1, files, 1)
+    (tmp_path / "dev.jsonl").write_text('{"id": "dev", "text": "b", "label": "x"}\n')
+    assert key != parity.pair_key(clean, hp, 1, files, 1)
+
+    # run_task: seed 1 finished earlier under this key, seed 2 under another: only seed 2 is measured
+    args = parity.parse_args([*REDUCED, "--seeds", "2", "--runs", str(tmp_path / "runs")])
+    monkeypatch.setattr(parity, "write_task_files", lambda *a: files | {"sizes": {"train": 1, "dev": 1, "test": 1},
+                                                                        "label_names": ["x"], "test_majority": 1.0})
+    monkeypatch.setattr(parity, "tokenizer_parity", lambda *a: {})
+    measured = []
+
+    def side(accuracy):
+        def run(model_dir, task, files, hp, seed, run_dir, threads):
+            measured.append((run_dir.name, seed))
+            return made_up_run(parity, accuracy)
+        return run
+
+    monkeypatch.setattr(parity, "run_ours", side(0.8))
+    monkeypatch.setattr(parity, "run_peer", side(0.7))
+    root = tmp_path / "runs" / "trec_coarse"
+    root.mkdir(parents=True)
+    earlier = {"ours": made_up_run(parity, 0.9), "peer": made_up_run(parity, 0.9)}
+    (root / "seed1.json").write_text(json.dumps(
+        earlier | {"key": parity.pair_key(clean, hp, 1, files, 1)}))
+    (root / "seed2.json").write_text(json.dumps(earlier | {"key": "another"}))
+    entry = parity.run_task("trec_coarse", args, tmp_path, tmp_path, hp, clean)
+    assert measured == [("ours-seed2", 2), ("peer-seed2", 2)]
+    assert [(r["seed"], r["ours"]["accuracy"], r["measured_earlier"]) for r in entry["runs"]] == \
+        [(1, 0.9, True), (2, 0.8, False)]
+    assert parity.pair_key(clean, hp, 1, files, 2) == json.loads((root / "seed2.json").read_text())["key"]
