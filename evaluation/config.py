@@ -215,6 +215,11 @@ class EvaluateConfig(StrictModel):
     checkpoint: str = Field("pretrain/final", description="model directory to evaluate; relative paths are inside the run directory")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available, else cpu")
     num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (null = torch's default)")
+    workers: int = Field(1, ge=1, description="fine-tuning runs (learning rate x seed) at once, each in its own "
+                         "process (evaluation/run_pool.py; CPU only). N workers at 1 thread give exactly the scores "
+                         "of 1 worker at 1 thread, usually sooner than 1 worker at N threads")
+    worker_threads: int | None = Field(None, ge=1, description="with workers > 1: each worker's torch threads (null "
+                                       "= num_threads, or the cores shared equally when that is null too)")
     random_init_baseline: bool = Field(True, description="also fine-tune the same architecture from random weights with the same budget")
     baselines: list[Literal["tfidf_logreg", "majority"]] = Field(default_factory=lambda: ["tfidf_logreg", "majority"], description="non-neural baselines (tfidf_logreg is skipped for tagging and SQuAD)")
     cache_encodings: bool = Field(True, description="keep each task's encoded inputs in RUN/eval/cache (refused for a checkpoint with another tokenizer)")
@@ -259,6 +264,13 @@ class EvaluateConfig(StrictModel):
         if self.feature_based.enabled and self.feature_based.task not in self.tasks:
             raise ValueError(f"feature_based.task {self.feature_based.task!r} is not among evaluate.tasks "
                              f"({', '.join(self.tasks) or 'none'})")
+        return self
+
+    @model_validator(mode="after")
+    def _workers_on_the_cpu(self) -> "EvaluateConfig":
+        if self.workers > 1 and self.device == "cuda":
+            raise ValueError(f"workers={self.workers} runs fine-tunings in CPU processes; with device 'cuda' set "
+                             "workers to 1")
         return self
 
     @model_validator(mode="after")

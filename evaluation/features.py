@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -36,6 +36,9 @@ from .config import FeatureBasedConfig
 from .finetune import PreparedTask, Split
 from .inputs import collate
 from .scoring import score
+
+if TYPE_CHECKING:
+    from .run_pool import RunPool
 
 logger = logging.getLogger(__name__)
 
@@ -185,17 +188,25 @@ def train_tagger(option: str, train: list[torch.Tensor], dev: list[torch.Tensor]
     return row
 
 
+def _train_tagger_job(job: tuple) -> dict:
+    return train_tagger(*job)
+
+
 def compare_options(encoder: nn.Module, task: PreparedTask, cfg: FeatureBasedConfig, device: torch.device,
-                    pad_id: int, seed: int = 0) -> dict:
-    """The side-by-side table on a tagging task: one tagger per option over the same frozen states."""
+                    pad_id: int, seed: int = 0, pool: "RunPool | None" = None) -> dict:
+    """The side-by-side table on a tagging task: one tagger per option over the same frozen states (`pool`:
+    the taggers in its worker processes at once, each exactly as it trains here at the same thread count)."""
     if task.spec.task_type != "tagging":
         raise ValueError(f"the feature-based comparison needs a tagging task; {task.name} is {task.spec.task_type}")
     encoder = encoder.to(device)
     states = {s: word_states(encoder, getattr(task, s), device, pad_id) for s in ("train", "dev", "test")}
-    rows = []
-    for option in cfg.options:
-        rows.append(train_tagger(option, states["train"], states["dev"], states["test"], task, cfg, seed))
-        logger.info("feature-based %s on %s: test entity F1 %.4f", option, task.name, rows[-1].get("entity_f1", 0.0))
+    jobs = [(option, states["train"], states["dev"], states["test"], task, cfg, seed) for option in cfg.options]
+    if pool is None:
+        rows = [train_tagger(*job) for job in jobs]
+    else:
+        rows = pool.map(_train_tagger_job, jobs, f"the feature-based taggers on {task.name}")
+    for row in rows:
+        logger.info("feature-based %s on %s: test entity F1 %.4f", row["option"], task.name, row.get("entity_f1", 0.0))
     return {"task": task.name, "seed": seed, "layers_available": int(states["train"][0].shape[0]),
             "tagger": f"1-layer BiLSTM ({cfg.lstm_hidden} per direction) + linear over first sub-tokens; Adam lr "
                       f"{cfg.learning_rate:g}, {cfg.epochs} epochs, batch {cfg.batch_size}, best dev epoch",

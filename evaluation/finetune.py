@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -43,9 +43,13 @@ from .config import FinetuneConfig
 from .encode import TextEncoder
 from .heads import TaskModel, decode_squad, decode_tagging, raw_outputs
 from .inputs import CLASSIFICATION_TYPES, Features, build_features, collate
+from .run_pool import RunJob
 from .finetune_schedule import layerwise_groups, schedule_rule, unfreeze
 from .scoring import TaskSpec, confusion_matrix, gold, score
 from .tasks.base import TaskData
+
+if TYPE_CHECKING:
+    from .run_pool import RunPool
 
 logger = logging.getLogger(__name__)
 
@@ -287,32 +291,39 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
 def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask, cfg: FinetuneConfig,
                    device: torch.device, pad_id: int, name: str,
                    extra_splits: Mapping[str, Split] | None = None,
-                   tracking: TrackingTarget | None = None) -> ModelResult:
+                   tracking: TrackingTarget | None = None, pool: "RunPool | None" = None) -> ModelResult:
     """Every (learning rate, seed) of the settings from a fresh `make_encoder(seed)`; see the module docstring.
-    `tracking`: each run's epochs (train loss, dev score, lr) also go to `<target>/lr<lr>-seed<seed>`."""
+    `tracking`: each run's epochs (train loss, dev score, lr) also go to `<target>/lr<lr>-seed<seed>`. `pool`
+    (evaluation.run_pool, CPU only): the runs in its worker processes at once, chosen among exactly as here."""
     started = time.perf_counter()
     primary = task.spec.primary_metric
+    grid = [(lr, seed) for lr in cfg.grid() for seed in cfg.seeds()]
+    if pool is not None and device.type != "cpu":
+        raise ValueError(f"{name}: fine-tuning worker processes run on the CPU only, not on {device}")
+    if pool is None:  # one at a time, each encoder made when its run starts
+        results = (finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id,
+                                f"{name} lr={lr:g} seed={seed}", extra_splits=extra_splits) for lr, seed in grid)
+    else:
+        results = pool.run([RunJob(make_encoder(seed), task, cfg, lr, seed, pad_id, f"{name} lr={lr:g} seed={seed}",
+                                   extra_splits) for lr, seed in grid])
     by_lr: dict[float, list[RunResult]] = {}
     best_run: RunResult | None = None
-    for lr in cfg.grid():
-        for seed in cfg.seeds():
-            run = finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id, f"{name} lr={lr:g} seed={seed}",
-                               extra_splits=extra_splits)
-            log_records(tracking.child(f"lr{lr:g}-seed{seed}") if tracking else None, run.epochs, "epoch")
-            if best_run is None or run.dev_score(primary) > best_run.dev_score(primary):
-                if best_run is not None:
-                    best_run.best_state = None
-                best_run = run
-            else:
-                run.best_state = None  # only the task's best run keeps its weights
-            by_lr.setdefault(lr, []).append(run)
-    grid = []
+    for (lr, seed), run in zip(grid, results):
+        log_records(tracking.child(f"lr{lr:g}-seed{seed}") if tracking else None, run.epochs, "epoch")
+        if best_run is None or run.dev_score(primary) > best_run.dev_score(primary):
+            if best_run is not None:
+                best_run.best_state = None
+            best_run = run
+        else:
+            run.best_state = None  # only the task's best run keeps its weights
+        by_lr.setdefault(lr, []).append(run)
+    summary = []
     for lr, runs in by_lr.items():
         scores = [r.dev_score(primary) for r in runs]
         finite = [s for s in scores if math.isfinite(s)]
-        grid.append({"learning_rate": lr, "dev_mean": float(np.mean(finite)) if finite else None,
-                     "dev_std": float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0})
+        summary.append({"learning_rate": lr, "dev_mean": float(np.mean(finite)) if finite else None,
+                        "dev_std": float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0})
     # max keeps the first of equal means; a rate whose runs have no dev score at all ranks last
-    chosen = max(grid, key=lambda g: -math.inf if g["dev_mean"] is None else g["dev_mean"])["learning_rate"]
-    return ModelResult(name, primary, chosen, by_lr[chosen], grid, best_run.best_state if best_run else None,
+    chosen = max(summary, key=lambda g: -math.inf if g["dev_mean"] is None else g["dev_mean"])["learning_rate"]
+    return ModelResult(name, primary, chosen, by_lr[chosen], summary, best_run.best_state if best_run else None,
                        time.perf_counter() - started)

@@ -54,6 +54,7 @@ from .lr_grid import encoder_width
 from .mdd import task_mdd
 from .metrics import mcnemar, wilson_interval
 from .parts import TASKS, EvalParts
+from .run_pool import RunPool
 from .report import write_report
 from .results import FORMAT as RESULTS_FORMAT
 from .results import RESULTS_FILE, to_document, write_results
@@ -355,10 +356,10 @@ def load_and_prepare(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, check
 
 
 def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Checkpoint, device: torch.device,
-                  run_dir: Path, timings: dict, compared: list[Checkpoint] = ()
+                  run_dir: Path, timings: dict, compared: list[Checkpoint] = (), pool: RunPool | None = None
                   ) -> tuple[dict, PreparedTask, TaskData, dict | None]:
     """Fine-tune every model on one task -> (tasks.<task> of results.json, the prepared task, its data, the task's
-    crosslingual entry or None)."""
+    crosslingual entry or None). `pool`: each model's runs in its worker processes (evaluate.workers)."""
     from .finetune import finetune_model
 
     check_name(name, "evaluate.tasks")  # the config checked it; a name reaching here otherwise must not escape
@@ -397,7 +398,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
         return type(template)(template.config)
 
     pretrained = finetune_model(pretrained_encoder, task, ft, device, pad_id, f"{name}/pretrained", splits,
-                                tracking.child("pretrained"))
+                                tracking.child("pretrained"), pool)
     out["pretrained"] = model_scores(pretrained, task)
     timings[f"{name}.pretrained"] = pretrained.seconds
     if cfg.save_best:
@@ -408,7 +409,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     random_init = None
     if cfg.random_init_baseline:
         random_init = finetune_model(random_encoder, task, ft, device, pad_id, f"{name}/random_init", splits,
-                                     tracking.child("random_init"))
+                                     tracking.child("random_init"), pool)
         random_init.best_state = None
         out["random_init"] = model_scores(random_init, task)
         timings[f"{name}.random_init"] = random_init.seconds
@@ -420,7 +421,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
         other_ft = task_cfg.finetune_config(cfg.finetune).for_encoder(encoder_width(checkpoint.template))
         result = finetune_model(lambda seed, c=checkpoint: copy.deepcopy(c.template), other_task, other_ft, device,
                                 checkpoint.text_encoder.pad_id, f"{name}/{checkpoint.label}", other_splits,
-                                tracking.child(checkpoint.label))
+                                tracking.child(checkpoint.label), pool)
         result.best_state = None
         out.setdefault("compared", {})[checkpoint.label] = {
             **model_scores(result, other_task),
@@ -527,29 +528,38 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
               on_device(lambda: evaluate_objective(model, config_doc, run_dir / "shards", text_encoder.sha256,
                                                    cfg.objective, device)))
     prepared: dict[str, PreparedTask] = {}
-    for name, task_cfg in cfg.enabled_tasks().items():
-        key = task_key(name, task_cfg, cfg, main, compared, device)
-        if parts.fresh(TASKS, name, key) is not None:
-            continue
-        timings: dict[str, float] = {}
-        entry, task, _, transfer = evaluate_task(name, task_cfg, cfg, main, device, run_dir, timings, compared)
-        prepared[name] = task
-        parts.write(TASKS, name, key, {
-            "value": entry, "crosslingual": transfer, "timings": {k: round(v, 3) for k, v in timings.items()},
-            "compared_checkpoints": {c.label: c.info for c in compared}})
-    if cfg.feature_based.enabled:
-        from .features import compare_options
+    pool = RunPool.for_settings(cfg.workers, cfg.worker_threads, cfg.num_threads) if device.type == "cpu" else None
+    if cfg.workers > 1 and pool is None:
+        logger.warning("evaluate.workers=%d: fine-tuning on %s runs one run at a time", cfg.workers, device)
+    try:
+        for name, task_cfg in cfg.enabled_tasks().items():
+            key = task_key(name, task_cfg, cfg, main, compared, device)
+            if parts.fresh(TASKS, name, key) is not None:
+                continue
+            timings: dict[str, float] = {}
+            entry, task, _, transfer = evaluate_task(name, task_cfg, cfg, main, device, run_dir, timings, compared,
+                                                     pool)
+            prepared[name] = task
+            parts.write(TASKS, name, key, {
+                "value": entry, "crosslingual": transfer, "timings": {k: round(v, 3) for k, v in timings.items()},
+                "compared_checkpoints": {c.label: c.info for c in compared}})
+        if cfg.feature_based.enabled:
+            from .features import compare_options
 
-        fb = cfg.feature_based
-        fb_task = cfg.tasks[fb.task]
+            fb = cfg.feature_based
+            fb_task = cfg.tasks[fb.task]
 
-        def feature_based() -> dict:
-            task = prepared.get(fb.task) or load_and_prepare(fb.task, fb_task, cfg, main, run_dir)[1]
-            return compare_options(template, task, fb, device, text_encoder.pad_id, seed=cfg.finetune.seed)
+            def feature_based() -> dict:
+                task = prepared.get(fb.task) or load_and_prepare(fb.task, fb_task, cfg, main, run_dir)[1]
+                return compare_options(template, task, fb, device, text_encoder.pad_id, seed=cfg.finetune.seed,
+                                       pool=pool)
 
-        _part(parts, "feature_based", {
-            "config": fb.model_dump(mode="json"), "checkpoint": checkpoint_id, "seed": cfg.finetune.seed,
-            "task": task_key(fb.task, fb_task, cfg, main, [], device)}, feature_based)
+            _part(parts, "feature_based", {
+                "config": fb.model_dump(mode="json"), "checkpoint": checkpoint_id, "seed": cfg.finetune.seed,
+                "task": task_key(fb.task, fb_task, cfg, main, [], device)}, feature_based)
+    finally:
+        if pool is not None:
+            pool.close()
     del model, template, main, compared
     header["timings"] = {"total": round(time.perf_counter() - started, 3)}
     results = parts.merge(header)

@@ -75,3 +75,28 @@ def test_bad_task_options_name_what_is_missing(model_run, tmp_path, capsys):
     assert "neither a recipe YAML, a model directory" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "run `bertfactory evaluate` first" in capsys.readouterr().err
+
+
+def test_workers_from_the_console_script_give_the_scores_of_one_process(model_run, tmp_path, capsys):
+    """`evaluate.workers=2` as users run it (the console script, its workers spawned from it): the same task
+    results as one process at one thread, and the log says the workers ran."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model = str(model_run / "pretrain" / "final")
+    args = ["--task", "trec_coarse", *SMALL, "--set", "evaluate.finetune.num_seeds=2",
+            "--set", "evaluate.finetune.learning_rates=[1e-3,3e-3]", "--set", "evaluate.baselines=[majority]"]
+    assert main(["evaluate", model, "--run-dir", str(tmp_path / "one"), "--no-prefect", *args]) == 0, \
+        capsys.readouterr().err
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    two = subprocess.run([str(Path(sys.executable).parent / "bertfactory"), "evaluate", model, "--run-dir",
+                          str(tmp_path / "two"), "--no-prefect", *args, "--set", "evaluate.workers=2",
+                          "--set", "evaluate.worker_threads=1"], capture_output=True, text=True, timeout=900, env=env)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "fine-tuning in 2 worker processes at 1 thread(s) each" in two.stderr
+    one, other = (read_results(tmp_path / d / "eval")["tasks"]["trec_coarse"] for d in ("one", "two"))
+    assert len(one["pretrained"]["lr_grid"]) == 2 and len(one["pretrained"]["runs"]) == 2
+    for model_name in ("pretrained", "random_init"):
+        assert other[model_name] == one[model_name]
