@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -43,13 +43,9 @@ from .config import FinetuneConfig
 from .encode import TextEncoder
 from .heads import TaskModel, decode_squad, decode_tagging, raw_outputs
 from .inputs import CLASSIFICATION_TYPES, Features, build_features, collate
-from .run_pool import RunJob
 from .finetune_schedule import layerwise_groups, schedule_rule, unfreeze
 from .scoring import TaskSpec, confusion_matrix, gold, score
 from .tasks.base import TaskData
-
-if TYPE_CHECKING:
-    from .run_pool import RunPool
 
 logger = logging.getLogger(__name__)
 
@@ -291,10 +287,11 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
 def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask, cfg: FinetuneConfig,
                    device: torch.device, pad_id: int, name: str,
                    extra_splits: Mapping[str, Split] | None = None,
-                   tracking: TrackingTarget | None = None, pool: "RunPool | None" = None) -> ModelResult:
+                   tracking: TrackingTarget | None = None, pool=None) -> ModelResult:
     """Every (learning rate, seed) of the settings from a fresh `make_encoder(seed)`; see the module docstring.
     `tracking`: each run's epochs (train loss, dev score, lr) also go to `<target>/lr<lr>-seed<seed>`. `pool`
-    (evaluation.run_pool, CPU only): the runs in its worker processes at once, chosen among exactly as here."""
+    (an evaluation.run_pool.RunPool, CPU only; not imported here: it imports this module): the runs in its worker
+    processes at once, chosen among exactly as here."""
     started = time.perf_counter()
     primary = task.spec.primary_metric
     grid = [(lr, seed) for lr in cfg.grid() for seed in cfg.seeds()]
@@ -304,8 +301,9 @@ def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask,
         results = (finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id,
                                 f"{name} lr={lr:g} seed={seed}", extra_splits=extra_splits) for lr, seed in grid)
     else:
-        results = pool.run([RunJob(make_encoder(seed), task, cfg, lr, seed, pad_id, f"{name} lr={lr:g} seed={seed}",
-                                   extra_splits) for lr, seed in grid])
+        results = pool.run([dict(encoder=make_encoder(seed), task=task, cfg=cfg, learning_rate=lr, seed=seed,
+                                 pad_id=pad_id, name=f"{name} lr={lr:g} seed={seed}", extra_splits=extra_splits)
+                            for lr, seed in grid])
     by_lr: dict[float, list[RunResult]] = {}
     best_run: RunResult | None = None
     for (lr, seed), run in zip(grid, results):

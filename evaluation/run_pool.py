@@ -1,6 +1,7 @@
-"""Fine-tuning runs in parallel worker processes (`evaluate.workers`, `evaluate.worker_threads`): every (learning rate, seed) run of a model on
-a task is independent of the others, so on a CPU with a few cores N single-threaded runs at once finish sooner than
-one run at a time on N threads (a small encoder's matrix products are too small to keep N threads busy).
+"""Fine-tuning runs in parallel worker processes (`evaluate.workers`, `evaluate.worker_threads`): every (learning
+rate, seed) run of a model on a task is independent of the others, so on a CPU with a few cores N single-threaded
+runs at once finish sooner than one run at a time on N threads (a small encoder's matrix products are too small to
+keep N threads busy). The feature-based taggers (evaluation/features.py) go through the same pool.
 
     with RunPool(workers=2, threads=1) as pool:
         result = finetune_model(make_encoder, task, cfg, device, pad_id, "trec/pretrained", pool=pool)
@@ -21,45 +22,25 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from typing import Mapping
 
-from torch import nn
+import bertfactory  # noqa: F401  first: a spawned worker pins torch's CPU kernels before torch loads (cpu_kernels.py)
+import torch
+
+from .finetune import RunResult, finetune_run
 
 logger = logging.getLogger(__name__)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-@dataclass
-class RunJob:
-    """One fine-tuning run, as evaluation.finetune.finetune_run takes it (on the CPU)."""
-
-    encoder: nn.Module
-    task: object  # evaluation.finetune.PreparedTask
-    cfg: object  # evaluation.config.FinetuneConfig
-    learning_rate: float
-    seed: int
-    pad_id: int
-    name: str
-    extra_splits: Mapping | None = None
-
-
 def _start_worker(threads: int, level: int) -> None:
-    import bertfactory  # noqa: F401  the pinned CPU kernels (bertfactory/cpu_kernels.py) before torch loads
-    import torch
-
     torch.set_num_threads(threads)
     logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S")
 
 
-def _run(job: RunJob):
-    import torch
-
-    from .finetune import finetune_run
-
-    return finetune_run(job.encoder, job.task, job.cfg, job.learning_rate, job.seed, torch.device("cpu"), job.pad_id,
-                        job.name, extra_splits=job.extra_splits)
+def _run(job: dict) -> RunResult:
+    """One evaluation.finetune.finetune_run on the CPU; `job` holds its arguments by name (but the device)."""
+    return finetune_run(device=torch.device("cpu"), **job)
 
 
 class RunPool:
@@ -80,9 +61,9 @@ class RunPool:
         threads = worker_threads or num_threads or max(1, (os.cpu_count() or 1) // workers)
         return cls(workers, threads)
 
-    def run(self, jobs: list[RunJob]) -> list:
-        """The fine-tuning runs, in their order."""
-        what = jobs[0].name.rsplit(" lr=", 1)[0] if jobs else "nothing"
+    def run(self, jobs: list[dict]) -> list[RunResult]:
+        """The fine-tuning runs (each finetune_run's arguments by name, but the device), in their order."""
+        what = jobs[0]["name"].rsplit(" lr=", 1)[0] if jobs else "nothing"
         return self.map(_run, jobs, f"{len(jobs)} run(s) of {what}")
 
     def map(self, function, items: list, what: str) -> list:

@@ -15,7 +15,7 @@ from evaluation.config import EvaluateConfig, FeatureBasedConfig
 from evaluation.features import compare_options
 from evaluation.finetune import finetune_model, prepare_task
 from evaluation.run import run_evaluate
-from evaluation.run_pool import RunJob, RunPool
+from evaluation.run_pool import RunPool
 from tests.evaluation.test_finetune import finetune_settings, rule_task, text_encoder, tiny_encoder  # noqa: F401
 
 CPU = torch.device("cpu")
@@ -87,7 +87,8 @@ def test_a_worker_that_dies_fails_the_evaluation_in_one_line(text_encoder):
     with RunPool(workers=2, threads=1) as pool:
         with pytest.raises(RuntimeError, match=r"a fine-tuning worker process died while running 1 run\(s\) of "
                                                r"doomed/pretrained .*evaluate\.workers=1"):
-            pool.run([RunJob(DiesWhenUnpacked(), task, cfg, 1e-3, 1, 0, "doomed/pretrained lr=0.001 seed=1")])
+            pool.run([dict(encoder=DiesWhenUnpacked(), task=task, cfg=cfg, learning_rate=1e-3, seed=1, pad_id=0,
+                           name="doomed/pretrained lr=0.001 seed=1")])
 
 
 def test_workers_settings_are_checked():
