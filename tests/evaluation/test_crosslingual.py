@@ -26,7 +26,10 @@ def test_fine_tune_on_one_language_score_on_another(eval_run):
     assert out["source_language"] == "en" and list(out["targets"]) == ["xx"] and out["seeds"] == [3, 4]
     share = max(sum(e.label for e in target.test), sum(1 - e.label for e in target.test)) / len(target.test)
     assert out["targets"]["xx"]["accuracy"] > share + 0.15 and "accuracy_std" in out["targets"]["xx"]
-    assert out["source"]["accuracy"] > 0.7
+    # the source model learned, by the same bar as the target: the majority share + 15 points (an absolute 0.7 sat
+    # on the knife-edge of 50 test sentences: 0.72 alone, 0.70 once in a full xdist suite)
+    source_share = max(sum(e.label for e in source.test), sum(1 - e.label for e in source.test)) / len(source.test)
+    assert out["source"]["accuracy"] > source_share + 0.15
 
     other_labels = dataclasses.replace(target, label_names=("yes", "no"))
     with pytest.raises(ContractError, match=r"has labels \['yes', 'no'\] but the source has_the \(en\) has \['no', 'yes'\]"):
