@@ -287,34 +287,56 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
 def finetune_model(make_encoder: Callable[[int], nn.Module], task: PreparedTask, cfg: FinetuneConfig,
                    device: torch.device, pad_id: int, name: str,
                    extra_splits: Mapping[str, Split] | None = None,
-                   tracking: TrackingTarget | None = None, pool=None) -> ModelResult:
+                   tracking: TrackingTarget | None = None, pool=None, cache=None) -> ModelResult:
     """Every (learning rate, seed) of the settings from a fresh `make_encoder(seed)`; see the module docstring.
     `tracking`: each run's epochs (train loss, dev score, lr) also go to `<target>/lr<lr>-seed<seed>`. `pool`
     (an evaluation.run_pool.RunPool, CPU only; not imported here: it imports this module): the runs in its worker
-    processes at once, chosen among exactly as here."""
+    processes at once, chosen among exactly as here. `cache` (an evaluation.run_cache.RunCache): runs it holds are
+    reused, each new one is written to it as soon as it ends, so a stopped evaluation continues from them."""
     started = time.perf_counter()
     primary = task.spec.primary_metric
     grid = [(lr, seed) for lr in cfg.grid() for seed in cfg.seeds()]
     if pool is not None and device.type != "cpu":
         raise ValueError(f"{name}: fine-tuning worker processes run on the CPU only, not on {device}")
-    if pool is None:  # one at a time, each encoder made when its run starts
-        results = (finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id,
-                                f"{name} lr={lr:g} seed={seed}", extra_splits=extra_splits) for lr, seed in grid)
-    else:
-        results = pool.run([dict(encoder=make_encoder(seed), task=task, cfg=cfg, learning_rate=lr, seed=seed,
-                                 pad_id=pad_id, name=f"{name} lr={lr:g} seed={seed}", extra_splits=extra_splits)
-                            for lr, seed in grid])
+    reused = {(lr, seed): cache.get(name, lr, seed) for lr, seed in grid} if cache is not None else {}
+    todo = [(lr, seed) for lr, seed in grid if reused.get((lr, seed)) is None]
     by_lr: dict[float, list[RunResult]] = {}
-    best_run: RunResult | None = None
-    for (lr, seed), run in zip(grid, results):
-        log_records(tracking.child(f"lr{lr:g}-seed{seed}") if tracking else None, run.epochs, "epoch")
-        if best_run is None or run.dev_score(primary) > best_run.dev_score(primary):
-            if best_run is not None:
-                best_run.best_state = None
-            best_run = run
-        else:
-            run.best_state = None  # only the task's best run keeps its weights
-        by_lr.setdefault(lr, []).append(run)
+    best: list = []  # [run, (lr, seed)] of the best dev score so far
+    ready: dict[tuple[float, int], RunResult] = {}
+    position = 0  # runs are chosen among in grid order (ties keep the earlier), whichever finished first
+
+    def take(lr: float, seed: int, run: RunResult) -> None:
+        nonlocal position
+        if cache is not None and reused.get((lr, seed)) is None:
+            cache.put(name, lr, seed, run)
+        ready[(lr, seed)] = run
+        while position < len(grid) and grid[position] in ready:
+            point = grid[position]
+            run = ready.pop(point)
+            position += 1
+            log_records(tracking.child(f"lr{point[0]:g}-seed{point[1]}") if tracking else None, run.epochs, "epoch")
+            if not best or run.dev_score(primary) > best[0].dev_score(primary):
+                if best:
+                    best[0].best_state = None
+                best[:] = [run, point]
+            else:
+                run.best_state = None  # only the task's best run keeps its weights
+            by_lr.setdefault(point[0], []).append(run)
+
+    for point, run in reused.items():
+        if run is not None:
+            take(*point, run)
+    if pool is None:  # one at a time, each encoder made when its run starts
+        for lr, seed in todo:
+            take(lr, seed, finetune_run(make_encoder(seed), task, cfg, lr, seed, device, pad_id,
+                                        f"{name} lr={lr:g} seed={seed}", extra_splits=extra_splits))
+    else:
+        pool.run([dict(encoder=make_encoder(seed), task=task, cfg=cfg, learning_rate=lr, seed=seed, pad_id=pad_id,
+                       name=f"{name} lr={lr:g} seed={seed}", extra_splits=extra_splits) for lr, seed in todo],
+                 on_result=lambda i, run: take(*todo[i], run))
+    best_run = best[0] if best else None
+    if best_run is not None and best_run.best_state is None and cache is not None and cache.keep_states:
+        best_run.best_state = cache.state(name, *best[1])  # a reused run: its weights wait on disk until needed
     summary = []
     for lr, runs in by_lr.items():
         scores = [r.dev_score(primary) for r in runs]

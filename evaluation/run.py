@@ -18,8 +18,10 @@ results.json on disk always belongs to a finished evaluation). Contract of resul
 Evaluations add up (evaluation/parts.py): every task's results, and the intrinsic / objective / feature-based
 scores, are kept in their own file with the key of their inputs (checkpoint, settings, data files); a part whose key
 is unchanged is reused as it is, and results.json merges every part of this checkpoint, so separate `evaluate`
-calls on one run (built-in tasks, task files, compared checkpoints) live side by side. Fine-tuning curves also go to
-TensorBoard (RUN/eval/tensorboard/<task>/<model>/lr<lr>-seed<seed>; `evaluate.tracking`).
+calls on one run (built-in tasks, task files, compared checkpoints) live side by side. Within a task, each finished
+fine-tuning run is kept until the task's part is written (evaluation/run_cache.py), so a stopped evaluation continues
+from its finished runs. Fine-tuning curves also go to TensorBoard (RUN/eval/tensorboard/<task>/<model>/
+lr<lr>-seed<seed>; `evaluate.tracking`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from .lr_grid import encoder_width
 from .mdd import task_mdd
 from .metrics import mcnemar, wilson_interval
 from .parts import TASKS, EvalParts
+from .run_cache import RunCache
 from .run_pool import RunPool
 from .report import write_report
 from .results import FORMAT as RESULTS_FORMAT
@@ -356,10 +359,11 @@ def load_and_prepare(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, check
 
 
 def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Checkpoint, device: torch.device,
-                  run_dir: Path, timings: dict, compared: list[Checkpoint] = (), pool: RunPool | None = None
-                  ) -> tuple[dict, PreparedTask, TaskData, dict | None]:
+                  run_dir: Path, timings: dict, compared: list[Checkpoint] = (), pool: RunPool | None = None,
+                  runs: RunCache | None = None) -> tuple[dict, PreparedTask, TaskData, dict | None]:
     """Fine-tune every model on one task -> (tasks.<task> of results.json, the prepared task, its data, the task's
-    crosslingual entry or None). `pool`: each model's runs in its worker processes (evaluate.workers)."""
+    crosslingual entry or None). `pool`: each model's runs in its worker processes (evaluate.workers). `runs`:
+    the task's finished runs on disk, reused and added to (evaluation/run_cache.py)."""
     from .finetune import finetune_model
 
     check_name(name, "evaluate.tasks")  # the config checked it; a name reaching here otherwise must not escape
@@ -398,7 +402,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
         return type(template)(template.config)
 
     pretrained = finetune_model(pretrained_encoder, task, ft, device, pad_id, f"{name}/pretrained", splits,
-                                tracking.child("pretrained"), pool)
+                                tracking.child("pretrained"), pool, runs)
     out["pretrained"] = model_scores(pretrained, task)
     timings[f"{name}.pretrained"] = pretrained.seconds
     if cfg.save_best:
@@ -409,7 +413,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
     random_init = None
     if cfg.random_init_baseline:
         random_init = finetune_model(random_encoder, task, ft, device, pad_id, f"{name}/random_init", splits,
-                                     tracking.child("random_init"), pool)
+                                     tracking.child("random_init"), pool, runs)
         random_init.best_state = None
         out["random_init"] = model_scores(random_init, task)
         timings[f"{name}.random_init"] = random_init.seconds
@@ -421,7 +425,7 @@ def evaluate_task(name: str, task_cfg: TaskConfig, cfg: EvaluateConfig, main: Ch
         other_ft = task_cfg.finetune_config(cfg.finetune).for_encoder(encoder_width(checkpoint.template))
         result = finetune_model(lambda seed, c=checkpoint: copy.deepcopy(c.template), other_task, other_ft, device,
                                 checkpoint.text_encoder.pad_id, f"{name}/{checkpoint.label}", other_splits,
-                                tracking.child(checkpoint.label), pool)
+                                tracking.child(checkpoint.label), pool, runs)
         result.best_state = None
         out.setdefault("compared", {})[checkpoint.label] = {
             **model_scores(result, other_task),
@@ -537,12 +541,17 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
             if parts.fresh(TASKS, name, key) is not None:
                 continue
             timings: dict[str, float] = {}
+            # a run at another thread count rounds differently: only runs made at this one are reused
+            threads = pool.threads if pool is not None else torch.get_num_threads()
+            runs = RunCache(path_inside(out_dir / "parts" / "runs", name, f"evaluate.tasks.{name}"),
+                            content_hash({"task": key, "threads_per_run": threads}), keep_states=cfg.save_best)
             entry, task, _, transfer = evaluate_task(name, task_cfg, cfg, main, device, run_dir, timings, compared,
-                                                     pool)
+                                                     pool, runs)
             prepared[name] = task
             parts.write(TASKS, name, key, {
                 "value": entry, "crosslingual": transfer, "timings": {k: round(v, 3) for k, v in timings.items()},
                 "compared_checkpoints": {c.label: c.info for c in compared}})
+            runs.clear()
         if cfg.feature_based.enabled:
             from .features import compare_options
 

@@ -61,14 +61,18 @@ class RunPool:
         threads = worker_threads or num_threads or max(1, (os.cpu_count() or 1) // workers)
         return cls(workers, threads)
 
-    def run(self, jobs: list[dict]) -> list[RunResult]:
-        """The fine-tuning runs (each finetune_run's arguments by name, but the device), in their order."""
+    def run(self, jobs: list[dict], on_result=None) -> list[RunResult]:
+        """The fine-tuning runs (each finetune_run's arguments by name, but the device), in their order;
+        `on_result(index, result)` as each one is back (see `map`)."""
         what = jobs[0]["name"].rsplit(" lr=", 1)[0] if jobs else "nothing"
-        return self.map(_run, jobs, f"{len(jobs)} run(s) of {what}")
+        return self.map(_run, jobs, f"{len(jobs)} run(s) of {what}", on_result)
 
-    def map(self, function, items: list, what: str) -> list:
+    def map(self, function, items: list, what: str, on_result=None) -> list:
         """`function(item)` for each item in the workers (a module-level function: it is pickled by name), in
-        order; `what` names the work in the error when a worker dies."""
+        order; `what` names the work in the error when a worker dies; `on_result(index, result)` is called in
+        this process for each result in order as it is back (e.g. to keep it on disk before the next ends)."""
+        if not items:
+            return []
         if self._executor is None:
             logger.info("fine-tuning in %d worker processes at %d thread(s) each", self.workers, self.threads)
             self._executor = ProcessPoolExecutor(
@@ -76,7 +80,12 @@ class RunPool:
                 initializer=_start_worker, initargs=(self.threads, logging.getLogger().getEffectiveLevel()))
         futures = [self._executor.submit(function, item) for item in items]
         try:
-            return [f.result() for f in futures]
+            results = []
+            for index, future in enumerate(futures):
+                results.append(future.result())
+                if on_result is not None:
+                    on_result(index, results[-1])
+            return results
         except BrokenProcessPool:
             self.close()
             raise RuntimeError(f"a fine-tuning worker process died while running {what} (killed, or out of "
