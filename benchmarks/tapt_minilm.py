@@ -80,7 +80,10 @@ def run_task(task: str, size: dict, runs: Path, first_seed: int, threads: int) -
                "--no-prefect", *run_sets(task, size, first_seed, threads)]
     runs.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with open(runs / f"{task}.log", "w", encoding="utf-8") as log:
+    # appended: a rerun that continues (or finds every stage up to date) keeps the log of the run that did the work
+    with open(runs / f"{task}.log", "a", encoding="utf-8") as log:
+        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: {' '.join(command)}\n")
+        log.flush()
         proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                               env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     if proc.returncode:
