@@ -344,26 +344,39 @@ def format_all_table(rows: list[dict], peak_flops: float | None) -> str:
     return "\n".join(lines)
 
 
-def run_all(args: argparse.Namespace) -> list[dict]:
+def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     """Every ALL_CASES case x ALL_IMPLS, each measurement in a fresh subprocess (its own peak memory, its own
-    compilation), one after the other on the same GPU."""
-    rows = []
+    compilation), one after the other on the same GPU. A worker that fails or outlasts --worker-timeout is reported
+    and the others still run (a lent GPU's minutes are too few to lose the whole table to one case); returns the
+    rows and the failures. With --json, each row is appended to that file as it is measured (JSON lines), so a run
+    stopped part-way keeps what it measured."""
+    rows, failures = [], []
     for index, (label, family, seq, batch, predictions, goal) in enumerate(ALL_CASES):
         credited, _ = case_flops(family, FAMILY_DIMS[family], seq, predictions)
         for impl in ALL_IMPLS:
             command = [sys.executable, os.path.abspath(__file__), "--worker-case", str(index), "--worker", impl,
                        "--warmup", str(args.warmup), "--windows", str(args.windows), "--window-steps",
                        str(args.window_steps), "--compile-mode", args.compile_mode]
-            out = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
-            if out.returncode != 0:
-                raise SystemExit(f"gpu_step: the {impl} worker failed ({label}, seq {seq}, batch {batch}):\n"
-                                 f"{out.stderr[-3000:]}")
+            try:
+                out = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ),
+                                     timeout=args.worker_timeout)
+                error = None if out.returncode == 0 else f"exit {out.returncode}:\n{out.stderr[-3000:]}"
+            except subprocess.TimeoutExpired:
+                error = f"no result within --worker-timeout {args.worker_timeout:g} s"
+            if error is not None:
+                failures.append(f"{label} {seq} x {batch} {impl}: {error}")
+                print(f"  FAILED {label} {seq} x {batch} {impl}: {error}", flush=True)
+                continue
             measured = json.loads(out.stdout.strip().splitlines()[-1])
-            rows.append({"label": label, "seq_len": seq, "batch": batch, "flops_per_token": credited,
-                         "mfu_goal": goal, **measured})
+            row = {"label": label, "seq_len": seq, "batch": batch, "flops_per_token": credited, "mfu_goal": goal,
+                   **measured}
+            rows.append(row)
+            if args.json:
+                with open(args.json, "a") as handle:
+                    handle.write(json.dumps(row) + "\n")
             print(f"  measured {label} {seq} x {batch} {impl}: {measured['tokens_per_s']:,.0f} tokens/s "
                   f"(warm-up {measured['warmup_s']:.0f} s)", flush=True)
-    return rows
+    return rows, failures
 
 
 def flops_per_token(shape: str, seq_len: int, predictions: int) -> tuple[float, float]:
@@ -424,6 +437,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile-mode", default="default",
                         choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"],
                         help="--all: torch.compile mode of ours-compiled (pretrain.compile uses the default)")
+    parser.add_argument("--worker-timeout", type=float, default=300.0,
+                        help="--all: seconds one measurement (its subprocess, compilation included) may take")
+    parser.add_argument("--json", default=None,
+                        help="--all: append each measured row to this file as a JSON line as soon as it is measured")
     parser.add_argument("--worker", choices=["ours", "hf", "ours-compiled"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -471,13 +488,15 @@ def main(argv: list[str] | None = None) -> None:
         import time
 
         started = time.perf_counter()
-        rows = run_all(args)
+        rows, failures = run_all(args)
         print(f"GPU {name} (peak {label}: {peak / 1e12:,.1f} TFLOP/s dense bf16)" if peak else f"GPU {name} ({label})")
         print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}; bf16 "
               f"autocast, fp32 weights, fused AdamW; {args.warmup} warm-up steps, median of {args.windows} windows x "
               f"{args.window_steps} steps; compile mode {args.compile_mode}; peak memory = max_memory_allocated")
         print(format_all_table(rows, peak))
         print(f"  --all took {time.perf_counter() - started:.0f} s")
+        if failures:
+            raise SystemExit("gpu_step: measurements that failed:\n" + "\n".join(failures))
         return
     rows = []
     for shape, seq, batch, predictions in cases(args):

@@ -162,3 +162,32 @@ def test_the_compiled_implementation_runs_on_the_cpu(gpu_step, one_thread):
     import torch._dynamo
 
     torch._dynamo.reset()
+
+
+def test_a_failed_measurement_leaves_the_others_and_rows_are_kept_as_measured(gpu_step, monkeypatch, tmp_path):
+    # a lent GPU's minutes are few: one failing or hanging worker must not cost the rest of the table
+    import json
+    import subprocess
+    from types import SimpleNamespace
+
+    def fake_run(command, **kwargs):
+        impl, case = command[command.index("--worker") + 1], int(command[command.index("--worker-case") + 1])
+        if impl == "ours-compiled" and case == 0:
+            return SimpleNamespace(returncode=1, stdout="", stderr="inductor: something broke")
+        if impl == "hf" and case == 2:
+            raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+        row = {"impl": impl, "attention": "sdpa", "windows": [1.0, 2.0, 3.0], "tokens_per_s": 2.0 + case,
+               "warmup_s": 0.5, "peak_gpu_mib": 1024.0, "parameters": 7}
+        return SimpleNamespace(returncode=0, stdout="log line\n" + json.dumps(row) + "\n", stderr="")
+
+    monkeypatch.setattr(gpu_step.subprocess, "run", fake_run)
+    out = tmp_path / "rows.jsonl"
+    args = gpu_step.parse_args(["--all", "--json", str(out), "--worker-timeout", "5"])
+    rows, failures = gpu_step.run_all(args)
+    assert len(rows) == 7 and len(failures) == 2
+    assert "bert-base 128 x 64 ours-compiled: exit 1" in failures[0] and "something broke" in failures[0]
+    assert "modernbert-base 1024 x 24 hf: no result within --worker-timeout 5 s" in failures[1]
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["label"], r["batch"], r["impl"]) for r in kept] == [(r["label"], r["batch"], r["impl"]) for r in rows]
+    table = gpu_step.format_all_table(rows, 1e15)  # the table still prints with the holes
+    assert "ours-compiled / HF" in table and "n/a" not in table.splitlines()[1]
