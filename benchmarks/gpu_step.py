@@ -20,9 +20,10 @@ pretrain.static_shapes: torch.compile'd model and loss, MLM logits at every pred
 step) and `hf`. All of them: bf16 autocast, fp32 master weights, fused AdamW (training/optim.py's choice on CUDA,
 given to transformers too: the optimiser is not what is compared), clip, zero_grad; a step reads nothing back.
 --warmup steps (compilation included) then --windows timed windows of --window-steps steps; the median window's
-tokens/s is reported, with every window's. Estimated duration on one H200: ~5-6 minutes (9 subprocesses of ~10 s
-start-up; inductor compiles BERT-base twice (two batch shapes) and ModernBERT-base once, ~40-90 s each cold, much
-less with a warm /tmp/torchinductor cache; the timed steps themselves take seconds).
+tokens/s is reported, with every window's. Duration on one H200 (measured 2026-11-30): ~6.5 minutes (9
+subprocesses; inductor compiles BERT-base twice (two batch shapes) and ModernBERT-base once, 30-66 s each cold,
+less with a warm TORCHINDUCTOR_CACHE_DIR; the timed steps themselves take seconds). A failed or hung measurement
+(--worker-timeout) is reported and the others still run; --json keeps each row as it is measured.
 
 The protocol is benchmarks/pretrain_step.py's, with its batches and its timing loop (imported): each measurement
 in a fresh subprocess, ours and HF alternating for --repeats rounds, the median tokens/s reported with the ratio.
