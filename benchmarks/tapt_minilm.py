@@ -7,6 +7,8 @@ the difference the seeds can detect.
     .venv/bin/python benchmarks/tapt_minilm.py                 # full size: trec_coarse + movie_sentiment, 3 seeds
     .venv/bin/python benchmarks/tapt_minilm.py --quick         # smoke size (trec_coarse, 2 seeds, minutes)
     .venv/bin/python benchmarks/tapt_minilm.py --from-results runs/tapt-protocol/summary.json   # the table again
+    .venv/bin/python benchmarks/tapt_minilm.py --tasks movie_sentiment --keep benchmarks/tapt_minilm.json
+                                        # one task again; the other task's figures carried, with their own commit
 
 Needs `bertfactory samples fetch minilm trec movie_reviews`. Each task is ONE ordinary run of
 configs/tapt-minilm.yaml (`bertfactory run --no-prefect`, RUNS/<task>/): the stages tapt (import MiniLM, the task's
@@ -118,6 +120,24 @@ def task_summary(task: str, run_dir: Path) -> dict:
                          if k in pretrain}}
 
 
+def kept_tasks(path: Path, summary: dict, running: list[str]) -> list[dict]:
+    """The tasks of the earlier summary at `path` that this invocation does not run, each with its `measured`
+    provenance (the entry's own, else the earlier file's), and their run records copied into `summary`. The
+    protocol must be the same: a task measured at another size or seed is not comparable and is refused."""
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("size", "first_seed", "threads"):
+        if earlier.get(key) != summary[key]:
+            raise SystemExit(f"--keep {path}: its {key} {earlier.get(key)!r} differs from this run's "
+                             f"{summary[key]!r}; its tasks are not comparable")
+    file_provenance = {k: earlier.get(k) for k in ("commit", "dirty", "date")}
+    kept = [{**t, "measured": t.get("measured") or file_provenance} for t in earlier["tasks"]
+            if t["task"] not in running]
+    for t in kept:
+        if t["task"] in earlier.get("runs", {}):
+            summary["runs"][t["task"]] = earlier["runs"][t["task"]]
+    return kept
+
+
 def table(summary: dict) -> str:
     size = summary["size"]
     lines = [f"TAPT of MiniLM: head warm-up {size['head_warmup']} steps (encoder frozen), then {size['epochs']:g} "
@@ -155,6 +175,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, default=None, help="default runs/tapt-protocol (--quick: "
                         "runs/tapt-protocol-quick)")
     parser.add_argument("--from-results", type=Path, default=None, help="print an earlier summary.json's table")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="an earlier summary.json (e.g. benchmarks/tapt_minilm.json): its tasks that this "
+                        "invocation does not run are carried into the new summary, each with the commit and date "
+                        "it was measured at")
     args = parser.parse_args(argv)
     size = dict(QUICK if args.quick else FULL)
     for key in ("head_warmup", "epochs", "lr_warmup", "seeds"):
@@ -174,11 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     from bertfactory.provenance import result_provenance
 
     # commit, dirty, date: what scripts/readme_quality.py needs to quote this summary (benchmarks/tapt_minilm.json)
-    summary = {**result_provenance(), "size": args.size, "first_seed": args.first_seed, "threads": args.threads,
+    provenance = result_provenance()
+    summary = {**provenance, "size": args.size, "first_seed": args.first_seed, "threads": args.threads,
                "tasks": [], "runs": {}}
+    carried = kept_tasks(args.keep, summary, args.tasks) if args.keep else []
+    measured: list[dict] = []
     for task in args.tasks:
         summary["runs"][task] = run_task(task, args.size, args.runs, args.first_seed, args.threads)
-        summary["tasks"].append(task_summary(task, args.runs / task))
+        measured.append({**task_summary(task, args.runs / task), "measured": provenance})
+        summary["tasks"] = sorted(carried + measured, key=lambda t: TASKS.index(t["task"]))
         (args.runs / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(table(summary))
     print(f"\nsummary: {args.runs / 'summary.json'}")

@@ -86,6 +86,12 @@ def parity_sentences(doc: dict, path: Path) -> str:
 
 def tapt_sentences(doc: dict, path: Path) -> str:
     prov, size = provenance(doc, path), doc["size"]
+    # a task carried from an earlier summary (tapt_minilm.py --keep) names the commit it was measured at
+    per_task = {t["task"]: provenance(t["measured"], path) for t in doc["tasks"] if t.get("measured")}
+    if per_task and len(set(per_task.values())) > 1:
+        prov = "; ".join(f"{task} at {where}" for task, where in per_task.items())
+    elif per_task:
+        prov = next(iter(per_task.values()))
     parts = []
     for t in doc["tasks"]:
         def ms(xs: list[float]) -> str:

@@ -79,6 +79,22 @@ def test_tapt_and_distillation_summaries_get_their_sentences(tmp_path):
     assert f"Trainer**: not measured yet: `{rq.COMMANDS['parity']}`." in text
 
 
+def test_tapt_tasks_measured_at_different_commits_each_name_theirs(tmp_path):
+    task = {"adapted": [0.85, 0.84, 0.86], "unadapted": [0.84, 0.85, 0.86], "difference": 0.0, "detectable": 0.02,
+            "detected": False}
+    tapt = {"commit": "bbb2222", "dirty": False, "date": "2025-03-07",
+            "size": {"head_warmup": 100, "epochs": 10.0, "seeds": 3, "finetune": {"epochs": 3, "max_seq_len": 128}},
+            "tasks": [{**task, "task": "trec_coarse",
+                       "measured": {"commit": "aaa1111", "dirty": False, "date": "2025-03-05"}},
+                      {**task, "task": "movie_sentiment",
+                       "measured": {"commit": "bbb2222", "dirty": False, "date": "2025-03-07"}}]}
+    text = rq.block(tmp_path / "none.json", _write(tmp_path, tapt, "tapt.json"), tmp_path / "none.json")
+    assert "trec_coarse at commit aaa1111, 2025-03-05; movie_sentiment at commit bbb2222, 2025-03-07" in text
+    tapt["tasks"][0]["measured"]["dirty"] = True  # a carried task must be traceable too
+    with pytest.raises(rq.QualityError, match="uncommitted changes"):
+        rq.block(tmp_path / "none.json", _write(tmp_path, tapt, "tapt2.json"), tmp_path / "none.json")
+
+
 @pytest.mark.parametrize("provenance, match", [
     ({"dirty": True}, "uncommitted changes"),
     ({"dirty": None}, "records no dirty"),

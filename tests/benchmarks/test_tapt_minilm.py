@@ -32,3 +32,22 @@ def test_the_detectable_difference_is_twice_the_standard_error_of_the_seed_means
     assert out["detected"] is True and out["paired"]["per_seed"] == pytest.approx([0.10, 0.11, 0.12])
     assert bench.seed_stats([0.70, 0.75], [0.72, 0.71])["detected"] is False
     assert bench.seed_stats([0.39, 0.39], [0.375, 0.375])["detected"] is None  # no spread: nothing to judge by
+
+
+def test_keep_carries_the_other_tasks_with_their_commit_and_refuses_another_protocol(load_benchmark, tmp_path):
+    import json
+
+    bench = load_benchmark("tapt_minilm")
+    args = bench.parse_args(["--tasks", "movie_sentiment"])
+    earlier = {"commit": "aaa1111", "dirty": False, "date": "2025-03-05", "size": args.size, "first_seed": 1,
+               "threads": 2, "tasks": [{"task": "trec_coarse", "adapted": [0.9]}, {"task": "movie_sentiment"}],
+               "runs": {"trec_coarse": {"wall_s": 1.0}}}
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(earlier))
+    summary = {"size": args.size, "first_seed": 1, "threads": 2, "tasks": [], "runs": {}}
+    kept = bench.kept_tasks(path, summary, ["movie_sentiment"])  # the task being run again is not carried
+    assert [t["task"] for t in kept] == ["trec_coarse"] and kept[0]["adapted"] == [0.9]
+    assert kept[0]["measured"] == {"commit": "aaa1111", "dirty": False, "date": "2025-03-05"}
+    assert summary["runs"] == {"trec_coarse": {"wall_s": 1.0}}
+    with pytest.raises(SystemExit, match="first_seed 1 differs"):
+        bench.kept_tasks(path, {**summary, "first_seed": 7}, ["movie_sentiment"])
