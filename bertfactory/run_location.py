@@ -276,6 +276,16 @@ def publish_checkpoint(directory: str | os.PathLike, pruned: Iterable[str | os.P
         wc.delete_tree(rel)
 
 
+def publish_files(paths: Iterable[str | os.PathLike]) -> None:
+    """Files just written under a working copy go up to the run location now, in the order given (the last can
+    commit the others), instead of at their stage's end: they outlive this machine. No-op for a local run."""
+    paths = [Path(p) for p in paths]
+    wc = WorkingCopy.of(paths[0]) if paths else None
+    if wc is None:
+        return
+    wc.push([p.resolve().relative_to(wc.root).as_posix() for p in paths])
+
+
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "head.json")
 
 

@@ -20,7 +20,8 @@ scores, are kept in their own file with the key of their inputs (checkpoint, set
 is unchanged is reused as it is, and results.json merges every part of this checkpoint, so separate `evaluate`
 calls on one run (built-in tasks, task files, compared checkpoints) live side by side. Within a task, each finished
 fine-tuning run is kept until the task's part is written (evaluation/run_cache.py), so a stopped evaluation continues
-from its finished runs. Fine-tuning curves also go to TensorBoard (RUN/eval/tensorboard/<task>/<model>/
+from its finished runs; on object storage the runs and parts go to the run location as they are written, so it
+continues on another machine too. Fine-tuning curves also go to TensorBoard (RUN/eval/tensorboard/<task>/<model>/
 lr<lr>-seed<seed>; `evaluate.tracking`).
 """
 
@@ -40,6 +41,7 @@ import bertfactory
 from bertfactory.errors import ConfigError
 from bertfactory.io import atomic_write_json, content_hash, sha256_file
 from bertfactory.names import check_name, path_inside
+from bertfactory.run_location import publish_files
 from bertfactory.samples import resolve_input, sample_path
 from training.checkpoint import MODEL_FILE, load_pretrained, read_checkpoint_config
 
@@ -479,6 +481,7 @@ def _part(parts: EvalParts, name: str, key_inputs: dict, compute) -> None:
     started = time.perf_counter()
     value = compute()
     parts.write("top", name, key, {"value": value, "timings": {name: round(time.perf_counter() - started, 3)}})
+    publish_files([parts.path("top", name)])  # on object storage: kept if the evaluation stops before its end
 
 
 def _shards_id(run_dir: Path) -> str | None:
@@ -551,6 +554,9 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
             parts.write(TASKS, name, key, {
                 "value": entry, "crosslingual": transfer, "timings": {k: round(v, 3) for k, v in timings.items()},
                 "compared_checkpoints": {c.label: c.info for c in compared}})
+            # on object storage the part reaches the run location before its runs leave it: a stop in between
+            # loses neither (a local run: nothing to send)
+            publish_files([parts.path(TASKS, name)])
             runs.clear()
         if cfg.feature_based.enabled:
             from .features import compare_options

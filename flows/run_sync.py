@@ -6,7 +6,8 @@ is a no-op. The order is the commit protocol of a run on storage without rename:
     pull_inputs      before the key is computed: the upstream outputs the key hashes (manifest, tokenizer, model)
     pull_state       before the freshness check: the stage's stamps and small outputs (is_fresh fingerprints them)
     pull_resume      after `begin`, same key only: what a stage resumes from (pretrain: the newest checkpoint
-                     whose `.complete` marker exists, its metrics so far)
+                     whose `.complete` marker exists, its metrics so far; evaluate: the parts of every task and
+                     score finished so far, each run's own folder pulled by evaluation.run_cache)
     push_outputs     after the stage: its outputs (shards before manifest.json), then its stamp: the stamp is the
                      stage's commit marker, as manifest.json is the shard set's and `.complete` a checkpoint's
 
@@ -37,6 +38,10 @@ _PUSH: dict[str, list[tuple[str, tuple[str, ...], bool]]] = {
     "tapt": [("tapt", (), False)],
 }
 _CHECKPOINTS = "pretrain/checkpoints"
+# a task's finished fine-tuning runs: pushed as each is written and removed from the run location once the task's part
+# is there (evaluation/run_cache.py), so never part of the stage's own push
+_EVAL_RUNS = "eval/parts/runs/"
+_EXCLUDE = {"pretrain": (f"{_CHECKPOINTS}/",), "evaluate": (_EVAL_RUNS,)}
 
 
 def working_copy(run_dir: Path) -> WorkingCopy | None:
@@ -139,6 +144,11 @@ def after_begin(stage: str, run_dir: Path, step: int | None = None) -> None:
             chosen = next((name for number, name in steps if number == step), newest)
             logger.info("pretrain: resuming from %s", wc.remote(f"{_CHECKPOINTS}/{chosen}"))
             wc.pull_tree(f"{_CHECKPOINTS}/{chosen}")
+    elif stage == "evaluate":
+        # evaluations add up (evaluation/parts.py): the tasks and scores finished on any machine are reused, not
+        # redone, and stay in results.json
+        wc.pull_tree("eval/tasks")
+        wc.pull_tree("eval/parts", exclude=(_EVAL_RUNS,))
 
 
 def _drop_unpublished_checkpoints(wc, complete: set[str]) -> None:
@@ -163,8 +173,7 @@ def push_outputs(stage: str, run_dir: Path) -> None:
     if wc is None or secondary_rank():
         return
     for directory, last, mirror in _PUSH.get(stage, []):
-        exclude = (f"{_CHECKPOINTS}/",) if stage == "pretrain" else ()
-        wc.push_tree(directory, last=last, mirror=mirror, exclude=exclude)
+        wc.push_tree(directory, last=last, mirror=mirror, exclude=_EXCLUDE.get(stage, ()))
     wc.push([f".bertfactory/{stage}.json"])
     logger.info("%s: published to %s", stage, wc.url)
 
