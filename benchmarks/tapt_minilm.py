@@ -56,8 +56,9 @@ QUICK = {"head_warmup": 2, "epochs": 0.05, "lr_warmup": 2, "seeds": 2, "pretrain
                       "max_eval_examples": 64}}
 
 
-def run_sets(task: str, size: dict, first_seed: int, threads: int) -> list[str]:
-    """Every --set of one task's run."""
+def run_sets(task: str, size: dict, first_seed: int, threads: int, unadapted: bool = True) -> list[str]:
+    """Every --set of one task's run; `unadapted` False: the un-adapted model is not fine-tuned in it (its scores
+    come from the parity benchmark's, --unadapted-from)."""
     ft = size["finetune"]
     values = {
         "tapt.tasks": f"[{task}]", "evaluate.tasks": f"{{{task}: {{}}}}",
@@ -71,15 +72,16 @@ def run_sets(task: str, size: dict, first_seed: int, threads: int) -> list[str]:
         "evaluate.finetune.seed": first_seed, "evaluate.finetune.learning_rates": "null",
         "evaluate.finetune.early_stopping_patience": "null", "evaluate.finetune.schedule": "linear",
         **{f"evaluate.finetune.{k}": v for k, v in ft.items()},
+        **({} if unadapted else {"tapt.compare_unadapted": "false"}),
     }
     return [a for k, v in values.items() for a in ("--set", f"{k}={v}")]
 
 
-def run_task(task: str, size: dict, runs: Path, first_seed: int, threads: int) -> dict:
+def run_task(task: str, size: dict, runs: Path, first_seed: int, threads: int, unadapted: bool = True) -> dict:
     """One `bertfactory run` of the recipe for `task` (log in RUNS/<task>.log); its wall seconds."""
     run_dir = runs / task
     command = [str(Path(sys.executable).parent / "bertfactory"), "run", str(RECIPE), "--run-dir", str(run_dir),
-               "--no-prefect", *run_sets(task, size, first_seed, threads)]
+               "--no-prefect", *run_sets(task, size, first_seed, threads, unadapted)]
     runs.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     # appended: a rerun that continues (or finds every stage up to date) keeps the log of the run that did the work
@@ -106,18 +108,57 @@ def seed_stats(adapted: list[float], unadapted: list[float]) -> dict:
             "paired": {"per_seed": per_seed, "se": statistics.stdev(per_seed) / math.sqrt(k)}}
 
 
-def task_summary(task: str, run_dir: Path) -> dict:
-    """The adapted and un-adapted scores of one task's results.json, with seed_stats and the pretraining run."""
+def parity_unadapted(path: Path, task: str, size: dict, first_seed: int, threads: int,
+                     test_examples: int | None) -> tuple[list[float], dict]:
+    """The un-adapted arm from the parity benchmark's summary (benchmarks/finetune_parity.json): its "ours" test
+    accuracies, which are MiniLM imported and fine-tuned at exactly these settings (the TAPT run's un-adapted arm
+    reproduced them bit for bit on every seed compared: trec_coarse 3 of 3, movie_sentiment seed 1). Refused unless
+    the settings, seeds, threads and test size are the same; returns the accuracies and where they come from."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    ft, hp = size["finetune"], doc["hyperparameters"]
+    seeds = list(range(first_seed, first_seed + size["seeds"]))
+    entry = doc["tasks"].get(task)
+    problems = [f"{k} {hp.get(k)!r} (here {ft[k]!r})" for k in hp if k in ft and hp[k] != ft[k]]
+    if entry is None:
+        problems.append(f"no {task}")
+    else:
+        if doc.get("seeds") != seeds:
+            problems.append(f"seeds {doc.get('seeds')} (here {seeds})")
+        if doc.get("threads") != threads:
+            problems.append(f"threads {doc.get('threads')} (here {threads})")
+        if any(doc["sizes"].get(k) is not None for k in ("train_limit", "eval_limit")):
+            problems.append(f"subsets {doc['sizes']} (here the full splits)")
+        if test_examples is not None and entry["files"]["sizes"]["test"] != test_examples:
+            problems.append(f"{entry['files']['sizes']['test']} test examples (here {test_examples})")
+    if problems:
+        raise SystemExit(f"--unadapted-from {path}: not the same fine-tuning: {'; '.join(problems)}")
+    runs = {r["seed"]: r["ours"]["accuracy"] for r in entry["runs"]}
+    where = path.resolve()
+    source = {"file": str(where.relative_to(REPO) if where.is_relative_to(REPO) else where),
+              "commit": doc.get("commit"), "date": doc.get("date"), "arm": "ours"}
+    return [runs[seed] for seed in seeds], source
+
+
+def task_summary(task: str, run_dir: Path, unadapted_from: Path | None = None, size: dict | None = None,
+                 first_seed: int = 1, threads: int = 2) -> dict:
+    """The adapted and un-adapted scores of one task's results.json, with seed_stats and the pretraining run;
+    with `unadapted_from`, the un-adapted scores are the parity benchmark's (parity_unadapted)."""
     results = json.loads((run_dir / "eval" / "results.json").read_text(encoding="utf-8"))["tasks"][task]
     adapted = [r["test"]["accuracy"] for r in results["pretrained"]["runs"]]
-    unadapted = [r["test"]["accuracy"] for r in results["compared"]["unadapted"]["runs"]]
+    source = None
+    if unadapted_from is None:
+        unadapted = [r["test"]["accuracy"] for r in results["compared"]["unadapted"]["runs"]]
+    else:
+        unadapted, source = parity_unadapted(unadapted_from, task, size, first_seed, threads,
+                                             (results.get("mdd") or {}).get("test_examples"))
     pretrain = json.loads((run_dir / "pretrain" / "summary.json").read_text(encoding="utf-8"))
     mdd = results.get("mdd") or {}
     return {"task": task, "seeds": results["pretrained"]["seeds"], "adapted": adapted, "unadapted": unadapted,
             "majority": (results.get("majority") or {}).get("accuracy"), **seed_stats(adapted, unadapted),
             "test_examples": mdd.get("test_examples"), "test_mdd_vs_majority": mdd.get("vs_majority"),
             "pretrain": {k: pretrain.get(k) for k in ("steps", "max_steps", "loss", "mlm_acc", "train_seconds")
-                         if k in pretrain}}
+                         if k in pretrain},
+            **({"unadapted_from": source} if source else {})}
 
 
 def kept_tasks(path: Path, summary: dict, running: list[str]) -> list[dict]:
@@ -175,6 +216,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, default=None, help="default runs/tapt-protocol (--quick: "
                         "runs/tapt-protocol-quick)")
     parser.add_argument("--from-results", type=Path, default=None, help="print an earlier summary.json's table")
+    parser.add_argument("--unadapted-from", type=Path, default=None,
+                        help="take the un-adapted arm's test accuracies from the parity benchmark's summary (e.g. "
+                        "benchmarks/finetune_parity.json, its 'ours' runs: the same model, files, settings, seeds "
+                        "and threads, checked) instead of fine-tuning it again: half the fine-tuning time")
     parser.add_argument("--keep", type=Path, default=None,
                         help="an earlier summary.json (e.g. benchmarks/tapt_minilm.json): its tasks that this "
                         "invocation does not run are carried into the new summary, each with the commit and date "
@@ -204,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     carried = kept_tasks(args.keep, summary, args.tasks) if args.keep else []
     measured: list[dict] = []
     for task in args.tasks:
-        summary["runs"][task] = run_task(task, args.size, args.runs, args.first_seed, args.threads)
-        measured.append({**task_summary(task, args.runs / task), "measured": provenance})
+        summary["runs"][task] = run_task(task, args.size, args.runs, args.first_seed, args.threads,
+                                         unadapted=args.unadapted_from is None)
+        measured.append({**task_summary(task, args.runs / task, args.unadapted_from, args.size, args.first_seed,
+                                        args.threads), "measured": provenance})
         summary["tasks"] = sorted(carried + measured, key=lambda t: TASKS.index(t["task"]))
         (args.runs / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(table(summary))

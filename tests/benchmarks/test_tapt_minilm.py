@@ -51,3 +51,32 @@ def test_keep_carries_the_other_tasks_with_their_commit_and_refuses_another_prot
     assert summary["runs"] == {"trec_coarse": {"wall_s": 1.0}}
     with pytest.raises(SystemExit, match="first_seed 1 differs"):
         bench.kept_tasks(path, {**summary, "first_seed": 7}, ["movie_sentiment"])
+
+
+def test_the_unadapted_arm_from_the_parity_file_only_at_the_same_fine_tuning(load_benchmark, tmp_path):
+    import json
+
+    from flows.recipe import load_recipe
+
+    bench = load_benchmark("tapt_minilm")
+    size = bench.parse_args([]).size
+    parity = bench.REPO / "benchmarks" / "finetune_parity.json"
+    doc = json.loads(parity.read_text())
+    ours = {r["seed"]: r["ours"]["accuracy"] for r in doc["tasks"]["movie_sentiment"]["runs"]}
+    accuracies, source = bench.parity_unadapted(parity, "movie_sentiment", size, 1, 2, test_examples=1074)
+    assert accuracies == [ours[1], ours[2], ours[3]]
+    assert source == {"file": "benchmarks/finetune_parity.json", "commit": doc["commit"], "date": doc["date"],
+                      "arm": "ours"}
+    for kwargs, match in (({"first_seed": 4}, "seeds"), ({"threads": 1}, "threads"),
+                          ({"test_examples": 200}, "test examples")):
+        args = {"first_seed": 1, "threads": 2, "test_examples": 1074, **kwargs}
+        with pytest.raises(SystemExit, match=match):
+            bench.parity_unadapted(parity, "movie_sentiment", size, **args)
+    other = {**size, "finetune": {**size["finetune"], "learning_rate": 1e-4}}
+    with pytest.raises(SystemExit, match="learning_rate"):
+        bench.parity_unadapted(parity, "movie_sentiment", other, 1, 2, 1074)
+    # the run then leaves the un-adapted model out of its evaluation
+    sets = bench.run_sets("movie_sentiment", size, 1, 2, unadapted=False)
+    recipe = load_recipe(bench.RECIPE, [sets[i + 1] for i in range(0, len(sets), 2)])
+    assert recipe.tapt.compare_unadapted is False
+    assert "tapt.compare_unadapted=false" not in bench.run_sets("movie_sentiment", size, 1, 2)
