@@ -9,6 +9,9 @@ the difference the seeds can detect.
     .venv/bin/python benchmarks/tapt_minilm.py --from-results runs/tapt-protocol/summary.json   # the table again
     .venv/bin/python benchmarks/tapt_minilm.py --tasks movie_sentiment --keep benchmarks/tapt_minilm.json
                                         # one task again; the other task's figures carried, with their own commit
+    .venv/bin/python benchmarks/tapt_minilm.py --unadapted-from benchmarks/finetune_parity.json
+                                        # the un-adapted arm from the parity benchmark (checked to be the same
+                                        # fine-tuning), only the adapted model fine-tuned: half the time
 
 Needs `bertfactory samples fetch minilm trec movie_reviews`. Each task is ONE ordinary run of
 configs/tapt-minilm.yaml (`bertfactory run --no-prefect`, RUNS/<task>/): the stages tapt (import MiniLM, the task's
