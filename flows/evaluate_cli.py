@@ -22,6 +22,10 @@ results.json (evaluation/parts.py). `--transfer-file PATH --transfer-language CO
 (repeatable, in pairs) are zero-shot cross-lingual targets of `--transfer-task` (default: the only task named with
 --task / --task-file) and replace the recipe's `evaluate.crosslingual`; `--compare-checkpoint DIR` (repeatable)
 replaces `evaluate.compare_checkpoints` (model directories fine-tuned beside the checkpoint).
+
+Every form holds the lock of the run directory it writes, as `bertfactory run` does (flows/lock.py; on object
+storage also the run location's lease): a second evaluate or run of that run directory meanwhile is refused in one
+line naming the holder. A model directory evaluated into --run-dir elsewhere locks that run directory, not its own.
 """
 
 from __future__ import annotations
@@ -183,7 +187,8 @@ def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
 
 
 def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
-    """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner). Checkpoint: here."""
+    """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner, which locks the run
+    directory). Checkpoint: here, under the run directory's lock."""
     from bertfactory.run_location import localize, resolve_run_dir
     from bertfactory.storage import is_url
 
@@ -200,21 +205,31 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     if is_recipe:
         args.config = str(target)
         return run_recipe_stage(args)
+    checkpoint, own_run = _checkpoint_of(target)
+    run_dir = resolve_run_dir(args.run_dir) if args.run_dir else own_run or Path("runs") / f"eval-{checkpoint.name}"
+    recipe, has_shards = _checkpoint_recipe(checkpoint, run_dir, args.overrides)  # refused before anything is locked
+    from .lock import run_dir_lock
+
+    # the lock `bertfactory run` holds (on object storage also the run location's lease, flows/lock.py), for the
+    # whole evaluation: a second evaluate or run of this run directory, here or on another machine, would fine-tune
+    # the same runs and race on eval/ and the bucket; it is refused at once, naming the holder
+    with run_dir_lock(run_dir, "evaluate"):
+        return _evaluate_checkpoint(recipe, run_dir, has_shards)
+
+
+def _checkpoint_recipe(checkpoint: Path, run_dir: Path, overrides: list[str]):
+    """(the recipe evaluating `checkpoint` into `run_dir`: the `evaluate` defaults plus `overrides`, whether
+    run_dir has shards). Only reads: a --set asking for held-out scores without shards is refused here."""
     from bertfactory.config import apply_overrides, validate
 
     from .recipe import Recipe
-    from .stage_runner import run_stage
-    from .summary import summary_table
 
-    checkpoint, own_run = _checkpoint_of(target)
-    run_dir = resolve_run_dir(args.run_dir) if args.run_dir else own_run or Path("runs") / f"eval-{checkpoint.name}"
-    run_dir.mkdir(parents=True, exist_ok=True)
     # the held-out scores (BERT's intrinsic MLM/NSP, every member's own objective) read RUN/shards: a fresh run
     # directory has none, so they are skipped, said in one line, and the tasks run
     has_shards = (run_dir / "shards" / "manifest.json").is_file()
     base = {"evaluate": {"checkpoint": str(checkpoint.resolve()),
                          "intrinsic": {"enabled": has_shards}, "objective": {"enabled": has_shards}}}
-    recipe = validate(Recipe, apply_overrides(base, args.overrides), f"{checkpoint} with overrides {args.overrides}")
+    recipe = validate(Recipe, apply_overrides(base, overrides), f"{checkpoint} with overrides {overrides}")
     if not has_shards:
         asked = [f"evaluate.{part}.enabled=true" for part in ("intrinsic", "objective")
                  if getattr(recipe.evaluate, part).enabled]
@@ -222,6 +237,16 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
             raise ConfigError(f"--set {' and '.join(asked)} needs shards at {run_dir / 'shards'}, and there are none: "
                               "preprocess into this run directory first, or leave it unset (the held-out scores are "
                               "then skipped)")
+    return recipe, has_shards
+
+
+def _evaluate_checkpoint(recipe, run_dir: Path, has_shards: bool) -> int:
+    """The evaluate stage of `recipe` into `run_dir` (its lock held by the caller), then its summary."""
+    from .stage_runner import run_stage
+    from .summary import summary_table
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not has_shards:
         print(f"evaluate: no shards at {run_dir / 'shards'}: the held-out intrinsic and objective scores are "
               "skipped (preprocess into this run directory to get them)")
     result = run_stage("evaluate", recipe, run_dir)

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from bertfactory.run_location import publish_files, resolve_run_dir
 from evaluation.finetune import RunResult
 from evaluation.run_cache import RunCache
 from flows.cli import main
+from flows.lock import read_lease
 from flows.stage_runner import run_cached
 from tests.evaluation.test_run_cache import DIES_IN_THE_SIXTH_RUN, evaluate_args, task_results
 from tests.storage_servers import start_s3
@@ -146,9 +148,13 @@ def test_a_killed_evaluation_on_s3_continues_on_a_fresh_machine(eval_run, task_s
     url = f"{s3.make_bucket('evalkill')}/run"
     machine(monkeypatch, s3, tmp_path / "first")
     upload_tree(eval_run, url)
+    # the stopped machine's lease (evaluate holds the run location's, flows/lock.py) lives a short TTL here, so
+    # that the fresh machine need not wait the default 120 s for it to expire
     died = subprocess.run([sys.executable, "-c", DIES_IN_THE_SIXTH_RUN, "evaluate", *evaluate_args(url, task_file)],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "BERTFACTORY_LEASE_TTL": "5"})
     assert died.returncode == 137, died.stderr[-3000:]
+    left = read_lease(f"{url}/.bertfactory/lease.json")
+    assert left["flow"] == "evaluate" and left["pid"] != os.getpid()  # killed holding it: no release
     kept = storage.list_files(f"{url}/{RUNS}")
     assert sorted(json.loads(storage.read_bytes(f"{url}/{RUNS}/{name}"))["model"] for name in kept) == \
         ["movie_sentiment/pretrained"] * 4 + ["movie_sentiment/random_init"]  # in the bucket, not just the copy
@@ -156,10 +162,13 @@ def test_a_killed_evaluation_on_s3_continues_on_a_fresh_machine(eval_run, task_s
 
     shutil.rmtree(tmp_path / "first")  # the stopped machine's working copy is gone: a fresh machine continues
     machine(monkeypatch, s3, tmp_path / "second")
+    time.sleep(max(0.0, left["expires"] - time.time()) + 0.1)  # once its lease has expired
     caplog.clear()
     caplog.set_level(logging.INFO, logger="evaluation.run_cache")
     assert main(["evaluate", *evaluate_args(url, task_file)]) == 0
     assert caplog.text.count(REUSED) == 5, caplog.text[-3000:]
+    assert "taking over the lease of flow 'evaluate'" in caplog.text and "expired" in caplog.text
+    assert read_lease(f"{url}/.bertfactory/lease.json") is None  # the continued evaluation let its own go
     part = json.loads(storage.read_bytes(f"{url}/eval/tasks/movie_sentiment.json"))
     assert part["value"] == task_results(reference)  # every run, the grid, the chosen rate, the comparison
     assert "movie_sentiment" in json.loads(storage.read_bytes(f"{url}/eval/results.json"))["tasks"]
