@@ -10,7 +10,10 @@
     bertfactory report runs/local runs/other [--out comparison.md]
 
 CHECKPOINT_OR_CONFIG is a recipe YAML (the evaluate stage of that recipe, through Prefect unless --no-prefect), a
-run directory (its pretrain/final) or a model directory (config.json + model.safetensors). For a checkpoint the
+run directory (its pretrain/final) or a model directory (config.json + model.safetensors). Without --run-dir a
+model directory inside a run (RUN/pretrain/<name>, RUN/<stage>/checkpoints/<name>) is evaluated into RUN, on disk or
+by URL (s3://b/runs/x/pretrain/final: into the run location s3://b/runs/x, docs/cluster.md); any other into
+runs/eval-<name> here (a URL's says so in one line: its results are not in the bucket). For a checkpoint the
 recipe is the defaults of `evaluate` (paper scale: every example, 5 seeds — use --set to shrink it), the stage
 runs without Prefect, and the held-out intrinsic and objective scores are computed when the run directory has
 shards (without them they are skipped, said in one line, and the tasks run). `--task NAME`
@@ -50,7 +53,8 @@ def add_evaluate_parser(sub) -> None:
     p.add_argument("target", metavar="CHECKPOINT_OR_CONFIG",
                    help="recipe YAML, run directory (its pretrain/final) or model directory")
     p.add_argument("--run-dir", help="run directory (recipe: default runs/<recipe name>; run directory: itself; "
-                   "model directory: default runs/eval-<directory name>)")
+                   "model directory: default the run it is in (RUN/pretrain/<name>, on disk or by URL), else "
+                   "runs/eval-<directory name>)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe value, e.g. --set evaluate.finetune.epochs=2 (repeatable)")
     p.add_argument("--no-prefect", action="store_true", help="run the stage directly, without Prefect")
@@ -174,26 +178,55 @@ def transfer_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def _run_of(model: Path) -> Path | None:
+    """The run directory a model directory belongs to by its place: RUN/pretrain/<name> (final) or
+    RUN/<stage>/checkpoints/<name>; None elsewhere."""
+    parent = model.parent
+    return {"pretrain": parent.parent, "checkpoints": parent.parent.parent}.get(parent.name)
+
+
 def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
     """(model directory, the run directory it belongs to or None)."""
     if (target / "config.json").is_file():
-        parent = target.parent
-        run = parent.parent if parent.name == "pretrain" else parent.parent.parent if parent.name == "checkpoints" else None
-        return target, run
+        return target, _run_of(target)
     if (target / "pretrain" / "final" / "config.json").is_file():
         return target / "pretrain" / "final", target
     raise ConfigError(f"{target} is neither a recipe YAML, a model directory (config.json) nor a run directory "
                       f"(pretrain/final/config.json)")
 
 
+def _localize_target(url: str) -> Path:
+    """A model or run directory given as a URL, pulled into a working copy. A model directory at a run's place
+    (_run_of: s3://b/runs/x/pretrain/final) goes into the working copy of its run location, with the run's manifest
+    and tokenizer, so that _checkpoint_of finds that run and the evaluation is the run location's (its lease, pulls
+    and pushes), as RUN/pretrain/final on disk evaluates into RUN. Anything else: run_location.localize."""
+    from bertfactory import storage
+    from bertfactory.run_location import WorkingCopy, localize, resolve_run_dir, working_copy_of
+
+    storage.check_location(url, "model directory")
+    url = storage.normalize(url)
+    work = working_copy_of(url)
+    run = _run_of(work)
+    if run is not None:
+        rel = work.relative_to(run).as_posix()
+        run_url = url[: -len(rel) - 1]  # working copies mirror the bucket's paths
+        # no bucket left (s3://b/checkpoints/x): no run holds it; no config.json: a run directory, localize's case
+        if storage.bucket_of(run_url) and storage.exists(storage.join(url, "config.json")):
+            wc = WorkingCopy(resolve_run_dir(run_url, check=False), run_url)
+            wc.pull_tree(rel)
+            wc.pull(["shards/manifest.json", "tokenizer/tokenizer.json"])  # the held-out scores need them
+            return wc.root / rel
+    return localize(url)
+
+
 def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner, which locks the run
     directory). Checkpoint: here, under the run directory's lock."""
-    from bertfactory.run_location import localize, resolve_run_dir
+    from bertfactory.run_location import origin_of, resolve_run_dir
     from bertfactory.storage import is_url
 
     # a model or run directory on object storage: checked, then its model files pulled into the working copy
-    target = localize(args.target) if is_url(args.target) else Path(args.target)
+    target = _localize_target(args.target) if is_url(args.target) else Path(args.target)
     from .recipe import bundled_recipe
 
     # a recipe file, or a bundled recipe's name (`bertfactory evaluate local`) that no path here shadows
@@ -206,7 +239,14 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
         args.config = str(target)
         return run_recipe_stage(args)
     checkpoint, own_run = _checkpoint_of(target)
+    url_outside_run = is_url(args.target) and (own_run is None or origin_of(own_run) is None)
+    if url_outside_run:  # a working copy's folder above the bucket (s3://b/checkpoints/x) is no run directory
+        own_run = None
     run_dir = resolve_run_dir(args.run_dir) if args.run_dir else own_run or Path("runs") / f"eval-{checkpoint.name}"
+    if url_outside_run and not args.run_dir:  # as a local model directory outside a run, but said: not in the bucket
+        print(f"evaluate: {args.target} is not in a run directory (RUN/pretrain/<name>, RUN/<stage>/checkpoints/"
+              f"<name>): the results go to {run_dir} on this machine only; give --run-dir URL to keep them in a "
+              "run location")
     recipe, has_shards = _checkpoint_recipe(checkpoint, run_dir, args.overrides)  # refused before anything is locked
     from .lock import run_dir_lock
 

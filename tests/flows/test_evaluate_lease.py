@@ -11,6 +11,7 @@ Run: `.venv/bin/python -m pytest -q tests/flows/test_evaluate_lease.py`.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,8 @@ import pytest
 
 from bertfactory import storage
 from bertfactory.errors import InputError
-from bertfactory.run_location import resolve_run_dir
-from flows import stage_runner
+from bertfactory.run_location import resolve_run_dir, working_copy_of
+from flows import evaluate_cli, stage_runner
 from flows.cli import main
 from flows.lock import acquire, lock_path, read_holder, read_lease, release
 from tests.evaluation.conftest import make_eval_run, one_thread
@@ -149,3 +150,91 @@ def test_evaluate_on_s3_is_refused_while_another_machine_holds_the_lease_then_ru
     third = working_copy_on(tmp_path / "machine-c", url, monkeypatch)
     acquire(third, "pipeline")  # another machine takes the run location at once
     release(third)
+
+
+def lease_during_the_stage(monkeypatch, lease: str) -> list:
+    """The lease object as the evaluate stage starts, recorded around the real stage."""
+    seen, real = [], stage_runner.run_stage
+
+    def recording(*args, **kwargs):
+        seen.append(read_lease(lease))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stage_runner, "run_stage", recording)
+    return seen
+
+
+@needs_s3
+def test_a_model_directory_url_of_a_run_is_evaluated_into_that_run_location(model_run, bucket, tmp_path, monkeypatch,
+                                                                             capsys):
+    """`bertfactory evaluate s3://b/runs/x/pretrain/final` without --run-dir: evaluated into s3://b/runs/x, as
+    RUN/pretrain/final on disk is into RUN (its working copy; its lease; eval/ pushed to the bucket)."""
+    monkeypatch.delenv("BERTFACTORY_LEASE_TTL", raising=False)
+    monkeypatch.setenv("BERTFACTORY_SHARD_CACHE", str(tmp_path / "shard-cache"))
+    monkeypatch.setenv("BERTFACTORY_WORK_ROOT", str(tmp_path / "machine"))
+    monkeypatch.chdir(tmp_path)  # where a local runs/eval-final would appear
+    url = f"{bucket}/runs/x"
+    lease = f"{url}/.bertfactory/lease.json"
+    upload_tree(model_run, url)
+    work = working_copy_of(url)  # not made here: no earlier command on this machine marked it
+    seen = lease_during_the_stage(monkeypatch, lease)
+
+    assert main(["evaluate", f"{url}/pretrain/final", *ARGS]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "evaluate    ran" in out and f"Run directory: {work}\n" in out
+    remote = storage.list_files(url)
+    assert {"eval/results.json", "eval/report.md", "eval/tasks/trec_coarse.json", ".bertfactory/evaluate.json"} <= \
+        set(remote)
+    results = json.loads(storage.read_bytes(f"{url}/eval/results.json"))
+    assert results["checkpoint"]["path"] == "pretrain/final" and "trec_coarse" in results["tasks"]
+    assert len(seen) == 1 and seen[0]["flow"] == "evaluate"  # the run location's lease, held while it ran
+    assert read_lease(lease) is None and released(work)  # and let go
+    assert not (tmp_path / "runs").exists()  # nothing kept only on this machine
+    assert not (work / "pretrain" / "final" / ".bertfactory").exists()  # the model pulled into the run's copy
+    assert "no shards at" not in out  # the run's manifest was pulled with the model: the held-out scores could run
+
+
+@needs_s3
+def test_a_checkpoint_url_of_a_run_locks_the_run_and_one_outside_a_run_says_where_it_goes(
+        model_run, bucket, tmp_path, monkeypatch, capsys):
+    """RUN/pretrain/checkpoints/step-N by URL is the run location's too; a model directory no run holds
+    (s3://b/models/m; s3://b/checkpoints/step-N, whose 'run' would be above the bucket) is evaluated as a local one
+    is, into runs/eval-<name>, said in one line: the results are on this machine only."""
+    monkeypatch.delenv("BERTFACTORY_LEASE_TTL", raising=False)
+    monkeypatch.setenv("BERTFACTORY_WORK_ROOT", str(tmp_path / "machine"))
+    monkeypatch.chdir(tmp_path)
+    final = model_run / "pretrain" / "final"
+    run = f"{bucket}/runs/y"
+    step = f"{run}/pretrain/checkpoints/step-5"
+    upload_tree(model_run / "shards", f"{run}/shards")
+    for url in (step, f"{bucket}/checkpoints/step-5"):
+        upload_tree(final, url)
+    runs, real = [], evaluate_cli._evaluate_checkpoint
+
+    def evaluated(recipe, run_dir, has_shards):  # where it would go and what it holds meanwhile, not the fine-tuning
+        runs.append((recipe.evaluate.checkpoint, run_dir, has_shards, read_lease(f"{run}/.bertfactory/lease.json")))
+        return 0
+
+    def outside_line(url: str, name: str) -> None:
+        assert main(["evaluate", url, *ARGS]) == 0, capsys.readouterr().err
+        lines = [line for line in capsys.readouterr().out.splitlines() if "not in a run directory" in line]
+        assert lines == [f"evaluate: {url} is not in a run directory (RUN/pretrain/<name>, RUN/<stage>/checkpoints/"
+                         f"<name>): the results go to runs/eval-{name} on this machine only; give --run-dir URL to "
+                         "keep them in a run location"]
+
+    monkeypatch.setattr(evaluate_cli, "_evaluate_checkpoint", evaluated)
+    assert main(["evaluate", step, *ARGS]) == 0
+    checkpoint, run_dir, has_shards, lease = runs.pop()
+    assert run_dir == working_copy_of(run) and has_shards and lease["flow"] == "evaluate"
+    assert checkpoint == str((run_dir / "pretrain" / "checkpoints" / "step-5").resolve())
+    assert read_lease(f"{run}/.bertfactory/lease.json") is None and released(run_dir)
+    assert "not in a run directory" not in capsys.readouterr().out
+
+    outside_line(f"{bucket}/checkpoints/step-5", "step-5")
+    assert runs.pop()[1] == Path("runs/eval-step-5")
+
+    monkeypatch.setattr(evaluate_cli, "_evaluate_checkpoint", real)  # once for real: the results are where it says
+    upload_tree(final, f"{bucket}/models/minilm")
+    outside_line(f"{bucket}/models/minilm", "minilm")
+    assert (tmp_path / "runs" / "eval-minilm" / "eval" / "results.json").is_file()
+    assert not [name for name in storage.list_files(f"{bucket}/models/minilm") if name.startswith("eval/")]
