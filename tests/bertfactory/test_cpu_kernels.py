@@ -80,7 +80,10 @@ def test_importing_any_stage_pins_the_kernels_before_torch_loads():
 @pytest.mark.skipif(not HAS_AVX2, reason="the pin concerns x86-64 CPUs with AVX2")
 def test_fine_tuning_computes_what_an_avx2_machine_computes():
     pinned = _run(FINETUNE)
-    avx2_machine = _run(FINETUNE, BERTFACTORY_CPU_KERNELS="native", ATEN_CPU_CAPABILITY="avx2")
+    # an AVX2-only machine: neither ATen nor MKL can dispatch AVX-512 there (without MKL_ENABLE_INSTRUCTIONS, MKL on
+    # an AVX-512 machine still takes its AVX-512 GEMMs, which round otherwise: seen on an AVX512-FP16 Xeon)
+    avx2_machine = _run(FINETUNE, BERTFACTORY_CPU_KERNELS="native", ATEN_CPU_CAPABILITY="avx2",
+                        MKL_ENABLE_INSTRUCTIONS="AVX2")
     assert pinned[0] == avx2_machine[0] == "AVX2"
     assert pinned[1] == avx2_machine[1]
     assert _run(FINETUNE)[1] == pinned[1]  # and again, in another process
