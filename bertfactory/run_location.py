@@ -209,7 +209,8 @@ class WorkingCopy:
         # working copy's own bookkeeping (e.g. pretrain/final/.bertfactory/ when that model was pulled by its URL):
         # its origin and ledger describe this machine, not the run
         found = [p.relative_to(self.root) for p in base.rglob("*") if p.is_file()]
-        files = sorted(f.as_posix() for f in found if not any(part.startswith(".") for part in f.relative_to(rel).parts))
+        files = sorted(f.as_posix() for f in found
+                       if not any(part.startswith(".") for part in f.relative_to(rel).parts))
         files = [f for f in files if not any(f.startswith(prefix) for prefix in exclude)]
         final = [f"{rel}/{name}" for name in last]
         count = self.push([f for f in files if f not in final])
