@@ -3,6 +3,12 @@ stages moved aside (bertfactory/replaced.py: `<dir>.replaced-<time>-<key>/`). Wi
 
     bertfactory clean runs/mine            # what would be deleted, with sizes
     bertfactory clean runs/mine --yes      # delete them (on an s3:// / gs:// run directory: in the bucket too)
+
+With --yes it lists and deletes under the run directory's lock, as `bertfactory run` writes (flows/lock.py; on object
+storage also the run location's lease, taken through this machine's working copy): while a run, evaluate or another
+clean of that run directory holds it, here or on another machine, it is refused in the one line naming the holder
+and deletes nothing. A stage moves outputs aside and reads them under that lock, so none is deleted meanwhile.
+Without --yes it only lists, unlocked.
 """
 
 from __future__ import annotations
@@ -32,28 +38,39 @@ def _remote_replaced(url: str) -> dict[str, int]:
 
 def cmd_clean(args) -> int:
     location = args.run_dir
-    lines: list[tuple[str, int]] = []
+    url = None
     if storage.is_url(location):
         storage.check_location(location)
         url = storage.normalize(location)
-        remote = _remote_replaced(url)
-        lines += [(storage.join(url, rel), size) for rel, size in sorted(remote.items())]
-        from bertfactory.run_location import working_copy_of
+        from bertfactory.run_location import resolve_run_dir, working_copy_of
 
-        local_root = working_copy_of(url)
+        # to delete: the working copy made and marked with its origin, so that its lock is the run location's lease
+        local_root = resolve_run_dir(url, check=False) if args.yes else working_copy_of(url)
     else:
         local_root = Path(location)
         if not local_root.is_dir():
             raise InputError(f"{location}: no such run directory")
-        remote = {}
+    if not args.yes:
+        return _clean(location, url, local_root, delete=False)
+    from .lock import run_dir_lock
+
+    # listed and deleted under the lock: what is deleted is what was listed, and no stage moves or reads one meanwhile
+    with run_dir_lock(local_root, "clean"):
+        return _clean(location, url, local_root, delete=True)
+
+
+def _clean(location: str, url: str | None, local_root: Path, delete: bool) -> int:
+    lines: list[tuple[str, int]] = []
+    remote = _remote_replaced(url) if url is not None else {}
+    lines += [(storage.join(url, rel), size) for rel, size in sorted(remote.items())]
     local = replaced_outputs(local_root) if local_root.is_dir() else []
     lines += [(str(p), _size(p)) for p in local]
     if not lines:
         print(f"{location}: no replaced outputs")
         return 0
     for where, size in lines:
-        print(f"{'deleting' if args.yes else 'would delete'} {where} ({size / 1e6:.1f} MB)")
-    if not args.yes:
+        print(f"{'deleting' if delete else 'would delete'} {where} ({size / 1e6:.1f} MB)")
+    if not delete:
         print("pass --yes to delete them")
         return 0
     for rel in remote:
