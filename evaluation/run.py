@@ -126,13 +126,21 @@ def task_input_files(cfg: EvaluateConfig, run_dir: Path | None = None) -> list[P
 
 def _task_paths(name: str, task: TaskConfig) -> list[Path]:
     """The data files (or directories) one task reads: its inputs, or a built-in task's cached sample."""
+    return [path for _, path in _task_roles(name, task)]
+
+
+_INPUT_ROLES = ("input", "dev_input", "test_input")
+
+
+def _task_roles(name: str, task: TaskConfig) -> list[tuple[str, Path]]:
+    """(setting, path) of each data file or directory one task reads: `input`, `dev_input`, `test_input` as given,
+    or a built-in task's cached sample as its `input`."""
     from .tasks.registry import BUILTIN_SAMPLES
 
-    specs = [s for s in (task.input, task.dev_input, task.test_input) if s]
-    paths = [resolve_input(s) for s in specs]
-    if not specs and task.task_type is None and name in BUILTIN_SAMPLES:
-        paths.append(sample_path(BUILTIN_SAMPLES[name]))
-    return paths
+    roles = [(role, resolve_input(getattr(task, role))) for role in _INPUT_ROLES if getattr(task, role)]
+    if not roles and task.task_type is None and name in BUILTIN_SAMPLES:
+        roles.append(("input", sample_path(BUILTIN_SAMPLES[name])))
+    return roles
 
 
 def _files_of(paths: list[Path]) -> list[Path]:
@@ -142,21 +150,37 @@ def _files_of(paths: list[Path]) -> list[Path]:
     return files
 
 
+def _content_id(path: Path) -> list[list[str]]:
+    """A data file or directory as the same content wherever it lies (another samples cache, checkout or working
+    copy): [name, sha256] of each file, a directory's files named by their path inside it (sorted), a single
+    file by its file name. The name is kept, not only the content, because it is part of what is read: the
+    readers tell a table's layout by its extension (evaluation/tasks/tabular.py) and a directory's files by their
+    names; a renamed file thus computes its task once more, a moved one never."""
+    if path.is_dir():
+        return sorted([f.relative_to(path).as_posix(), sha256_file(f)] for f in _files_of([path]))
+    return [[path.name, sha256_file(path)]]
+
+
 def task_key(name: str, task: TaskConfig, cfg: EvaluateConfig, main: "Checkpoint", compared: list["Checkpoint"],
              device: torch.device) -> str:
     """What a task's results depend on: the checkpoint(s), the task's settings and fine-tuning settings, the
     baselines asked for, its cross-lingual targets and the content of every file it reads. Equal keys -> the
-    stored results are reused (evaluation/parts.py)."""
+    stored results are reused (evaluation/parts.py), and so are the finished runs (evaluation/run_cache.py).
+    Nothing in it depends on where the files lie: the input settings (paths, often made absolute by the CLI)
+    are replaced by the content and location-free name of what they point to (_content_id), so an evaluation
+    continued on another machine, whose samples cache or checkout is elsewhere, reuses what the first one
+    finished."""
     targets = [t for t in cfg.crosslingual if t.task == name]
-    files = _files_of(_task_paths(name, task) + [resolve_input(t.input) for t in targets])
     return content_hash({
-        "bertfactory": bertfactory.__version__, "task": name, "settings": task.model_dump(mode="json"),
+        "bertfactory": bertfactory.__version__, "task": name,
+        "settings": task.model_dump(mode="json", exclude=set(_INPUT_ROLES)),
         "finetune": task.finetune_config(cfg.finetune).model_dump(mode="json"),
         "random_init_baseline": cfg.random_init_baseline, "baselines": list(cfg.baselines), "save_best": cfg.save_best,
-        "crosslingual": [t.model_dump(mode="json") for t in targets],
+        "crosslingual": [{**t.model_dump(mode="json", exclude={"input"}), "input": _content_id(resolve_input(t.input))}
+                         for t in targets],
         "checkpoint": [main.info["model_sha256"], main.info["tokenizer_sha256"]],
         "compared": {c.label: [c.info["model_sha256"], c.info["tokenizer_sha256"]] for c in compared},
-        "inputs": [[str(f.resolve()), sha256_file(f)] for f in files], "device": device.type})
+        "inputs": {role: _content_id(path) for role, path in _task_roles(name, task)}, "device": device.type})
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints

@@ -118,7 +118,22 @@ def compute_key(stage: str, recipe: Recipe, run_dir: Path) -> str:
     for f in files:
         if not f.is_file():
             raise InputError(f"{stage}: input file {f} does not exist")
-    return stamps.stage_key(stage, config, files, run_dir)
+    return stamps.stage_key(stage, config, files, run_dir, roots=_portable_roots(stage))
+
+
+def _portable_roots(stage: str) -> dict[str, Path] | None:
+    """The evaluate stage names the built-in tasks' cached samples by their place in the samples cache, not by
+    the cache's absolute path: a run on object storage continued on a machine whose cache lies elsewhere finds its
+    evaluation up to date. Only there: the tapt stage's key (sample models and task data too) is left as it was,
+    because the recipe that stage makes for the others holds absolute paths anyway (flows/tapt.py with_tapt: the
+    run directory, the model's tokenizer), and a new tapt key would import the model and write the task corpus
+    again, for no key that would then match on another machine; the preprocess stage's corpus samples likewise
+    (a new key would rebuild the shards and could restart pretraining)."""
+    if stage != "evaluate":
+        return None
+    from bertfactory.samples import cache_dir
+
+    return {"SAMPLES": cache_dir() / "samples"}
 
 
 def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None, force: bool = False) -> dict:

@@ -67,13 +67,15 @@ def file_fingerprint(path: Path) -> str:
     return sha256_file(path) if size <= _HASH_LIMIT else f"size:{size}"
 
 
-def _input_name(path: Path, run_dir: Path | None) -> str:
+def _input_name(path: Path, run_dir: Path | None, roots: dict[str, Path] | None = None) -> str:
     """How an input file is named in the key: relative to the run directory when inside it (so the same run
-    directory given as a relative or an absolute path, or moved, gives the same key), else its absolute path."""
+    directory given as a relative or an absolute path, or moved, gives the same key), else relative to one of
+    `roots` (NAME/<path inside it>: a place whose files are the same content on every machine wherever it lies,
+    as the samples cache is), else its absolute path."""
     path = Path(path).resolve()
-    if run_dir is not None:
+    for name, root in ([("RUN", Path(run_dir))] if run_dir is not None else []) + list((roots or {}).items()):
         try:
-            return "RUN/" + path.relative_to(Path(run_dir).resolve()).as_posix()
+            return f"{name}/" + path.relative_to(Path(root).resolve()).as_posix()
         except ValueError:
             pass
     return str(path)
@@ -84,9 +86,11 @@ def _input_name(path: Path, run_dir: Path | None) -> str:
 _DETAILS: dict[str, dict] = {}
 
 
-def stage_key(stage: str, config: dict, input_files: list[Path], run_dir: Path | None = None) -> str:
-    """The content hash that decides whether `stage` must run."""
-    inputs = {_input_name(p, run_dir): file_fingerprint(p) for p in input_files}
+def stage_key(stage: str, config: dict, input_files: list[Path], run_dir: Path | None = None,
+              roots: dict[str, Path] | None = None) -> str:
+    """The content hash that decides whether `stage` must run. `roots`: named places its input files outside the
+    run directory are named relative to (`_input_name`)."""
+    inputs = {_input_name(p, run_dir, roots): file_fingerprint(p) for p in input_files}
     key = content_hash(
         {
             "stage": stage,

@@ -139,6 +139,33 @@ def test_evaluate_key_follows_the_configured_checkpoint(tmp_path):
     assert compute_key("evaluate", recipe, run) != key
 
 
+def test_evaluate_key_names_a_builtin_sample_by_its_place_in_the_cache(tmp_path, monkeypatch):
+    """Another machine's samples cache lies elsewhere: the evaluation of a built-in task is still up to date there
+    (same content, same key); a changed sample file makes it stale."""
+    from flows.recipe import load_recipe
+    from flows.stages import compute_key
+
+    elsewhere = tmp_path / "external"
+    elsewhere.mkdir()
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        (elsewhere / name).write_text("v1")
+    (tmp_path / "recipe.yaml").write_text("{}")
+    recipe = load_recipe(tmp_path / "recipe.yaml", [f"evaluate.checkpoint={elsewhere}", "evaluate.intrinsic.enabled=false",
+                                                     "evaluate.tasks={uci_sentences: {}}"])
+    run = tmp_path / "run"
+    run.mkdir()
+    keys = []
+    for cache in (tmp_path / "a", tmp_path / "b" / "home"):
+        (cache / "samples" / "uci_sentences").mkdir(parents=True)
+        for name in ("imdb.json", "yelp.json", "amazon.json"):
+            (cache / "samples" / "uci_sentences" / name).write_text(f'[{{"text": "{name}", "class": 1}}]')
+        monkeypatch.setenv("BERTFACTORY_CACHE", str(cache))
+        keys.append(compute_key("evaluate", recipe, run))
+    assert keys[0] == keys[1]
+    (tmp_path / "b/home/samples/uci_sentences/yelp.json").write_text('[{"text": "other", "class": 0}]')
+    assert compute_key("evaluate", recipe, run) != keys[0]
+
+
 def test_pretrain_key_follows_the_tlm_pairs_content(tmp_path):
     """XLM's TLM pairs are training data: rebuilt pairs (same path, new content) must retrain, like new shards."""
     from flows.recipe import load_recipe
