@@ -4,9 +4,12 @@ torch picks its vectorised CPU kernels (softmax, LayerNorm, GELU, reductions, th
 arithmetic) for the widest instruction set the CPU has: AVX-512 on one machine, AVX2 on another. The two sum in
 different orders, so the same fine-tuning run drifts apart by one rounding step (~1e-7) within a few steps, and by
 the end of a run a tagging F1 or an accuracy can differ (measured: wnut16 entity F1 0.141 on one 2-core machine,
-0.199 on another, at the same commit). Pinning ATen to its AVX2 kernels (`ATEN_CPU_CAPABILITY=avx2`) and MKL to its
-AVX2 code path (`MKL_CBWR=AVX2`, MKL's conditional numerical reproducibility) makes an AVX-512 machine compute
-what an AVX2-only machine computes; the matrix products (MKL) are unaffected on AMD CPUs and pinned on Intel ones.
+0.199 on another, at the same commit). Pinning ATen to its AVX2 kernels (`ATEN_CPU_CAPABILITY=avx2`), MKL to its
+AVX2 code path (`MKL_CBWR=AVX2`, MKL's conditional numerical reproducibility) and oneDNN to its AVX2 kernels
+(`ONEDNN_MAX_CPU_ISA=AVX2`: torch sends `nn.GELU` on contiguous tensors and the LSTM of the feature-based taggers
+there, and oneDNN picks its own ISA, AVX-512 or AMX kernels on a Xeon that has them) makes an AVX-512 machine
+compute what an AVX2-only Intel machine computes. Between an Intel and an AMD CPU the fine-tuning scores still
+differed (docs/results.md, "Determinism", has the measurement and what is known of the cause).
 
 What stays machine-dependent, and why (docs/results.md, "Determinism"): the thread count (ATen and MKL split reductions
 by thread, so 1 and 2 threads differ in the last bit; recipes fix it with `evaluate.num_threads` /
@@ -24,7 +27,7 @@ from __future__ import annotations
 import os
 from typing import MutableMapping
 
-PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 SWITCH = "BERTFACTORY_CPU_KERNELS"  # "avx2" (default) or "native"
 
 
@@ -48,7 +51,8 @@ def describe() -> str:
     capability = torch.backends.cpu.get_cpu_capability()
     pinned = os.environ.get("ATEN_CPU_CAPABILITY")
     source = f"ATEN_CPU_CAPABILITY={pinned}" if pinned else f"{SWITCH}=native: the machine's widest"
-    return f"CPU kernels: {capability} ({source}; MKL_CBWR={os.environ.get('MKL_CBWR', 'unset')})"
+    return (f"CPU kernels: {capability} ({source}; MKL_CBWR={os.environ.get('MKL_CBWR', 'unset')}, "
+            f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')})")
 
 
 def match_inductor() -> None:

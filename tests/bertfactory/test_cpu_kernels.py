@@ -49,6 +49,28 @@ print(torch.backends.cpu.get_cpu_capability(), digest)
 """
 
 
+# what torch hands to oneDNN rather than to ATen or MKL: nn.GELU on a contiguous tensor and the LSTM (the
+# feature-based taggers' BiLSTM, evaluation/features.py); 10 AdamW steps, 1 thread; prints a digest of the weights
+ONEDNN = """
+import bertfactory, hashlib, torch
+torch.set_num_threads(1)
+torch.manual_seed(0)
+lstm = torch.nn.LSTM(64, 32, bidirectional=True, batch_first=True)
+ffn = torch.nn.Sequential(torch.nn.Linear(64, 176), torch.nn.GELU(), torch.nn.Linear(176, 21))
+params = [*lstm.parameters(), *ffn.parameters()]
+optimizer = torch.optim.AdamW(params, lr=1e-2)
+for step in range(10):
+    x = torch.randn(16, 40, 64, generator=torch.Generator().manual_seed(step))
+    (lstm(x)[0].pow(2).mean() + ffn(x).logsumexp(-1).mean()).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in params)).hexdigest())
+"""
+
+AVX2_MACHINE = {"BERTFACTORY_CPU_KERNELS": "native", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
 def _run(code: str, **env_changes: str | None) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k not in PINNED and k != SWITCH}
     env["PYTHONPATH"] = str(REPO)
@@ -62,7 +84,8 @@ def _run(code: str, **env_changes: str | None) -> list[str]:
 
 def test_pin_sets_only_what_the_user_left_unset():
     env = {"MKL_CBWR": "COMPATIBLE"}
-    assert pin_cpu_kernels(env) == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
+    assert pin_cpu_kernels(env) == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE",
+                                    "ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert pin_cpu_kernels({SWITCH: "native"}) == {}
     with pytest.raises(ValueError, match="BERTFACTORY_CPU_KERNELS='avx512'.*'avx2'.*'native'"):
         pin_cpu_kernels({SWITCH: "avx512"})
@@ -80,10 +103,9 @@ def test_importing_any_stage_pins_the_kernels_before_torch_loads():
 @pytest.mark.skipif(not HAS_AVX2, reason="the pin concerns x86-64 CPUs with AVX2")
 def test_fine_tuning_computes_what_an_avx2_machine_computes():
     pinned = _run(FINETUNE)
-    # an AVX2-only machine: neither ATen nor MKL can dispatch AVX-512 there (without MKL_ENABLE_INSTRUCTIONS, MKL on
-    # an AVX-512 machine still takes its AVX-512 GEMMs, which round otherwise: seen on an AVX512-FP16 Xeon)
-    avx2_machine = _run(FINETUNE, BERTFACTORY_CPU_KERNELS="native", ATEN_CPU_CAPABILITY="avx2",
-                        MKL_ENABLE_INSTRUCTIONS="AVX2")
+    # an AVX2-only machine: neither ATen, MKL nor oneDNN can dispatch AVX-512 there (without
+    # MKL_ENABLE_INSTRUCTIONS, MKL on an AVX-512 machine still takes its AVX-512 GEMMs, which round otherwise: seen on an AVX512-FP16 Xeon)
+    avx2_machine = _run(FINETUNE, **AVX2_MACHINE)
     assert pinned[0] == avx2_machine[0] == "AVX2"
     assert pinned[1] == avx2_machine[1]
     assert _run(FINETUNE)[1] == pinned[1]  # and again, in another process
@@ -91,6 +113,16 @@ def test_fine_tuning_computes_what_an_avx2_machine_computes():
         native = _run(FINETUNE, BERTFACTORY_CPU_KERNELS="native")
         assert native[0] in ("AVX512", "AVX512_BF16", "AVX512_VNNI", "AMX") or native[0].startswith("AVX512")
         assert native[1] != pinned[1]
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="the pin concerns x86-64 CPUs with AVX2")
+def test_gelu_and_lstm_compute_what_an_avx2_machine_computes():
+    """oneDNN chooses its kernels by itself, whatever ATen and MKL were told: without its own cap, the LSTM and GELU
+    ran AVX-512 kernels on an AVX512/AMX Xeon (ONEDNN_VERBOSE: jit:avx10_1_512_amx) and gave other weights."""
+    pinned = _run(ONEDNN)
+    assert pinned == _run(ONEDNN, **AVX2_MACHINE)
+    if HAS_AVX512:  # the rest of the pin without oneDNN's cap: what it prevents
+        assert _run(ONEDNN, ONEDNN_MAX_CPU_ISA="ALL") != pinned
 
 
 def test_scripts_that_load_torch_at_import_import_bertfactory_first():
