@@ -104,7 +104,8 @@ def test_importing_any_stage_pins_the_kernels_before_torch_loads():
 def test_fine_tuning_computes_what_an_avx2_machine_computes():
     pinned = _run(FINETUNE)
     # an AVX2-only machine: neither ATen, MKL nor oneDNN can dispatch AVX-512 there (without
-    # MKL_ENABLE_INSTRUCTIONS, MKL on an AVX-512 machine still takes its AVX-512 GEMMs, which round otherwise: seen on an AVX512-FP16 Xeon)
+    # MKL_ENABLE_INSTRUCTIONS, MKL on an AVX-512 machine still takes its AVX-512 GEMMs, which round otherwise:
+    # seen on an AVX512-FP16 Xeon)
     avx2_machine = _run(FINETUNE, **AVX2_MACHINE)
     assert pinned[0] == avx2_machine[0] == "AVX2"
     assert pinned[1] == avx2_machine[1]
