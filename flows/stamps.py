@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bertfactory import __version__
 from bertfactory.io import atomic_write_json, content_hash, sha256_file
+from bertfactory.machine import machine_description
 from bertfactory.provenance import code_revision
 
 STAMP_DIR = ".bertfactory"
@@ -243,17 +244,19 @@ def begin(run_dir: Path, stage: str, key: str, log=None, decided: Plan | None = 
 
 def finish(run_dir: Path, stage: str, key: str, summary: dict, seconds: float | None = None) -> None:
     """Record the stage as done: its key, its outputs' fingerprints, its summary, and for the record (freshness
-    reads only key and outputs) the wall seconds it took, when it finished and the code that ran it."""
+    reads only key and outputs) the wall seconds it took, when it finished, the code that ran it and the machine it
+    ran on (bertfactory/machine.py: CPU model, vendor, cores, instruction sets)."""
     outputs = {str(f.relative_to(run_dir)): file_fingerprint(f) for f in _outputs(run_dir, stage) if f.is_file()}
     record = {"key": key, "stage": stage, "outputs": outputs, "summary": summary,
               "seconds": None if seconds is None else round(seconds, 2),
-              "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "code": code_revision()}
+              "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "code": code_revision(),
+              "machine": machine_description()}
     atomic_write_json(_stamp_path(run_dir, stage), record)
 
 
 def recorded_run(run_dir: Path, stage: str) -> dict:
-    """The stamp of a finished stage (key, outputs, summary, seconds, finished_at, code), {} when it has none.
-    Stamps written before seconds/code were recorded lack those keys."""
+    """The stamp of a finished stage (key, outputs, summary, seconds, finished_at, code, machine), {} when it has
+    none. Stamps written before seconds/code/machine were recorded lack those keys."""
     path = _stamp_path(run_dir, stage)
     try:
         return json.loads(path.read_text()) if path.is_file() else {}

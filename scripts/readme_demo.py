@@ -4,10 +4,11 @@
     .venv/bin/python scripts/readme_demo.py runs/local --check    # exit 1 when README.md's excerpt is not that run's
 
 The excerpt is the block between the two `demo-excerpt` markers in README.md: one line saying which commit made the
-run, when, and how long each stage took (from the stage stamps, RUN/.bertfactory/<stage>.json), then the table that
-`bertfactory run` printed at its end (flows/summary.py, read from the same run directory). A run made from a tree
-with uncommitted changes, or by code without a git checkout, is refused: its figures could not be traced to a
-commit. `--check` is what a reviewer runs after `make demo` to see that the README quotes the current run.
+run, when, on which machine (CPU model, vendor, cores, instruction sets: bertfactory/machine.py; timings and some
+scores depend on it) and how long each stage took (from the stage stamps, RUN/.bertfactory/<stage>.json), then the
+table that `bertfactory run` printed at its end (flows/summary.py, read from the same run directory). A run made
+from a tree with uncommitted changes, or by code without a git checkout, is refused: its figures could not be traced
+to a commit. `--check` is what a reviewer runs after `make demo` to see that the README quotes the current run.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
+from bertfactory.machine import render as render_machine  # noqa: E402
 from flows.stamps import recorded_run  # noqa: E402
 from flows.summary import summary_table  # noqa: E402
 import readme_block  # noqa: E402
@@ -38,8 +40,21 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
+def machine_note(stamps: dict[str, dict]) -> str:
+    """The machine the stages ran on, one line from their stamps: its rendering when they agree, else each group of
+    stages with its own ('preprocess on ...; pretrain, evaluate on ...'). A stamp of an earlier bertfactory records
+    none: 'machine not recorded'."""
+    groups: dict[str, list[str]] = {}
+    for stage, stamp in stamps.items():
+        groups.setdefault(render_machine(stamp.get("machine")), []).append(stage)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return "; ".join(f"{', '.join(stages)} on {machine}" for machine, stages in groups.items())
+
+
 def provenance_line(run_dir: Path) -> str:
-    """'Measured by `make demo` at commit C on DATE: preprocess ..., pretrain ..., evaluate ...; ... in all.'"""
+    """'Measured by `make demo` at commit C on DATE (MACHINE): preprocess ..., pretrain ..., evaluate ...; ... in
+    all.'"""
     stamps = {stage: recorded_run(run_dir, stage) for stage in STAGES}
     missing = [stage for stage, stamp in stamps.items() if not stamp]
     if missing:
@@ -61,8 +76,8 @@ def provenance_line(run_dir: Path) -> str:
     finished = max(datetime.fromisoformat(stamp["finished_at"]) for stamp in stamps.values())
     times = ", ".join(f"{stage} {_duration(stamps[stage]['seconds'])}" for stage in STAGES)
     total = sum(stamps[stage]["seconds"] for stage in STAGES)
-    return (f"Measured by `make demo` at commit {commit[:7]} on {finished:%Y-%m-%d} (2 cores): {times}; "
-            f"{_duration(total)} in all.")
+    return (f"Measured by `make demo` at commit {commit[:7]} on {finished:%Y-%m-%d} ({machine_note(stamps)}): "
+            f"{times}; {_duration(total)} in all.")
 
 
 def excerpt(run_dir: Path) -> str:

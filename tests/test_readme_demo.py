@@ -17,22 +17,34 @@ readme_demo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(readme_demo)
 
 CLEAN = {"version": "0.1.0", "commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False}
+XEON = {"cpu": "Intel(R) Xeon(R) Processor", "vendor": "GenuineIntel", "cpus": 2, "isa": ["avx2", "avx512f", "amx"],
+        "arch": "x86_64", "kernels": "avx2"}
+EPYC = {"cpu": "AMD EPYC 7B13 64-Core Processor", "vendor": "AuthenticAMD", "cpus": 2, "isa": ["avx2"],
+        "arch": "x86_64", "kernels": "avx2"}
 
 
-def _demo_run(tmp_path: Path, monkeypatch, code=CLEAN, seconds=(21.0, 230.5, 300.0)) -> Path:
+def _demo_run(tmp_path: Path, monkeypatch, code=CLEAN, seconds=(21.0, 230.5, 300.0), machines=(XEON,) * 3) -> Path:
+    """A finished demo run's stamps; a machine of None plays a stamp of an earlier bertfactory (no "machine")."""
     run = tmp_path / "run"
     (run / "pretrain").mkdir(parents=True)
     (run / "pretrain/metrics.jsonl").write_text(json.dumps({"step": 1200, "loss": 4.25, "mlm_loss": 4.25}) + "\n")
     monkeypatch.setattr(stamps, "code_revision", lambda: code)
-    for stage, took in zip(readme_demo.STAGES, seconds):
+    for stage, took, machine in zip(readme_demo.STAGES, seconds, machines):
+        monkeypatch.setattr(stamps, "machine_description", lambda: machine)
         stamps.finish(run, stage, f"key-{stage}", {"stage": stage}, took)
+        if machine is None:
+            path = run / ".bertfactory" / f"{stage}.json"
+            old = json.loads(path.read_text())
+            del old["machine"]
+            path.write_text(json.dumps(old))
     return run
 
 
-def test_finish_records_duration_time_and_code(tmp_path, monkeypatch):
+def test_finish_records_duration_time_code_and_machine(tmp_path, monkeypatch):
     run = _demo_run(tmp_path, monkeypatch)
     stamp = stamps.recorded_run(run, "pretrain")
     assert stamp["seconds"] == 230.5 and stamp["code"] == CLEAN and stamp["finished_at"].startswith("20")
+    assert stamp["machine"] == XEON
     assert stamps.recorded_summary(run, "pretrain") == {"stage": "pretrain"}
     assert stamps.recorded_run(run, "distill") == {}
 
@@ -42,8 +54,25 @@ def test_the_excerpt_names_commit_durations_and_the_printed_table(tmp_path, monk
     block = readme_demo.excerpt(run)
     assert block.startswith(readme_demo.BEGIN) and block.endswith(readme_demo.END)
     assert "at commit 0123456 on " in block
+    assert " (2 cores, Intel(R) Xeon(R) Processor (GenuineIntel, AVX-512 + AMX)): preprocess 21 s" in block
     assert "preprocess 21 s, pretrain 3.8 min, evaluate 5.0 min; 9.2 min in all." in block
     assert "pretrain  final mlm_loss" in block and "4.2500" in block and "1,200" in block
+
+
+@pytest.mark.parametrize("machines, named", [
+    ((None,) * 3, "(machine not recorded): preprocess 21 s"),
+    ((EPYC, EPYC, EPYC), "(2 cores, AMD EPYC 7B13 64-Core Processor (AuthenticAMD, AVX2)): preprocess 21 s"),
+    ((XEON, EPYC, EPYC), "(preprocess on 2 cores, Intel(R) Xeon(R) Processor (GenuineIntel, AVX-512 + AMX); "
+                         "pretrain, evaluate on 2 cores, AMD EPYC 7B13 64-Core Processor (AuthenticAMD, AVX2)): "
+                         "preprocess 21 s"),
+    ((None, XEON, XEON), "(preprocess on machine not recorded; pretrain, evaluate on 2 cores, Intel(R) Xeon(R) "
+                         "Processor (GenuineIntel, AVX-512 + AMX)): preprocess 21 s"),
+])
+def test_the_line_names_the_machine_each_stage_ran_on(tmp_path, monkeypatch, machines, named):
+    run = _demo_run(tmp_path, monkeypatch, machines=machines)
+    line = readme_demo.provenance_line(run)
+    assert line.startswith("Measured by `make demo` at commit 0123456 on 20") and named in line, line
+    assert "(2 cores):" not in line
 
 
 def test_write_then_check_and_a_changed_run_fails_the_check(tmp_path, monkeypatch, capsys):

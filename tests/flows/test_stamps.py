@@ -211,3 +211,24 @@ def test_pretraining_rule_names_the_changed_setting(tmp_path):
     assert pretrain_continues(recipe, tmp_path, old, new(inputs={"RUN/shards/manifest.json": "b"})).action == "replace"
     assert pretrain_continues(recipe, tmp_path, old, new(max_steps=fields["max_steps"] + 1)).action == "replace"
     assert pretrain_continues(recipe, tmp_path, {"key": "k"}, new()).action == "keep"
+
+
+def test_a_finished_stamp_records_the_machine_and_an_old_stamp_without_it_still_reads(tmp_path):
+    from bertfactory.machine import machine_description
+
+    run = tmp_path
+    key = stamps.stage_key("evaluate", {"lr": 1}, [])
+    stamps.begin(run, "evaluate", key)
+    _fake_eval_outputs(run)
+    stamps.finish(run, "evaluate", key, {"ok": True}, 1.5)
+    stamp = stamps.recorded_run(run, "evaluate")
+    assert stamp["machine"] == machine_description() and stamp["machine"]["cpus"] >= 1
+    assert stamp["code"]["version"]
+    # a stamp of an earlier bertfactory (no "machine"): still fresh, still read
+    path = run / ".bertfactory/evaluate.json"
+    old = json.loads(path.read_text())
+    del old["machine"]
+    path.write_text(json.dumps(old))
+    assert stamps.is_fresh(run, "evaluate", key)
+    assert "machine" not in stamps.recorded_run(run, "evaluate")
+    assert stamps.recorded_summary(run, "evaluate") == {"ok": True}
