@@ -146,6 +146,16 @@ class PretrainConfig(StrictModel):
                                 "(CUDA). For the architectures that declare it: BERT (RoBERTa, ALBERT) and ModernBERT; "
                                 "refused for the others when the recipe loads")
     compile: bool = Field(False, description="torch.compile the model (in place; checkpoints are unchanged)")
+    # not resume-neutral: other kernels (CUDA graphs, autotuned ones), not checked to draw dropout masks alike
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"] = Field(
+        "default", description="compile: torch.compile's mode. default = inductor's kernels, launched one by one. "
+        "reduce-overhead = the compiled forward and backward replayed as CUDA graphs, one launch each: pays at short "
+        "steps (H200, BERT-base: 14.8 % -> 28.1 % MFU at 64 x 128 tokens a step, nothing at 256 x 128; "
+        "benchmarks/RESULTS.md); needs static_shapes, not with unpad or batch_size_ramp (a new shape every step "
+        "would record a graph every step); the trainer copies what it keeps past a micro-step out of the graphs' "
+        "memory (docs/gpu-step.md); on the CPU inductor skips CUDA graphs and it trains as default. "
+        "max-autotune-no-cudagraphs = inductor autotunes its kernels (minutes per shape; not measured). Needs "
+        "compile: true; a mode other than default is not implemented with stacking")
     init_from: str | None = Field(None, description="a model directory (e.g. an earlier run's pretrain/final) whose "
                                   "weights start training instead of a random init: continued pretraining on new "
                                   "data (flows/refresh.py). Same architecture and tokenizer required; the optimiser "
@@ -211,6 +221,10 @@ class PretrainConfig(StrictModel):
             if self.compile or self.stacking is not None:
                 raise ValueError("pretrain.parallelism fsdp is not implemented with pretrain.compile or "
                                  "pretrain.stacking; turn them off or use parallelism ddp")
+        if self.compile_mode != "default":
+            problem = self._compile_mode_problem()
+            if problem:
+                raise ValueError(problem)
         if self.freeze_encoder_steps >= self.max_steps:
             raise ValueError(f"pretrain.freeze_encoder_steps ({self.freeze_encoder_steps}) must be < max_steps "
                              f"({self.max_steps}): the encoder would never train")
@@ -220,6 +234,33 @@ class PretrainConfig(StrictModel):
         if self.stacking is not None and self.stacking.stages[-1] >= self.max_steps:
             raise ValueError(f"stacking.stages must lie before max_steps ({self.max_steps}), got {self.stacking.stages}")
         return self
+
+    def _compile_mode_problem(self) -> str | None:
+        """Why pretrain.compile_mode cannot run with the rest of this section, in one line; None = it can. CUDA
+        graphs (reduce-overhead) replay one recorded shape with no host read inside: what gives every step its own
+        shape or reads the device mid-step is refused rather than recording a graph per step."""
+        mode = self.compile_mode
+        if not self.compile:
+            return (f"pretrain.compile_mode {mode} is a mode of pretrain.compile, which is off: set compile: true, or "
+                    f"leave compile_mode default")
+        if self.stacking is not None:
+            return (f"pretrain.compile_mode {mode} is not implemented with pretrain.stacking (the stacked model is "
+                    f"compiled anew in the default mode); use compile_mode default")
+        if mode != "reduce-overhead":
+            return None
+        if self.unpad:
+            return ("pretrain.compile_mode reduce-overhead (CUDA graphs) runs without pretrain.unpad: packing reads "
+                    "the real tokens' count on the host every forward and gives each batch its own shapes (a graph "
+                    "recorded per step); use compile_mode default with unpad")
+        if not self.static_shapes:
+            return ("pretrain.compile_mode reduce-overhead (CUDA graphs) needs pretrain.static_shapes: true: without "
+                    "it the masked-token gather reads a data-dependent count on the host every step and each count "
+                    "records its own graph")
+        if self.batch_size_ramp is not None:
+            return ("pretrain.compile_mode reduce-overhead (CUDA graphs) runs without pretrain.batch_size_ramp: the "
+                    "ramp changes the batch shape every step (a graph recorded per step); use compile_mode default "
+                    "while ramping")
+        return None
 
     # Fields that change how training is observed or stored, not the trajectory: a checkpoint written under
     # other values of these may still be resumed.
@@ -232,4 +273,6 @@ class PretrainConfig(StrictModel):
         fields = self.model_dump(mode="json", exclude=set(PretrainConfig.RESUME_NEUTRAL))
         if not self.freeze_encoder_steps:  # added later; 0 = the earlier behaviour, left out so that the stage
             del fields["freeze_encoder_steps"]  # keys and fingerprints of runs started before it stay valid
+        if self.compile_mode == "default":  # added later too, left out alike
+            del fields["compile_mode"]
         return fields

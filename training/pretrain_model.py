@@ -89,9 +89,13 @@ def compile_model(model: torch.nn.Module, cfg: PretrainConfig) -> None:
     graphs compiled so far to metrics.jsonl (`compiled_graphs`) to show it. Left to the recipe: without
     pretrain.static_shapes the sparse MLM head's boolean gather (data-dependent size) splits the graph and reads
     the number of masked tokens back every step, and pretrain.unpad packs the real tokens with `nonzero` (one host
-    read per forward) - both logged here. Mode "default": no CUDA graphs ("reduce-overhead" needs one static shape
-    and no host read in the step; at BERT's batch a step is long enough that launch overhead is small) and no
-    max-autotune (minutes of autotuning per shape); benchmarks/gpu_step.py --compile-mode measures them."""
+    read per forward) - both logged here. Mode: pretrain.compile_mode. "default" (model.compile(), as before the
+    option): no CUDA graphs and no max-autotune. "reduce-overhead": CUDA graphs, which need one static shape and no
+    host read in the step (PretrainConfig refuses it without static_shapes, with unpad or a batch ramp) and pay
+    where a step is short enough for launch overhead to matter; each replay overwrites what the previous one
+    returned, so the trainer marks every micro-step's start and copies what it keeps (TrainerSettings.cudagraphs,
+    training/trainer.py). "max-autotune-no-cudagraphs": minutes of autotuning per shape. benchmarks/gpu_step.py
+    --compile-mode measures the modes on its own step."""
     if not cfg.static_shapes and not cfg.unpad:
         logger.info("pretrain.compile without pretrain.static_shapes: the masked-token gather has a data-dependent "
                     "size, so the compiled step is split there and waits for the device once per step; "
@@ -100,7 +104,10 @@ def compile_model(model: torch.nn.Module, cfg: PretrainConfig) -> None:
         logger.info("pretrain.compile with pretrain.unpad: the packing of the real tokens (nonzero, longest row) is "
                     "read on the host once per forward; the packed shapes become symbolic after the first change")
     match_inductor()
-    model.compile()
+    if cfg.compile_mode == "default":
+        model.compile()
+    else:
+        model.compile(mode=cfg.compile_mode)
 
 
 def build_model(data: TrainingData, cfg: PretrainConfig, device: torch.device, dist: DistContext,

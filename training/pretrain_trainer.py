@@ -48,6 +48,7 @@ def trainer_settings(model_cfg: ModelConfig, cfg: PretrainConfig, data: Training
         loader_workers=cfg.loader_workers, train_flops_per_token=train_flops(model_cfg, cfg, data, dist.world_size),
         peak_flops=cfg.peak_flops * spmd_devices if cfg.peak_flops else None,  # SPMD: one process, several devices
         static_width=xla_width if device.type == "xla" else None,
+        cudagraphs=cfg.compile and cfg.compile_mode == "reduce-overhead",
         tracking=cfg.tracking.target(paths.out / TENSORBOARD_DIR, f"{paths.run_dir.resolve().name}/pretrain"))
 
 

@@ -15,6 +15,13 @@ torch's GradScaler drives it) - and the guard counts it, logs it and enforces it
 up to log_every steps later (a non-finite loss with a finite norm, which cannot happen in practice, is detected
 there but its update applied, as on XLA). Under DDP the ranks' scalars are averaged at that read.
 
+CUDA graphs (pretrain.compile_mode reduce-overhead, `settings.cudagraphs`): every replay of the compiled graphs
+overwrites the memory of what the previous replay returned, and the deferred reads keep a step's scalars for up to
+log_every steps. So each micro-step starts with torch.compiler.cudagraph_mark_step_begin() and copies (`.clone()`)
+the scalars it keeps into tensors of its own; between the micro-steps of one step it also copies the gradients,
+since autograd keeps the backward graph's output itself as a parameter's first gradient of the step (the later
+micro-steps add into the copy in place). The copies hold the same values; without CUDA graphs nothing is copied.
+
 Used by training.pretrain (`run_pretrain`); see there for how it is wired.
 """
 
@@ -315,8 +322,11 @@ class Trainer:
         slices = self.settings.grad_accumulation
         parts = [(batch, None)] if slices == 1 else split_batch(batch, slices)
         step_scalars, total_loss = [], None
+        owned_grads: set[int] = set()  # CUDA graphs: the gradients copied out of the graphs' memory in this step
         for index, (micro, weights) in enumerate(parts):
             micro = {k: v.to(self.device, non_blocking=True) for k, v in micro.items()}
+            if self.settings.cudagraphs:  # a new replay: what the previous one returned may be overwritten now
+                torch.compiler.cudagraph_mark_step_begin()
             # DDP: gradients are all-reduced once per optimiser step, in the last micro-batch's backward
             local = index < len(parts) - 1 and hasattr(self.model, "no_sync")
             with self.model.no_sync() if local else contextlib.nullcontext():
@@ -325,8 +335,13 @@ class Trainer:
                 loss = out["loss"] if weights is None else weighted_loss(out, weights)
                 loss.backward()
             total_loss = loss.detach() if total_loss is None else total_loss + loss.detach()
-            step_scalars.append(({k: v for k, v in out.items() if v is not None and (_is_loss(k) or _is_count(k))
-                                  and not (isinstance(v, torch.Tensor) and v.dim() != 0)}, weights))
+            kept = {k: v for k, v in out.items() if v is not None and (_is_loss(k) or _is_count(k))
+                    and not (isinstance(v, torch.Tensor) and v.dim() != 0)}
+            if self.settings.cudagraphs:  # out of the graph's memory, which the next replay overwrites
+                kept = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kept.items()}
+                if index < len(parts) - 1:
+                    self._own_gradients(owned_grads)
+            step_scalars.append((kept, weights))
         grad_norm = clip_gradients(self.model, self.settings.max_grad_norm)
         if weights is None:
             scalars = step_scalars[0][0]
@@ -351,6 +366,17 @@ class Trainer:
         self.scheduler.step()  # a skipped step still advances the schedule: lr stays tied to the step count
         self.optimizer.zero_grad(set_to_none=True)
         return scalars
+
+    def _own_gradients(self, owned: set[int]) -> None:
+        """CUDA graphs, between two micro-steps of one optimiser step: a parameter's first gradient of the step is
+        the backward graph's output itself (autograd keeps it rather than copying), which the next micro-step's
+        replay overwrites. A copy of the trainer's replaces it, and the later micro-steps add into that in place
+        (the same sum); `owned`: the ids of the copies made in this step, which stay alive as the gradients."""
+        for param in self.model.parameters():
+            grad = param.grad
+            if grad is not None and id(grad) not in owned:
+                param.grad = grad.clone()
+                owned.add(id(param.grad))
 
     def _xla_finish_step(self, scalars: dict, grad_norm: torch.Tensor) -> dict:
         """The XLA end of a step: update, schedule, and cut the graph - without reading anything back, so the

@@ -43,6 +43,10 @@ class TrainerSettings:
     """XLA: pad every batch to this many positions (0 = the loader's bucket width); None off XLA"""
     tracking: TrackingTarget | None = None
     """where each metrics.jsonl record also goes (training/tracking.py: TensorBoard, MLflow); None = nowhere else"""
+    cudagraphs: bool = False
+    """the model runs under CUDA graphs (pretrain.compile_mode reduce-overhead), whose every replay overwrites what
+    the previous one returned: each micro-step starts a new replay and the trainer copies what it keeps past the
+    micro-step (its scalars, the gradients summed over micro-steps) into tensors of its own (training/trainer.py)"""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "log_every", "grad_accumulation"):
