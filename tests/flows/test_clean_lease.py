@@ -11,9 +11,6 @@ Run: `.venv/bin/python -m pytest -q tests/flows/test_clean_lease.py`.
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,36 +19,13 @@ from bertfactory import storage
 from bertfactory.run_location import resolve_run_dir
 from flows import clean
 from flows.cli import main
-from flows.lock import RunDirLocked, acquire, lock_path, read_holder, read_lease, release
-from tests.flows.test_lock_lease import HOLD, REPO, flock_is_free
+from flows.lock import RunDirLocked, acquire, lock_path, read_lease, release
+from tests.flows.test_lock_lease import error_line, flock_is_free, held_by_another_process, released
 
 ASIDE = "pretrain.replaced-20260101T000000Z-3f2a9c0d1e2b"
 
 needs_s3 = pytest.mark.skipif(importlib.util.find_spec("moto") is None or importlib.util.find_spec("s3fs") is None,
                               reason="needs moto[server] and s3fs (test dependencies)")
-
-
-@contextmanager
-def held_by_another_process(run_dir: Path):
-    """Another process holding `run_dir`'s lock as the flow 'pipeline' (a `bertfactory run`); killed at the end."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1, err  # one line
-    return err.strip()
-
-
-def released(run_dir: Path) -> bool:
-    """The lock of `run_dir` is free and was let go cleanly (an empty lock file: nothing to take over)."""
-    return flock_is_free(lock_path(run_dir)) and read_holder(lock_path(run_dir)) == {}
 
 
 def held_while_deleting(monkeypatch, run_dir: Path, lease: str | None = None) -> list:

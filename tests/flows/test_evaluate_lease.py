@@ -13,9 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,10 +22,10 @@ from bertfactory.errors import InputError
 from bertfactory.run_location import resolve_run_dir, working_copy_of
 from flows import evaluate_cli, stage_runner
 from flows.cli import main
-from flows.lock import acquire, lock_path, read_holder, read_lease, release
+from flows.lock import acquire, lock_path, read_lease, release
 from tests.evaluation.conftest import make_eval_run, one_thread
 from tests.flows.test_evaluate_cli import SMALL
-from tests.flows.test_lock_lease import HOLD, REPO, flock_is_free
+from tests.flows.test_lock_lease import error_line, flock_is_free, held_by_another_process, released
 
 # one task, one learning rate, one seed, no held-out scores: the evaluation itself is not what is tested here
 ARGS = ["--no-prefect", "--task", "trec_coarse", *SMALL, "--set", "evaluate.baselines=[majority]",
@@ -44,29 +41,6 @@ def model_run(tmp_path_factory):
     """A tiny run directory (tokenizer, shards, pretrain/final); read-only: tests copy or upload it."""
     with one_thread():
         return make_eval_run(tmp_path_factory.mktemp("lease") / "run", train_steps=5)
-
-
-@contextmanager
-def held_by_another_process(run_dir: Path):
-    """Another process holding `run_dir`'s lock as the flow 'pipeline' (a `bertfactory run`); killed at the end."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1, err  # one line
-    return err.strip()
-
-
-def released(run_dir: Path) -> bool:
-    """The lock of `run_dir` is free and was let go cleanly (an empty lock file: nothing to take over)."""
-    return flock_is_free(lock_path(run_dir)) and read_holder(lock_path(run_dir)) == {}
 
 
 def test_evaluate_of_a_held_run_directory_is_refused_as_run_is_and_lets_the_lock_go(model_run, tmp_path, capsys,

@@ -21,6 +21,7 @@ import sys
 import textwrap
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,29 @@ def flock_is_free(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+@contextmanager
+def held_by_another_process(run_dir: Path):
+    """Another process holding `run_dir`'s lock as the flow 'pipeline' (a `bertfactory run`); killed at the end."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err  # one line
+    return err.strip()
+
+
+def released(run_dir: Path) -> bool:
+    """The lock of `run_dir` is free and was let go cleanly (an empty lock file: nothing to take over)."""
+    return flock_is_free(lock_path(run_dir)) and read_holder(lock_path(run_dir)) == {}
 
 
 def wait_for(condition, timeout_s: float = 120.0) -> bool:
