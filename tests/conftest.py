@@ -2,7 +2,9 @@
 
 import bertfactory  # noqa: F401  first: the pinned CPU kernels (bertfactory/cpu_kernels.py), as the CLI runs them
 
+import ipaddress
 import os
+import socket
 import tempfile
 
 import pytest
@@ -68,3 +70,76 @@ def pytest_collection_modifyitems(config, items):
         return
     slow = {_unit(item.nodeid) for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: _unit(item.nodeid) not in slow)
+
+
+# Tests reach nothing but this machine (object storage, Prefect, torch's rendezvous: all on 127.0.0.1). Looking up
+# another host's name, or connecting to another address, from a test process is refused here and fails the test
+# that did it, even where the library that tried swallows the error (Beam's GCS soft-delete check did, after ~3.5
+# minutes of retrying the lookup of storage.googleapis.com). Child processes (torchrun ranks, servers) are not
+# covered.
+_outside_attempts: list[str] = []
+_socket_connect, _socket_connect_ex = socket.socket.connect, socket.socket.connect_ex
+_getaddrinfo = socket.getaddrinfo
+_THIS_MACHINE = {"localhost", socket.gethostname()}
+
+
+def _outside_name(host) -> str | None:
+    if host is None:
+        return None
+    name = host.decode() if isinstance(host, bytes) else str(host)
+    if name in ("", *_THIS_MACHINE) or name.endswith(".localhost"):
+        return None
+    try:
+        ipaddress.ip_address(name.split("%", 1)[0])
+        return None  # an address, not a name: the connection's own check decides
+    except ValueError:
+        return name
+
+
+def _guarded_getaddrinfo(host, *args, **kwargs):
+    if (name := _outside_name(host)) is not None:
+        _outside_attempts.append(name)
+        raise socket.gaierror(socket.EAI_NONAME, f"tests reach only this machine (127.0.0.1), not {name}")
+    return _getaddrinfo(host, *args, **kwargs)
+
+
+def _outside_address(sock: socket.socket, address) -> str | None:
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or not isinstance(address, tuple):
+        return None
+    host = str(address[0])
+    if host in _THIS_MACHINE:
+        return None
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return f"{host}:{address[1]}"  # a name other than localhost: where it resolves is not ours to trust
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    return None if ip.is_loopback or ip.is_unspecified else f"{host}:{address[1]}"
+
+
+def _refuse_outside(sock: socket.socket, address) -> None:
+    if (where := _outside_address(sock, address)) is not None:
+        _outside_attempts.append(where)
+        raise OSError(f"tests reach only this machine (127.0.0.1), not {where}")
+
+
+def _guarded_connect(self, address):
+    _refuse_outside(self, address)
+    return _socket_connect(self, address)
+
+
+def _guarded_connect_ex(self, address):
+    _refuse_outside(self, address)
+    return _socket_connect_ex(self, address)
+
+
+socket.socket.connect, socket.socket.connect_ex = _guarded_connect, _guarded_connect_ex
+socket.getaddrinfo = _guarded_getaddrinfo
+
+
+@pytest.fixture(autouse=True)
+def _nothing_reached_outside():
+    _outside_attempts.clear()
+    yield
+    if _outside_attempts:
+        pytest.fail(f"the test tried to reach {', '.join(sorted(set(_outside_attempts)))}: tests reach only 127.0.0.1")
