@@ -31,3 +31,19 @@ def write_tiny_recipe(path: Path, inputs: list[str], fmt: str = "text", **sectio
 def tiny_recipe():
     """`write_tiny_recipe` (conftest modules cannot be imported by name under importlib mode)."""
     return write_tiny_recipe
+
+
+@pytest.fixture(scope="session")
+def shared_prefect_api(tmp_path_factory):
+    """One real Prefect server (`prefect server start` on 127.0.0.1) per test process, for the tests whose CLI
+    commands each started Prefect's temporary server (~10 s a command) only to run one flow."""
+    from .server.conftest import prefect_server
+
+    with prefect_server(tmp_path_factory.mktemp("shared-prefect")) as server:
+        yield server.api_url
+
+
+@pytest.fixture
+def cli_on_shared_prefect(shared_prefect_api, monkeypatch):
+    """The `bertfactory` commands this test starts run their flows on `shared_prefect_api`."""
+    monkeypatch.setenv("PREFECT_API_URL", shared_prefect_api)

@@ -14,7 +14,7 @@ from bertfactory.io import sha256_file
 
 from .members import EVALUATE, PREPROCESS, REPO, TRAIN, _command, _sets
 
-pytestmark = pytest.mark.slow  # two recipe runs through Prefect
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cli_on_shared_prefect")]  # two recipe runs through Prefect
 
 SHRINK = PREPROCESS + TRAIN + [o for o in EVALUATE if not o.startswith("evaluate.tasks=")] + ["evaluate.tasks={}"]
 

@@ -9,7 +9,8 @@ import pytest
 
 from .members import run_twin_through_flow_and_torchrun
 
-pytestmark = pytest.mark.slow  # a pipeline and a 2-process pretraining per member
+pytestmark = [pytest.mark.slow,  # a pipeline and a 2-process pretraining per member
+              pytest.mark.usefixtures("cli_on_shared_prefect")]
 
 # member -> (tiny twin, the headline metric of its evaluation)
 MEMBERS = {

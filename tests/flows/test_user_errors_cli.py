@@ -43,6 +43,7 @@ def write_manifest_run(run: Path, text: str) -> Path:
     return run
 
 
+@pytest.mark.usefixtures("cli_on_shared_prefect")
 @pytest.mark.parametrize("kind", ["recipe key", "malformed input", "missing input file", "missing sample",
                                   "stage before its upstream", "shard contract"])
 def test_each_user_error_is_one_line_and_exit_2_with_prefect(kind, tmp_path):
@@ -77,6 +78,7 @@ def test_each_user_error_is_one_line_and_exit_2_with_prefect(kind, tmp_path):
         assert_one_error_line(run, "manifest.json", "schema version")
 
 
+@pytest.mark.usefixtures("cli_on_shared_prefect")
 def test_debug_shows_the_traceback_and_prefects_report_of_a_user_error(tmp_path):
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")
     run = bertfactory("preprocess", "--input", "empty.txt", "--format", "text", "--out", "r", "--debug", cwd=tmp_path)
@@ -104,6 +106,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.usefixtures("cli_on_shared_prefect")
 def test_a_bug_inside_a_prefect_flow_keeps_its_traceback(tmp_path):
     (tmp_path / "a.txt").write_text("Some text. More text.\n", encoding="utf-8")
     run = subprocess.run([sys.executable, "-c", BUGGY_CLI, "preprocess", "--input", "a.txt", "--format", "text",
