@@ -5,6 +5,7 @@ import copy
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions, StandardOptions, TypeOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from preprocessing import options_view_cache
@@ -40,6 +41,8 @@ def test_views_are_made_once_and_share_the_options(monkeypatch):
 
 def test_a_pipeline_runs_with_the_memo_installed():
     assert options_view_cache.install() and options_view_cache.install()  # idempotent
-    with beam.Pipeline(runner="DirectRunner", options=PipelineOptions(["--direct_num_workers=1"])) as p:
+    # the runner the presets use, chosen explicitly: Beam's DirectRunner tries Prism first, which it downloads from
+    # github.com (tests/conftest.py refuses the lookup)
+    with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(["--direct_num_workers=1"])) as p:
         result = p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x * 2) | beam.CombineGlobally(sum)
         assert_that(result, equal_to([12]))
