@@ -107,12 +107,10 @@ def _outside_address(sock: socket.socket, address) -> str | None:
     if sock.family not in (socket.AF_INET, socket.AF_INET6) or not isinstance(address, tuple):
         return None
     host = str(address[0])
-    if host in _THIS_MACHINE:
-        return None
     try:
         ip = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return f"{host}:{address[1]}"  # a name other than localhost: where it resolves is not ours to trust
+    except ValueError:  # a name: the same rule as a lookup
+        return None if _outside_name(host) is None else f"{host}:{address[1]}"
     ip = getattr(ip, "ipv4_mapped", None) or ip
     return None if ip.is_loopback or ip.is_unspecified else f"{host}:{address[1]}"
 
