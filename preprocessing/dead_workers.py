@@ -25,7 +25,8 @@ import time
 import grpc
 from apache_beam.portability import common_urns, python_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
-from apache_beam.runners.portability.fn_api_runner.worker_handlers import (ControlFuture, ExternalWorkerHandler,
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import (BeamFnControlServicer, ControlConnection,
+                                                                           ControlFuture, ExternalWorkerHandler,
                                                                            SubprocessSdkWorkerHandler, WorkerHandler)
 
 from bertfactory.errors import BertfactoryError
@@ -121,14 +122,30 @@ class _DeathWatch:
             return future
 
         conn.push = push_after_death
-        conn.abort(died)
         # The runner also waits for the bundle's output on the data channel, and gives up there only when the
         # channel has failed (GrpcDataChannel.input_elements checks its _exception each second; an aborted control
         # future does not count as an answer): mark the dead worker's channel failed the way its reader would.
         self.data_conn._exception = died
+        # a snapshot (list() of a dict view runs under the GIL): Beam's conn.abort iterates the live dict, which the
+        # runner's threads may add to at this moment ("dictionary changed size during iteration" would end this
+        # thread with the waiting futures never failed)
+        for future in list(conn._futures_by_id.values()):
+            future.abort(died)
+
+    def _end_the_stream_of_a_late_worker(self) -> None:
+        """A worker still starting when the job ends (another worker died in the job's first seconds, and the job
+        failed before this one connected) connects later and would wait forever for an instruction, while close()
+        waits for it to exit: Beam's ControlConnection.close() sends the end of the stream only to a worker that
+        has connected. Queue it now for one that has not (the lock is the one its connecting takes), so it is told
+        to stop the moment it connects; a connected worker gets it from close() as before."""
+        conn = self.control_conn
+        with ControlConnection._lock:
+            if conn._state == BeamFnControlServicer.UNSTARTED_STATE:
+                conn._push_queue.put(BeamFnControlServicer._DONE_MARKER)
 
     def close(self) -> None:
         self._stopping = True  # from here on the runner itself ends the worker
+        self._end_the_stream_of_a_late_worker()
         try:
             super().close()
         except (WorkerDied, grpc.RpcError):
