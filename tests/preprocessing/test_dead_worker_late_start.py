@@ -86,8 +86,8 @@ def _scenario(killed: str) -> None:
 @pytest.mark.parametrize("killed", ["first", "second"])
 def test_a_death_while_the_other_worker_starts_ends_the_job(killed):
     # both orders: the runner closes its workers in either order after the failure
-    child = subprocess.Popen([sys.executable, __file__, killed], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
+    child = subprocess.Popen([sys.executable, __file__, killed], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         output, _ = child.communicate(timeout=ENDS_WITHIN_S)
     except subprocess.TimeoutExpired:
