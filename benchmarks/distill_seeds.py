@@ -13,7 +13,12 @@ and prints a markdown table; retention = student / teacher score of the same see
 
 --merge joins the summaries of runs that used different overrides per task (e.g. one task at its full train split,
 another at a subset): one document with every task, each with the fine-tuning settings it ran at; the summaries must
-come from one clean commit.
+come from one clean commit. With --keep EARLIER.json (an earlier merged document), its tasks that the new summaries
+do not measure again are carried over, each marked with the commit and date it was measured at (`measured`), so a
+rerun of one task does not silently re-date the others:
+
+    python benchmarks/distill_seeds.py --merge runs/distill-movie-full/summary.json \
+        --keep benchmarks/distill_minilm.json --out benchmarks/distill_minilm.json
 
 Run pairs in chunks (e.g. one task per invocation) on a shared machine: finished pairs are reused.
 
@@ -128,10 +133,11 @@ def render(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def merge(paths: list[Path]) -> dict:
+def merge(paths: list[Path], keep: Path | None = None) -> dict:
     """Several RUN/summary.json -> one document: the tasks of all, each with the overrides and the fine-tuning
-    settings (train examples, max length, epochs, rate) it ran at. Refused (ValueError) when the summaries come from
-    different commits, from a dirty tree, or repeat a task."""
+    settings (train examples, max length, epochs, rate) it ran at, and `measured` (commit, date, dirty). Refused
+    (ValueError) when the summaries come from different commits, from a dirty tree, or repeat a task. `keep`: an
+    earlier merged document whose other tasks are carried over with their own `measured`, in its order."""
     import json
 
     from distillation.stage import load_distill_config
@@ -151,10 +157,24 @@ def merge(paths: list[Path]) -> dict:
                 raise ValueError(f"{path}: task {task} is in two summaries")
             tasks[task] = {**entry, "overrides": doc["overrides"],
                            "finetune": {"max_train_examples": ft.max_train_examples, "max_seq_len": ft.max_seq_len,
-                                        "epochs": ft.epochs, "learning_rate": ft.learning_rate}}
+                                        "epochs": ft.epochs, "learning_rate": ft.learning_rate},
+                           "measured": {key: doc[key] for key in ("commit", "date", "dirty")}}
     configs = sorted({doc["config"] for _, doc in docs})
+    merged_from = [str(path) for path, _ in docs]
+    if keep is not None:
+        earlier = json.loads(Path(keep).read_text(encoding="utf-8"))
+        if earlier.get("dirty") is not False or not earlier.get("commit"):
+            raise ValueError(f"--keep {keep}: not a document of one clean commit")
+        if {c.strip() for c in earlier["config"].split(",")} != set(configs):
+            raise ValueError(f"--keep {keep}: measured with {earlier['config']}, not {', '.join(configs)}")
+        when = {key: earlier[key] for key in ("commit", "date", "dirty")}
+        kept = [task for task in earlier["tasks"] if task not in tasks]
+        # the earlier order, each task either measured again (the new entry) or carried with when it was measured
+        tasks = {**{task: tasks.pop(task) if task in tasks else {**entry, "measured": entry.get("measured") or when}
+                    for task, entry in earlier["tasks"].items()}, **tasks}
+        merged_from.append(f"{keep} (kept: {', '.join(kept) or 'none'})")
     return {"commit": commits.pop(), "dirty": False, "date": max(doc["date"] for _, doc in docs),
-            "config": ", ".join(configs), "merged_from": [str(path) for path, _ in docs], "tasks": tasks}
+            "config": ", ".join(configs), "merged_from": merged_from, "tasks": tasks}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,11 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", type=Path, metavar="SUMMARY", help="join these summary.json files "
                         "(one clean commit, disjoint tasks) into --out, training nothing")
     parser.add_argument("--out", type=Path, help="with --merge: the merged document")
+    parser.add_argument("--keep", type=Path, metavar="EARLIER", help="with --merge: carry over the tasks of this "
+                        "earlier merged document that the summaries do not measure again, each with its commit")
     args = parser.parse_args(argv)
     if args.merge:
         if args.out is None:
             parser.error("--merge needs --out")
-        merged = merge(args.merge)
+        merged = merge(args.merge, args.keep)
         atomic_write_json(args.out, merged)
         print(render(merged["tasks"]))
         return 0

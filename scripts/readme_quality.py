@@ -122,6 +122,11 @@ def _size(entry: dict) -> str:
 
 def distill_sentences(doc: dict, path: Path) -> str:
     prov, parts, met = provenance(doc, path), [], []
+    # a task carried from an earlier document (distill_seeds.py --merge --keep) names the commit it was measured at
+    per_task = {task: provenance(entry["measured"], path) for task, entry in doc["tasks"].items()
+                if entry.get("measured")}
+    if len(set(per_task.values())) > 1:
+        prov = "; ".join(f"{task} at {where}" for task, where in per_task.items())
     for task, entry in doc["tasks"].items():
         methods = entry["methods"]
         teacher = next(iter(methods.values()))["teacher"]

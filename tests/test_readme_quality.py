@@ -152,3 +152,19 @@ def test_a_merged_distillation_summary_states_sizes_and_the_goal(tmp_path):
     distill["tasks"]["trec_coarse"]["methods"]["distilbert"]["retention"] = stat(0.96, 0.01)
     text = rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))
     assert "retained at >= 1.8x): not met." in text
+
+
+def test_a_distillation_task_carried_from_an_earlier_commit_names_its_own(tmp_path):
+    stat = lambda mean, std: {"mean": mean, "std": std}  # noqa: E731
+    method = {"tinybert": {"teacher": stat(0.94, 0.01), "student": stat(0.92, 0.02), "retention": stat(0.975, 0.02),
+                           "speedup": stat(2.2, 0.01), "seeds": [1, 2, 3]}}
+    distill = {"commit": "1111111", "dirty": False, "date": "2026-11-30", "config": "configs/distill-minilm.yaml",
+               "tasks": {"trec_coarse": {"methods": method, "measured": {"commit": "2222222", "dirty": False,
+                                                                         "date": "2026-11-29T16:20:17+00:00"}},
+                         "movie_sentiment": {"methods": method, "measured": {"commit": "1111111", "dirty": False,
+                                                                             "date": "2026-11-30"}}}}
+    text = rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))
+    assert "trec_coarse at commit 2222222, 2026-11-29; movie_sentiment at commit 1111111, 2026-11-30" in text
+    distill["tasks"]["trec_coarse"]["measured"]["dirty"] = True  # a carried task is held to the same rule
+    with pytest.raises(rq.QualityError, match="uncommitted"):
+        rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))

@@ -94,3 +94,30 @@ def test_merge_joins_task_summaries_of_one_clean_commit(load_benchmark, tmp_path
         seeds.merge([a, summary("d", "sst2", [], dirty=True)])
     with pytest.raises(ValueError, match="two summaries"):
         seeds.merge([a, summary("e", "trec_coarse", [])])
+
+
+def test_merge_keeps_the_earlier_tasks_it_does_not_measure_again_with_their_commit(load_benchmark, tmp_path):
+    import json
+    from pathlib import Path
+
+    seeds = load_benchmark("distill_seeds")
+    config = str(Path(seeds.__file__).resolve().parents[1] / "configs" / "distill-minilm.yaml")
+    entry = {"methods": {}, "majority_accuracy": [0.25]}
+    earlier = {"commit": "old", "dirty": False, "date": "2026-01-01", "config": config, "merged_from": [],
+               "tasks": {"trec_coarse": {**entry, "overrides": ["finetune.max_seq_len=32"]},
+                         "movie_sentiment": {**entry, "overrides": ["finetune.max_train_examples=2000"]}}}
+    new = {"commit": "new", "dirty": False, "date": "2026-01-05", "config": config,
+           "overrides": ["finetune.max_train_examples=null"], "tasks": {"movie_sentiment": entry}}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    merged = seeds.merge([tmp_path / "new.json"], keep=tmp_path / "earlier.json")
+    assert list(merged["tasks"]) == ["trec_coarse", "movie_sentiment"]  # the earlier order
+    assert merged["commit"] == "new" and merged["date"] == "2026-01-05"
+    assert merged["tasks"]["trec_coarse"]["measured"] == {"commit": "old", "date": "2026-01-01", "dirty": False}
+    assert merged["tasks"]["trec_coarse"]["overrides"] == ["finetune.max_seq_len=32"]
+    assert merged["tasks"]["movie_sentiment"]["measured"]["commit"] == "new"  # measured again: the new entry
+    assert merged["tasks"]["movie_sentiment"]["finetune"]["max_train_examples"] is None
+    assert merged["merged_from"][-1].endswith("(kept: trec_coarse)")
+    (tmp_path / "dirty.json").write_text(json.dumps({**earlier, "dirty": True}))
+    with pytest.raises(ValueError, match="one clean commit"):
+        seeds.merge([tmp_path / "new.json"], keep=tmp_path / "dirty.json")
