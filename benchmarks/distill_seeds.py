@@ -4,7 +4,8 @@ Each (task, seed) is one ordinary distillation stage (flows/distill_flow.py's `r
 pair is not trained again when config and inputs are unchanged) in RUN/<task>/seed-<seed>/, with the config's
 teacher and shard paths resolved against RUN. The seed is the stage's `seed`: it seeds the teacher's fine-tuning,
 the students' general and task distillation, TinyBERT's initialisation and augmentation. Writes RUN/summary.json
-and prints a markdown table; retention = student / teacher score of the same seed (mean +- sample std over seeds).
+and prints two markdown tables (mean +- std per method, then per seed); retention = student / teacher score of the
+same seed (mean +- sample std over seeds).
 
     python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir runs/distill-minilm \\
         --tasks movie_sentiment trec_coarse --seeds 1 2 3 [--set tinybert.general_steps=0]
@@ -133,6 +134,32 @@ def render(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def render_seeds(results: dict[str, dict[int, dict]]) -> str:
+    """The per-seed table ({task: {seed: results.json}}): each method's test score with its retention against the
+    same seed's teacher, the same student fine-tuned without task distillation where that is another model, and
+    the majority class."""
+    methods = sorted({m for by_seed in results.values() for r in by_seed.values() for m in r["methods"]})
+    # a method whose student *is* its direct fine-tuning (DistilBERT's layer copy + fine-tuning) gets no second column
+    rows_of = {m: [r["methods"][m] for by_seed in results.values() for r in by_seed.values() if m in r["methods"]]
+               for m in methods}
+    direct = [m for m in methods
+              if any(row["student_direct"]["score"] != row["student"]["score"] for row in rows_of[m])]
+    head = ["task", "seed", "teacher", *[f"{m} (retention)" for m in methods], *[f"{m} without task distillation"
+                                                                               for m in direct], "majority class"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for task, by_seed in results.items():
+        for seed, r in sorted(by_seed.items()):
+            rows = r["methods"]
+            teacher = next(iter(rows.values()))["teacher"]["score"]
+            cells = [task, str(seed), f"{teacher:.3f}"]
+            cells += [f"{rows[m]['student']['score']:.3f} ({rows[m]['retention']:.1%})" if m in rows else "—"
+                      for m in methods]
+            cells += [f"{rows[m]['student_direct']['score']:.3f}" if m in rows else "—" for m in direct]
+            cells.append(f"{r['majority_accuracy']:.3f}")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def merge(paths: list[Path], keep: Path | None = None) -> dict:
     """Several RUN/summary.json -> one document: the tasks of all, each with the overrides and the fine-tuning
     settings (train examples, max length, epochs, rate) it ran at, and `measured` (commit, date, dirty). Refused
@@ -246,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(base / "summary.json", {**provenance, "config": args.config, "overrides": args.overrides,
                                               "tasks": summary})
     print(render(summary))
+    print()
+    print(render_seeds(results))
     return 0
 
 

@@ -121,3 +121,23 @@ def test_merge_keeps_the_earlier_tasks_it_does_not_measure_again_with_their_comm
     (tmp_path / "dirty.json").write_text(json.dumps({**earlier, "dirty": True}))
     with pytest.raises(ValueError, match="one clean commit"):
         seeds.merge([tmp_path / "new.json"], keep=tmp_path / "dirty.json")
+
+
+def test_the_per_seed_table_gives_retention_per_seed_and_a_direct_column_only_where_it_is_another_model(
+        load_benchmark):
+    seeds = load_benchmark("distill_seeds")
+
+    def row(teacher: float, student: float, direct: float) -> dict:
+        return {"teacher": {"score": teacher}, "student": {"score": student}, "retention": student / teacher,
+                "student_direct": {"score": direct}, "speedup": 2.0}
+
+    table = seeds.render_seeds({"trec_coarse": {
+        2: {"methods": {"distilbert": row(0.9, 0.88, 0.88), "tinybert": row(0.9, 0.89, 0.85)},
+            "majority_accuracy": 0.245},
+        1: {"methods": {"distilbert": row(0.92, 0.9, 0.9), "tinybert": row(0.92, 0.91, 0.86)},
+            "majority_accuracy": 0.245}}})
+    lines = table.splitlines()
+    assert lines[0] == ("| task | seed | teacher | distilbert (retention) | tinybert (retention) | "
+                        "tinybert without task distillation | majority class |")
+    assert lines[2] == "| trec_coarse | 1 | 0.920 | 0.900 (97.8%) | 0.910 (98.9%) | 0.860 | 0.245 |"  # seeds in order
+    assert lines[3].startswith("| trec_coarse | 2 | 0.900 | 0.880 (97.8%) |")
