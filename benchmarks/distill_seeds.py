@@ -10,6 +10,8 @@ same seed (mean +- sample std over seeds).
     python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir runs/distill-minilm \\
         --tasks movie_sentiment trec_coarse --seeds 1 2 3 [--set tinybert.general_steps=0]
     python benchmarks/distill_seeds.py ... --only-summary     # the table of the pairs already run, training nothing
+    python benchmarks/distill_seeds.py ... --only-summary --as-of RUN/summary.json   # ... labelled with the code
+                                                              # that trained them (chunks run in parallel)
     python benchmarks/distill_seeds.py --merge RUN_A/summary.json RUN_B/summary.json --out benchmarks/distill_minilm.json
 
 --merge joins the summaries of runs that used different overrides per task (e.g. one task at its full train split,
@@ -219,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--only-summary", action="store_true", help="summarise the pairs already run, train nothing")
+    parser.add_argument("--as-of", type=Path, metavar="SUMMARY", help="with --only-summary: the summary.json that "
+                        "the invocations which trained these pairs wrote (each overwrites it with its own pairs): "
+                        "its commit, dirty flag and date label the new summary instead of this checkout's, after "
+                        "checking it has the same config and --set list")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="SUMMARY", help="join these summary.json files "
                         "(one clean commit, disjoint tasks) into --out, training nothing")
     parser.add_argument("--out", type=Path, help="with --merge: the merged document")
@@ -242,6 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     base = Path(args.run_dir).resolve()
     provenance = result_provenance()  # at the start: the code the pairs below run
+    if args.as_of is not None:
+        # pairs trained in chunks, in parallel invocations, then summarised here: the code that trained them is the
+        # chunks' (recorded when they started), not this checkout's
+        if not args.only_summary:
+            parser.error("--as-of goes with --only-summary: a run that trains records its own code")
+        earlier = json.loads(args.as_of.read_text(encoding="utf-8"))
+        if earlier.get("config") != args.config or earlier.get("overrides") != args.overrides:
+            parser.error(f"--as-of {args.as_of}: its config and --set list ({earlier.get('config')}, "
+                         f"{earlier.get('overrides')}) are not this invocation's")
+        provenance = {key: earlier[key] for key in ("commit", "dirty", "date")}
     timer = PhaseTimer.around_stage()
     results: dict[str, dict[int, dict]] = {}
     for task in args.tasks:

@@ -141,3 +141,32 @@ def test_the_per_seed_table_gives_retention_per_seed_and_a_direct_column_only_wh
                         "tinybert without task distillation | majority class |")
     assert lines[2] == "| trec_coarse | 1 | 0.920 | 0.900 (97.8%) | 0.910 (98.9%) | 0.860 | 0.245 |"  # seeds in order
     assert lines[3].startswith("| trec_coarse | 2 | 0.900 | 0.880 (97.8%) |")
+
+
+def test_only_summary_as_of_labels_the_pairs_with_the_code_that_trained_them(load_benchmark, tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    seeds = load_benchmark("distill_seeds")
+    config = str(Path(seeds.__file__).resolve().parents[1] / "configs" / "distill-minilm.yaml")
+    row = {"teacher": {"score": 0.85}, "student": {"score": 0.83}, "retention": 0.83 / 0.85,
+           "student_direct": {"score": 0.83}, "speedup": 2.0}
+    for seed in (1, 2):  # two pairs, trained by two parallel invocations (each wrote summary.json with its own)
+        pair = tmp_path / "movie_sentiment" / f"seed-{seed}" / "distill"
+        pair.mkdir(parents=True)
+        (pair / "results.json").write_text(json.dumps({"methods": {"distilbert": row}, "majority_accuracy": 0.49}))
+    overrides = ["finetune.max_train_examples=null"]
+    chunk = {"commit": "abc1234", "dirty": False, "date": "2026-11-30T10:53:20+00:00", "config": config,
+             "overrides": overrides, "tasks": {}}
+    (tmp_path / "summary.json").write_text(json.dumps(chunk))
+    argv = ["--config", config, "--run-dir", str(tmp_path), "--tasks", "movie_sentiment", "--seeds", "1", "2",
+            "--set", overrides[0], "--only-summary", "--as-of", str(tmp_path / "summary.json")]
+    assert seeds.main(argv) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["commit"], summary["dirty"], summary["date"]) == ("abc1234", False, "2026-11-30T10:53:20+00:00")
+    assert summary["tasks"]["movie_sentiment"]["methods"]["distilbert"]["seeds"] == [1, 2]
+    assert "| movie_sentiment | 2 | 0.850 | 0.830 (97.6%) | 0.490 |" in capsys.readouterr().out
+    other = [a if a != overrides[0] else "finetune.max_train_examples=2000" for a in argv]
+    with pytest.raises(SystemExit):  # another --set list: not the invocations that trained these pairs
+        seeds.main(other)
+    assert "are not this invocation's" in capsys.readouterr().err
