@@ -239,6 +239,9 @@ def begin(run_dir: Path, stage: str, key: str, log=None, decided: Plan | None = 
         log(f"{stage}: {decided.why}")
     _stamp_path(run_dir, stage).unlink(missing_ok=True)
     atomic_write_json(_stamp_path(run_dir, stage, ".started"), {"key": key, "stage": stage, **(key_details(key) or {})})
+    # read (and cached for the process) now: `finish` records the code that ran the stage, not a commit checked out
+    # while it ran (a `git pull` during an hour of pretraining)
+    code_revision()
     return decided
 
 

@@ -232,3 +232,19 @@ def test_a_finished_stamp_records_the_machine_and_an_old_stamp_without_it_still_
     assert stamps.is_fresh(run, "evaluate", key)
     assert "machine" not in stamps.recorded_run(run, "evaluate")
     assert stamps.recorded_summary(run, "evaluate") == {"ok": True}
+
+
+def test_the_finished_stamp_records_the_code_read_when_the_stage_began(tmp_path, monkeypatch):
+    # a commit checked out while a stage runs (git pull during pretraining) is not the code that ran it
+    from bertfactory import provenance
+
+    checked_out = ["a" * 40]  # what git would answer now
+    revision = provenance.functools.lru_cache(maxsize=1)(  # cached per process, as provenance.code_revision is
+        lambda: {"version": "0.1.0", "commit": checked_out[0], "dirty": False})
+    monkeypatch.setattr(stamps, "code_revision", revision)
+    key = stamps.stage_key("evaluate", {"lr": 1}, [])
+    stamps.begin(tmp_path, "evaluate", key)
+    checked_out[0] = "b" * 40  # pulled while the stage ran
+    _fake_eval_outputs(tmp_path)
+    stamps.finish(tmp_path, "evaluate", key, {"ok": True}, 1.0)
+    assert stamps.recorded_run(tmp_path, "evaluate")["code"]["commit"] == "a" * 40
