@@ -243,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"{', '.join(missing)} required (or --merge)")
     # force: importing flows (Prefect) installed its own root handler, and the fine-tunings' epoch lines did not show
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S",
-                        force=True)
-    torch.set_num_threads(args.threads)
+    if not args.only_summary:  # process-wide settings only for a run that trains (--only-summary reads files)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                            force=True)
+        torch.set_num_threads(args.threads)
     base = Path(args.run_dir).resolve()
     provenance = result_provenance()  # at the start: the code the pairs below run
     if args.as_of is not None:
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--as-of {args.as_of}: its config and --set list ({earlier.get('config')}, "
                          f"{earlier.get('overrides')}) are not this invocation's")
         provenance = {key: earlier[key] for key in ("commit", "dirty", "date")}
-    timer = PhaseTimer.around_stage()
+    timer = None if args.only_summary else PhaseTimer.around_stage()
     results: dict[str, dict[int, dict]] = {}
     for task in args.tasks:
         for seed in args.seeds:

@@ -161,7 +161,15 @@ def test_only_summary_as_of_labels_the_pairs_with_the_code_that_trained_them(loa
     (tmp_path / "summary.json").write_text(json.dumps(chunk))
     argv = ["--config", config, "--run-dir", str(tmp_path), "--tasks", "movie_sentiment", "--seeds", "1", "2",
             "--set", overrides[0], "--only-summary", "--as-of", str(tmp_path / "summary.json")]
+    import logging
+
+    import torch
+
+    handlers, threads = list(logging.getLogger().handlers), torch.get_num_threads()
     assert seeds.main(argv) == 0
+    # reading files changes no process-wide state: root logging bound to this test's captured stderr broke the
+    # logging of every later test in the same process (RecursionError / "Logging error" in tests/flows)
+    assert logging.getLogger().handlers == handlers and torch.get_num_threads() == threads
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["commit"], summary["dirty"], summary["date"]) == ("abc1234", False, "2026-11-30T10:53:20+00:00")
     assert summary["tasks"]["movie_sentiment"]["methods"]["distilbert"]["seeds"] == [1, 2]
