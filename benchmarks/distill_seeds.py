@@ -138,15 +138,15 @@ def render(summary: dict) -> str:
 
 def render_seeds(results: dict[str, dict[int, dict]]) -> str:
     """The per-seed table ({task: {seed: results.json}}): each method's test score with its retention against the
-    same seed's teacher, the same student fine-tuned without task distillation where that is another model, and
-    the majority class."""
+    same seed's teacher, the same student fine-tuned directly on the task where that is another model (TinyBERT: without
+    task distillation; DistilBERT with general distillation: without it), and the majority class."""
     methods = sorted({m for by_seed in results.values() for r in by_seed.values() for m in r["methods"]})
     # a method whose student *is* its direct fine-tuning (DistilBERT's layer copy + fine-tuning) gets no second column
     rows_of = {m: [r["methods"][m] for by_seed in results.values() for r in by_seed.values() if m in r["methods"]]
                for m in methods}
     direct = [m for m in methods
               if any(row["student_direct"]["score"] != row["student"]["score"] for row in rows_of[m])]
-    head = ["task", "seed", "teacher", *[f"{m} (retention)" for m in methods], *[f"{m} without task distillation"
+    head = ["task", "seed", "teacher", *[f"{m} (retention)" for m in methods], *[f"{m} fine-tuned directly"
                                                                                for m in direct], "majority class"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for task, by_seed in results.items():
@@ -267,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
             # the per-pair directory sits two levels below RUN: resolve RUN-relative paths once, here
             teacher = cfg.teacher.model_copy(update={"checkpoint": str(base / cfg.teacher.checkpoint)}
                                              if cfg.teacher.checkpoint is not None else {})
-            cfg = cfg.model_copy(update={"teacher": teacher, "shards": str(base / cfg.shards)})
+            # one general-distillation cache for the whole study: the tasks (and, with general_seed pinned, the
+            # seeds) start from the same general students
+            cfg = cfg.model_copy(update={"teacher": teacher, "shards": str(base / cfg.shards),
+                                         "general_cache": (str(base / cfg.general_cache)
+                                                           if cfg.general_cache is not None else None)})
             pair_dir = base / task / f"seed-{seed}"
             if args.only_summary:
                 path = pair_dir / "distill" / "results.json"

@@ -98,5 +98,27 @@ class DistillConfig(StrictModel):
     distilbert: DistilBertConfig = DistilBertConfig()
     pkd: PkdConfig = PkdConfig()
     tinybert: TinyBertConfig = TinyBertConfig()
+    general_cache: str | None = Field(
+        "distill/general", description="directory (relative to the run directory) of generally-distilled students "
+        "(distillation/general_cache.py): general distillation does not read the task, so another task, or another "
+        "seed with `general_seed` pinned, reuses the student distilled from the same teacher, shards, initial "
+        "weights, settings, seed and thread count; null = no cache")
+    general_seed: int | None = Field(
+        None, description="the seed of general distillation (shard order, dropout, TinyBERT's initial student and "
+        "projections); null = `seed`. Pin it to start every seed of a study from one general student (TinyBERT's "
+        "paper task-distils one general TinyBERT), so the seeds vary the task phases only")
+    general_only: bool = Field(False, description="run general distillation of the enabled students into "
+                               "`general_cache` and stop (no task, no scores): prepares a study's general students, "
+                               "e.g. one process per student on a multi-core machine")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="every distillation phase's metrics "
                                      "also to TensorBoard (RUN/distill/tensorboard/NN-<phase>) and MLflow")
+
+    @model_validator(mode="after")
+    def _general_only_needs_the_cache(self) -> "DistillConfig":
+        if self.general_only and self.general_cache is None:
+            raise ValueError("general_only writes the general students into general_cache, which is null")
+        return self
+
+    @property
+    def general_seed_or_seed(self) -> int:
+        return self.seed if self.general_seed is None else self.general_seed

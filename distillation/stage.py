@@ -39,6 +39,7 @@ from training.tracking import TENSORBOARD_DIR, NumberedTargets
 
 from .augment import Augmenter, augment_features
 from .config import DistillConfig
+from .general_cache import GeneralDistillation
 from .layer_map import check_map, pkd_map, tinybert_map
 from .loop import (DistilBertObjective, DistillModel, PkdObjective, TaskBatches, Teacher,
                    TinyBertIntermediateObjective, TinyBertPredictionObjective, run_distillation)
@@ -86,7 +87,7 @@ def load_teacher(cfg: DistillConfig, run_dir: Path, out_dir: Path) -> tuple[Teac
     return Teacher(model, has_mlm, tokenizer_sha256, source), tokenizer_path
 
 
-def _shard_batches(cfg: DistillConfig, run_dir: Path, teacher: Teacher, batch_size: int):
+def _shard_batches(cfg: DistillConfig, run_dir: Path, teacher: Teacher, batch_size: int, seed: int):
     from training.data import PretrainBatches
 
     shard_dir = run_dir / cfg.shards
@@ -99,7 +100,7 @@ def _shard_batches(cfg: DistillConfig, run_dir: Path, teacher: Teacher, batch_si
     manifest = json.loads((shard_dir / "manifest.json").read_text(encoding="utf-8"))
     check_tokenizers(teacher.tokenizer_sha256, manifest["tokenizer"]["sha256"], f"teacher {teacher.source}",
                      f"shards {shard_dir}")
-    return PretrainBatches.open(shard_dir, teacher.tokenizer_sha256, batch_size, cfg.seed)
+    return PretrainBatches.open(shard_dir, teacher.tokenizer_sha256, batch_size, seed)
 
 
 def _preflight(cfg: DistillConfig, run_dir: Path, teacher: Teacher) -> None:
@@ -109,7 +110,85 @@ def _preflight(cfg: DistillConfig, run_dir: Path, teacher: Teacher) -> None:
     if d.enabled and d.general_steps and d.alpha_ce:
         teacher.require_mlm_head("distilbert.alpha_ce > 0 (soft cross-entropy on MLM logits)")
     if (d.enabled and d.general_steps) or (t.enabled and t.general_steps):
-        _shard_batches(cfg, run_dir, teacher, 1)
+        _shard_batches(cfg, run_dir, teacher, 1, cfg.seed)
+
+
+def _general(cfg: DistillConfig, run_dir: Path, method: str, trained: dict, teacher_modules: dict, settings: dict,
+             train) -> dict:
+    """One method's general distillation through the cache (distillation/general_cache.py) -> its record."""
+    cache = run_dir / cfg.general_cache if cfg.general_cache is not None else None
+    return GeneralDistillation(cache, method, cfg.general_seed_or_seed, torch.device(cfg.device)).run(
+        trained, teacher_modules, run_dir / cfg.shards, settings, train)
+
+
+def _distilbert_general(cfg: DistillConfig, run_dir: Path, teacher: Teacher, student: BertForPreTraining, metrics,
+                        device, boards: NumberedTargets) -> dict:
+    """DistilBERT's general distillation of the layer-copied `student` on the shards (in place)."""
+    d = cfg.distilbert
+    objective = DistilBertObjective(teacher, d.temperature, d.alpha_ce, d.alpha_mlm, d.alpha_cos)
+    # only the encoder leaves this phase (the task phases read student.bert); the MLM heads count only when a loss
+    # reads them
+    trained = {"student": student if (d.alpha_ce or d.alpha_mlm) else student.bert}
+    teacher_modules = {"encoder": teacher.model.bert, **({"mlm_head": teacher.model.mlm_head} if d.alpha_ce else {})}
+    settings = {"steps": d.general_steps, **d.model_dump(mode="json", exclude={"enabled", "general_steps"})}
+    return _general(cfg, run_dir, "distilbert", trained, teacher_modules, settings, lambda: run_distillation(
+        DistillModel(student), objective,
+        _shard_batches(cfg, run_dir, teacher, d.batch_size, cfg.general_seed_or_seed), d.general_steps,
+        d.learning_rate, metrics, device, tracking=boards.next("distilbert-general")))
+
+
+def _tinybert_layer_map(cfg: DistillConfig, n_teacher: int) -> dict[int, int]:
+    t = cfg.tinybert
+    return (check_map(t.layer_map, n_teacher, t.num_layers, "tinybert.layer_map") if t.layer_map is not None
+            else tinybert_map(n_teacher, t.num_layers, t.mapping))
+
+
+def _tinybert_student(cfg: DistillConfig, pretrainer: BertForPreTraining, layer_map: dict[int, int],
+                      seed: int) -> BertForPreTraining:
+    """The narrow student, random (seeded) or weight-selected from the teacher (`tinybert.init`)."""
+    t = cfg.tinybert
+    built = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, seed,
+                           t.student)
+    if t.init == "teacher":
+        select_from_teacher(built, pretrainer, layer_map)
+    return built
+
+
+def _tinybert_general(cfg: DistillConfig, run_dir: Path, teacher: Teacher, layer_map: dict[int, int], metrics,
+                      device, boards: NumberedTargets) -> tuple[BertForPreTraining, Projections, dict]:
+    """TinyBERT's general distillation -> (student, projections W_e / W_h, record). Student and projections are
+    drawn from the general seed alone, so the seeds of a study with `general_seed` pinned share one entry."""
+    t = cfg.tinybert
+    seed = cfg.general_seed_or_seed
+    student = _tinybert_student(cfg, teacher.model, layer_map, seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        projections = Projections(t.hidden_size, teacher.model.config.hidden_size)
+    settings = {"steps": t.general_steps, "batch_size": t.general_batch_size, "learning_rate": t.learning_rate,
+                "attention": t.attention, "layer_map": {str(k): v for k, v in layer_map.items()}}
+    record = _general(cfg, run_dir, "tinybert", {"student": student.bert, "projections": projections},
+                      {"encoder": teacher.model.bert}, settings, lambda: run_distillation(
+                          DistillModel(student, projections), TinyBertIntermediateObjective(teacher, layer_map, t.attention),
+                          _shard_batches(cfg, run_dir, teacher, t.general_batch_size, seed), t.general_steps,
+                          t.learning_rate, metrics, device, tracking=boards.next("tinybert-general")))
+    return student, projections, record
+
+
+def _general_only(cfg: DistillConfig, run_dir: Path, teacher: Teacher, metrics, device,
+                  boards: NumberedTargets) -> dict:
+    """`general_only`: the general students of the enabled methods into the cache, nothing else."""
+    methods: dict = {}
+    if cfg.distilbert.enabled and cfg.distilbert.general_steps:
+        student = distilbert_student(teacher.model, cfg.distilbert.teacher_layers)
+        methods["distilbert"] = {"general_distillation": _distilbert_general(cfg, run_dir, teacher, student, metrics,
+                                                                            device, boards)}
+    if cfg.tinybert.enabled and cfg.tinybert.general_steps:
+        layer_map = _tinybert_layer_map(cfg, teacher.model.config.num_layers)
+        methods["tinybert"] = {"general_distillation": _tinybert_general(cfg, run_dir, teacher, layer_map, metrics,
+                                                                        device, boards)[2]}
+    if not methods:
+        raise ConfigError("general_only: no enabled DistilBERT or TinyBERT student has general_steps > 0")
+    return {"general_only": True, "teacher_source": teacher.source, "device": str(device), "methods": methods}
 
 
 def _task_model(encoder: torch.nn.Module, task: PreparedTask, cfg: DistillConfig, seed: int) -> TaskModel:
@@ -198,6 +277,13 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
         torch.set_num_threads(cfg.num_threads)
     teacher, tokenizer_path = load_teacher(cfg, run_dir, out_dir)
     _preflight(cfg, run_dir, teacher)
+    metrics = out_dir / "metrics.jsonl"
+    boards = NumberedTargets(cfg.tracking.target(out_dir / TENSORBOARD_DIR, f"{run_dir.resolve().name}/distill"))
+    if cfg.general_only:
+        results = _general_only(cfg, run_dir, teacher, metrics, device, boards)
+        (out_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (out_dir / "report.md").write_text(render_general_report(results), encoding="utf-8")
+        return results
     text_encoder = TextEncoder.from_file(tokenizer_path)
     pad_id = text_encoder.pad_id
     pretrainer: BertForPreTraining = teacher.model
@@ -212,8 +298,6 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     teacher_params = num_parameters(teacher_task)
     task_teacher = Teacher(teacher_task, False, teacher.tokenizer_sha256, f"{teacher.source} fine-tuned on {cfg.task}")
     common = (teacher_score, teacher_params, teacher_task)
-    metrics = out_dir / "metrics.jsonl"
-    boards = NumberedTargets(cfg.tracking.target(out_dir / TENSORBOARD_DIR, f"{run_dir.resolve().name}/distill"))
     results: dict = {"task": cfg.task, "primary_metric": task.spec.primary_metric, "teacher_source": teacher.source,
                      "teacher_has_mlm_head": teacher.has_mlm_head, "device": str(device),
                      "speed_clock": inference_clock(device)[1],
@@ -222,26 +306,22 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
 
     if cfg.distilbert.enabled:
         d = cfg.distilbert
-        # built first so that logit distillation from a teacher without MLM head fails before any training
-        objective = (DistilBertObjective(teacher, d.temperature, d.alpha_ce, d.alpha_mlm, d.alpha_cos)
-                     if d.general_steps else None)
         student = distilbert_student(pretrainer, d.teacher_layers)
-        if objective is not None:
+        general = None
+        if d.general_steps:
             direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "distilbert direct")
-            run_distillation(DistillModel(student), objective, _shard_batches(cfg, run_dir, teacher, d.batch_size),
-                             d.general_steps, d.learning_rate, metrics, device,
-                             tracking=boards.next("distilbert-general"))
+            general = _distilbert_general(cfg, run_dir, teacher, student, metrics, device, boards)
         tuned = _finetune(student.bert, task, cfg, pad_id, "distilbert")
         score = _score(tuned, task, cfg, pad_id)
         # without general distillation the direct twin is the same student fine-tuned the same way (byte-identical
         # by determinism), so it is not trained a second time
-        direct_score = _score(direct, task, cfg, pad_id) if objective is not None else score
+        direct_score = _score(direct, task, cfg, pad_id) if general is not None else score
         results["methods"]["distilbert"] = _record(
             *common, tuned, score, task, cfg, pad_id,
             student_direct={"score": direct_score, "note": "the same layer-copied student fine-tuned without "
-                            "general distillation" + ("" if objective is not None else " (general_steps 0: the "
+                            "general distillation" + ("" if general is not None else " (general_steps 0: the "
                                                       "student itself)")},
-            student_layers=student.config.num_layers, general_steps=d.general_steps)
+            student_layers=student.config.num_layers, general_steps=d.general_steps, general_distillation=general)
 
     if cfg.pkd.enabled:
         p = cfg.pkd
@@ -281,23 +361,13 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
     t = cfg.tinybert
     pretrainer = teacher.model
     n_teacher = pretrainer.config.num_layers
-    layer_map = (check_map(t.layer_map, n_teacher, t.num_layers, "tinybert.layer_map") if t.layer_map is not None
-                 else tinybert_map(n_teacher, t.num_layers, t.mapping))
-
-    def new_student() -> BertForPreTraining:
-        """The narrow student, random (seeded) or weight-selected from the teacher (`tinybert.init`)."""
-        built = narrow_student(pretrainer.config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads,
-                               cfg.seed, t.student)
-        if t.init == "teacher":
-            select_from_teacher(built, pretrainer, layer_map)
-        return built
-
-    student = new_student()
-    projections = Projections(t.hidden_size, pretrainer.config.hidden_size)
+    layer_map = _tinybert_layer_map(cfg, n_teacher)
+    general = None
     if t.general_steps:
-        run_distillation(DistillModel(student, projections), TinyBertIntermediateObjective(teacher, layer_map, t.attention),
-                         _shard_batches(cfg, run_dir, teacher, t.general_batch_size), t.general_steps, t.learning_rate,
-                         metrics, device, tracking=boards.next("tinybert-general"))
+        student, projections, general = _tinybert_general(cfg, run_dir, teacher, layer_map, metrics, device, boards)
+    else:
+        student = _tinybert_student(cfg, pretrainer, layer_map, cfg.seed)
+        projections = Projections(t.hidden_size, pretrainer.config.hidden_size)
     direct = _finetune(copy.deepcopy(student.bert), task, cfg, pad_id, "tinybert direct")
     train = task.train.features
     augmented = 0
@@ -332,7 +402,8 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
         no_da = task_distil(copy.deepcopy(student.bert), copy.deepcopy(projections), task.train.features)
         ablations["no_da"] = _score(no_da, task, cfg, pad_id)
     if t.ablations and t.general_steps:
-        no_gd = task_distil(new_student().bert, Projections(t.hidden_size, pretrainer.config.hidden_size), train)
+        no_gd = task_distil(_tinybert_student(cfg, pretrainer, layer_map, cfg.general_seed_or_seed).bert,
+                            Projections(t.hidden_size, pretrainer.config.hidden_size), train)
         ablations["no_gd"] = _score(no_gd, task, cfg, pad_id)
     model = task_distil(student.bert, projections, train)
     return _record(*common, model, _score(model, task, cfg, pad_id), task, cfg, pad_id,
@@ -342,7 +413,20 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
                    student_shape={"layers": t.num_layers, "hidden": t.hidden_size, "heads": student.config.num_heads,
                                   "architecture": type(student).__name__},
                    layer_map=layer_map, attention_maps="pre-softmax scores" if t.attention else "not distilled",
-                   augmented_examples=augmented, general_steps=t.general_steps, init=t.init)
+                   augmented_examples=augmented, general_steps=t.general_steps, init=t.init,
+                   general_distillation=general)
+
+
+def render_general_report(results: dict) -> str:
+    lines = [f"# General distillation only (teacher {results['teacher_source']}, device {results['device']})", "",
+             "| student | steps | final loss | entry | reused |", "|---|---|---|---|---|"]
+    for name, m in results["methods"].items():
+        g = m["general_distillation"]
+        loss = f"{g['final_loss']:.4f}" if g["final_loss"] is not None else "—"
+        lines.append(f"| {name} | {g['steps']} | {loss} | {g['cache']} | {'yes' if g['reused'] else 'no'} |")
+    lines += ["", "A distill run of the same teacher, shards, students, settings, general seed and thread count starts "
+              "task distillation from these entries.", ""]
+    return "\n".join(lines)
 
 
 def render_report(results: dict) -> str:

@@ -1,0 +1,125 @@
+"""General distillation once per student, not once per (task, seed): the generally-distilled student is cached.
+
+General distillation reads the pretraining shards, not the task, so every task (and, with `general_seed` pinned,
+every task seed) of a study starts task distillation from the same generally-distilled student, as TinyBERT's
+paper task-distils one general TinyBERT. An entry, `<cache>/<method>-<key16>/`, holds `state.pt` (the states of
+the modules general distillation trained and later phases read: the student's encoder, TinyBERT's projections),
+`key.json` (what the key hashes) and `metrics.jsonl` (the loss lines of the run that made it). The key hashes
+every input that decides the result: the teacher's weights that the objective reads, the shards' manifest, the
+student's initial weights, the objective's settings, steps, batch size, learning rate, the seed, the device, the
+number of CPU threads (results depend on it, docs/results.md "Determinism") and the torch version. A hit loads
+the state and trains nothing; with a different input it misses. Entries are published whole (a staging
+directory renamed into place), so a crash leaves no half entry; two runs that miss at once both train, and the
+first rename wins (the results are byte-identical by determinism).
+
+    from distillation.general_cache import GeneralDistillation
+    general = GeneralDistillation(run_dir / "distill/general", "tinybert", seed=1, device=torch.device("cpu"))
+    record = general.run({"student": student.bert, "projections": projections}, {"teacher": teacher.model.bert},
+                         shards_dir, settings, train=lambda: run_distillation(...))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from bertfactory.errors import ContractError
+from bertfactory.io import AtomicFile, atomic_write_json, canonical_json, sha256_file
+
+logger = logging.getLogger(__name__)
+
+KEY_FORMAT = 1
+
+
+def state_digest(modules: dict[str, nn.Module]) -> str:
+    """sha256 over every named parameter and buffer of `modules` (name, dtype, shape and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for prefix in sorted(modules):
+        state = modules[prefix].state_dict()
+        for name in sorted(state):
+            tensor = state[name].detach().to("cpu").contiguous()
+            digest.update(f"{prefix}.{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+class GeneralDistillation:
+    """Runs one method's general distillation through the cache (`cache_dir` None: no cache, always trains)."""
+
+    def __init__(self, cache_dir: Path | None, method: str, seed: int, device: torch.device):
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.method, self.seed, self.device = method, seed, device
+
+    def key_document(self, trained: dict[str, nn.Module], teacher: dict[str, nn.Module], shards_dir: Path,
+                     settings: dict) -> dict:
+        return {"format": KEY_FORMAT, "method": self.method, "teacher": state_digest(teacher),
+                "shards_manifest": sha256_file(Path(shards_dir) / "manifest.json"),
+                "initial_student": state_digest(trained), "settings": settings, "seed": self.seed,
+                "device": self.device.type, "threads": torch.get_num_threads(), "torch": torch.__version__}
+
+    def _train(self, train: Callable[[], list[dict]]) -> list[dict]:
+        # the run draws dropout from its own seed and leaves the caller's random state as it found it, so a hit
+        # and a miss are followed by the same computation
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self.seed)
+            return train()
+
+    def run(self, trained: dict[str, nn.Module], teacher: dict[str, nn.Module], shards_dir: Path, settings: dict,
+            train: Callable[[], list[dict]]) -> dict:
+        """Train `trained` in place by `train()` (which returns its metrics records), or load it from the entry of
+        the same key. -> {"key", "reused", "cache", "steps", "final_loss"} for results.json."""
+        key_doc = self.key_document(trained, teacher, shards_dir, settings)
+        key = hashlib.sha256(canonical_json(key_doc).encode()).hexdigest()
+        record = {"key": key[:16], "steps": settings.get("steps"), "cache": None, "reused": False}
+        if self.cache_dir is None:
+            records = self._train(train)
+            return {**record, "final_loss": records[-1].get("loss") if records else None}
+        entry = self.cache_dir / f"{self.method}-{key[:16]}"
+        record["cache"] = str(entry)
+        if (entry / "state.pt").is_file():
+            return {**record, "reused": True, "final_loss": self._load(entry, key_doc, trained)}
+        records = self._train(train)
+        final_loss = records[-1].get("loss") if records else None
+        self._publish(entry, key_doc, trained, records, final_loss)
+        logger.info("%s general distillation: cached in %s (key %s)", self.method, entry, key[:16])
+        return {**record, "final_loss": final_loss}
+
+    def _load(self, entry: Path, key_doc: dict, trained: dict[str, nn.Module]) -> float | None:
+        stored = json.loads((entry / "key.json").read_text(encoding="utf-8"))
+        if stored.get("key") != key_doc:
+            raise ContractError(f"{entry / 'key.json'}: the entry's inputs are not the ones its name hashes (edited "
+                                "or truncated name?); delete the entry to train it again")
+        state = torch.load(entry / "state.pt", map_location="cpu", weights_only=True)
+        for name, module in trained.items():
+            module.load_state_dict(state[name])
+        logger.info("%s general distillation: reused %s (same teacher, shards, initial student, settings, seed, "
+                    "threads), %s steps not trained again", self.method, entry, key_doc["settings"].get("steps"))
+        return stored.get("final_loss")
+
+    def _publish(self, entry: Path, key_doc: dict, trained: dict[str, nn.Module], records: list[dict],
+                 final_loss: float | None) -> None:
+        staging = entry.with_name(f".{entry.name}.staging-{os.getpid()}")
+        if entry.exists() and not (entry / "state.pt").is_file():  # not an entry this module published
+            shutil.rmtree(entry)
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        with AtomicFile(staging / "state.pt") as tmp:
+            torch.save({name: {k: v.detach().to("cpu") for k, v in module.state_dict().items()}
+                        for name, module in trained.items()}, tmp)
+        (staging / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records),
+                                               encoding="utf-8")
+        atomic_write_json(staging / "key.json", {"key": key_doc, "final_loss": final_loss})
+        try:
+            os.replace(staging, entry)
+        except OSError:  # another run published the same key first: its state is the same
+            shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,114 @@
+"""General distillation runs once per student (distillation/general_cache.py): a second task or seed with the same
+teacher, shards, initial student, settings and general seed starts from the cached general student, and the scores
+are then exactly those of training it again; any changed input trains anew; a damaged entry is refused by name."""
+
+import json
+
+import pytest
+import torch
+
+from bertfactory.errors import ConfigError, ContractError
+from distillation.config import DistillConfig
+from distillation.general_cache import state_digest
+from distillation.stage import run_distill
+
+from .test_stage import TINY, _run_with_teacher
+
+
+def _config(**changes) -> DistillConfig:
+    doc = json.loads(json.dumps(TINY))
+    doc["pkd"] = {"enabled": False}
+    doc["tinybert"]["ablations"] = False
+    doc["tinybert"]["augment"] = {"enabled": False}
+    for dotted, value in changes.items():
+        node = doc
+        *parents, leaf = dotted.split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[leaf] = value
+    return DistillConfig.model_validate(doc)
+
+
+def _general(results: dict) -> dict:
+    return {name: m["general_distillation"] for name, m in results["methods"].items()}
+
+
+def _scores(results: dict) -> dict:
+    return {name: (m["student"]["score"], m["student_direct"]["score"]) for name, m in results["methods"].items()}
+
+
+def test_second_run_reuses_the_general_students_and_scores_the_same(run_factory):
+    run, _ = _run_with_teacher(run_factory)
+    first = run_distill(_config(general_seed=7), run)
+    assert {g["reused"] for g in _general(first).values()} == {False}
+    entries = sorted(p.name for p in (run / "distill" / "general").iterdir())
+    assert [e.split("-")[0] for e in entries] == ["distilbert", "tinybert"]
+
+    again = run_distill(_config(general_seed=7), run)
+    assert {g["reused"] for g in _general(again).values()} == {True}
+    assert _scores(again) == _scores(first)
+    assert [g["cache"] for g in _general(again).values()] == [g["cache"] for g in _general(first).values()]
+
+    # without the cache the general students are trained again, to the same scores
+    uncached = run_distill(_config(general_seed=7, general_cache=None), run)
+    assert {g["reused"] for g in _general(uncached).values()} == {False}
+    assert {g["cache"] for g in _general(uncached).values()} == {None}
+    assert _scores(uncached) == _scores(first)
+
+
+def test_another_seed_shares_the_entry_only_with_the_general_seed_pinned(run_factory):
+    run, _ = _run_with_teacher(run_factory)
+    run_distill(_config(seed=1, general_seed=7), run)
+    other_seed = run_distill(_config(seed=2, general_seed=7), run)
+    assert {g["reused"] for g in _general(other_seed).values()} == {True}
+    unpinned = run_distill(_config(seed=2), run)  # general seed = seed 2: shard order and dropout differ
+    assert {g["reused"] for g in _general(unpinned).values()} == {False}
+
+
+def test_a_changed_setting_trains_that_student_again(run_factory):
+    run, _ = _run_with_teacher(run_factory)
+    run_distill(_config(general_seed=7), run)
+    changed = run_distill(_config(general_seed=7, **{"tinybert.general_steps": 3}), run)
+    assert _general(changed)["distilbert"]["reused"] is True
+    assert _general(changed)["tinybert"]["reused"] is False
+    assert _general(changed)["tinybert"]["steps"] == 3
+
+
+def test_general_only_prepares_the_entries_a_task_run_then_reuses(run_factory):
+    run, _ = _run_with_teacher(run_factory)
+    prepared = run_distill(_config(general_seed=7, general_only=True), run)
+    assert prepared["general_only"] is True and "task" not in prepared
+    assert {g["reused"] for g in _general(prepared).values()} == {False}
+    assert "General distillation only" in (run / "distill" / "report.md").read_text()
+    task_run = run_distill(_config(general_seed=7), run)
+    assert {g["reused"] for g in _general(task_run).values()} == {True}
+
+
+def test_general_only_without_a_cache_or_a_general_student_is_refused(run_factory):
+    with pytest.raises(ValueError, match="general_cache"):
+        _config(general_only=True, general_cache=None)
+    run, _ = _run_with_teacher(run_factory)
+    with pytest.raises(ConfigError, match="general_steps > 0"):
+        run_distill(_config(general_only=True, **{"distilbert.general_steps": 0, "tinybert.general_steps": 0}), run)
+
+
+def test_an_entry_whose_key_does_not_match_its_name_is_refused(run_factory):
+    run, _ = _run_with_teacher(run_factory)
+    first = run_distill(_config(general_seed=7, **{"distilbert.enabled": False}), run)
+    key_file = run / "distill" / "general" / first["methods"]["tinybert"]["general_distillation"]["cache"].split("/")[-1] / "key.json"
+    doc = json.loads(key_file.read_text())
+    doc["key"]["settings"]["steps"] = 999
+    key_file.write_text(json.dumps(doc))
+    with pytest.raises(ContractError, match="key.json"):
+        run_distill(_config(general_seed=7, **{"distilbert.enabled": False}), run)
+
+
+def test_state_digest_sees_every_weight():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2)
+    before = state_digest({"layer": layer})
+    assert state_digest({"layer": layer}) == before
+    with torch.no_grad():
+        layer.bias[1] += 1e-6
+    assert state_digest({"layer": layer}) != before
+    assert state_digest({"other": layer}) != state_digest({"layer": layer})
