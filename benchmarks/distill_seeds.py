@@ -116,6 +116,16 @@ def summarise(results: dict[str, dict[int, dict]]) -> dict:
                 "speedup": mean_std([row["speedup"] for row in rows if row["speedup"] is not None]),
                 "seeds": sorted(seed for seed, r in by_seed.items() if name in r["methods"]),
             }
+            # TinyBERT's in-run ablations (no_gd, no_da, no_td) and the general distillation each pair started from
+            ablations = sorted({k for row in rows for k in row.get("ablations") or {}})
+            if ablations:
+                methods[name]["ablations"] = {k: mean_std([row["ablations"][k] for row in rows
+                                                           if k in (row.get("ablations") or {})]) for k in ablations}
+            general = [row["general_distillation"] for row in rows if row.get("general_distillation")]
+            if general:
+                methods[name]["general_distillation"] = {
+                    "steps": sorted({g["steps"] for g in general}), "entries": sorted({g["key"] for g in general}),
+                    "reused": sum(bool(g["reused"]) for g in general)}
         majority = {r["majority_accuracy"] for r in by_seed.values()}
         summary[task] = {"methods": methods, "majority_accuracy": sorted(majority)}
     return summary
@@ -136,6 +146,9 @@ def render(summary: dict) -> str:
     return "\n".join(lines)
 
 
+ABLATION_NAMES = {"no_gd": "without general distillation", "no_da": "without augmentation"}
+
+
 def render_seeds(results: dict[str, dict[int, dict]]) -> str:
     """The per-seed table ({task: {seed: results.json}}): each method's test score with its retention against the
     same seed's teacher, the same student fine-tuned directly on the task where that is another model (TinyBERT: without
@@ -146,8 +159,12 @@ def render_seeds(results: dict[str, dict[int, dict]]) -> str:
                for m in methods}
     direct = [m for m in methods
               if any(row["student_direct"]["score"] != row["student"]["score"] for row in rows_of[m])]
-    head = ["task", "seed", "teacher", *[f"{m} (retention)" for m in methods], *[f"{m} fine-tuned directly"
-                                                                               for m in direct], "majority class"]
+    # TinyBERT's other in-run ablations (no_td is the direct column)
+    ablated = [(m, k) for m in methods for k in sorted({k for row in rows_of[m] for k in row.get("ablations") or {}})
+               if k != "no_td"]
+    head = ["task", "seed", "teacher", *[f"{m} (retention)" for m in methods],
+            *[f"{m} fine-tuned directly" for m in direct], *[f"{m} {ABLATION_NAMES.get(k, k)}" for m, k in ablated],
+            "majority class"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for task, by_seed in results.items():
         for seed, r in sorted(by_seed.items()):
@@ -157,6 +174,8 @@ def render_seeds(results: dict[str, dict[int, dict]]) -> str:
             cells += [f"{rows[m]['student']['score']:.3f} ({rows[m]['retention']:.1%})" if m in rows else "—"
                       for m in methods]
             cells += [f"{rows[m]['student_direct']['score']:.3f}" if m in rows else "—" for m in direct]
+            cells += [f"{rows[m]['ablations'][k]:.3f}" if k in (rows.get(m, {}).get("ablations") or {}) else "—"
+                      for m, k in ablated]
             cells.append(f"{r['majority_accuracy']:.3f}")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

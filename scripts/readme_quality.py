@@ -8,7 +8,9 @@ issue 32 — fine-tuning parity with transformers' Trainer (benchmarks/finetune_
 benchmarks/finetune_parity.py at its full size), TAPT of MiniLM against un-adapted MiniLM (--tapt, default
 benchmarks/tapt_minilm.json: a committed copy of benchmarks/tapt_minilm.py's RUNS/summary.json) and distillation
 from the real MiniLM teacher (--distill, default benchmarks/distill_minilm.json: a committed copy of
-benchmarks/distill_seeds.py's RUN/summary.json). A file that is absent gives "not measured yet" and the command that
+benchmarks/distill_seeds.py's RUN/summary.json), and that distillation with general distillation on the corpus
+against the same students without it (--general, default benchmarks/distill_minilm_general.json, the same kind of
+file). A file that is absent gives "not measured yet" and the command that
 measures it. A file that does not record its `commit`, its `date` and `dirty: false` is refused: its figures could
 not be traced to a commit. The defaults are committed files, so tests/test_readme_quality.py checks the README
 against them and a stale figure fails the tests.
@@ -32,15 +34,20 @@ END = "<!-- quality:end -->"
 PARITY = REPO / "benchmarks" / "finetune_parity.json"
 TAPT = REPO / "benchmarks" / "tapt_minilm.json"
 DISTILL = REPO / "benchmarks" / "distill_minilm.json"
+GENERAL = REPO / "benchmarks" / "distill_minilm_general.json"
 COMMANDS = {
     "parity": ".venv/bin/python benchmarks/finetune_parity.py",
     "tapt": ".venv/bin/python benchmarks/tapt_minilm.py",
     "distill": ".venv/bin/python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir "
                "runs/distill-minilm --tasks movie_sentiment trec_coarse --seeds 1 2 3",
+    "general": ".venv/bin/python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir "
+               "runs/distill-gd --tasks trec_coarse --seeds 1 2 3 --set general_seed=1 --set tinybert.ablations=true "
+               "(benchmarks/RESULTS.md, \"General distillation on the corpus\")",
 }
 TITLES = {"parity": "Fine-tuning parity with transformers' Trainer",
           "tapt": "Task-adaptive pretraining (TAPT) vs un-adapted MiniLM",
-          "distill": "Distillation from the real MiniLM teacher"}
+          "distill": "Distillation from the real MiniLM teacher",
+          "general": "General distillation on the corpus"}
 
 
 class QualityError(Exception):
@@ -145,11 +152,39 @@ def distill_sentences(doc: dict, path: Path) -> str:
     return f"**{TITLES['distill']}** ({doc.get('config', '?')}; {prov}): test score {'; '.join(parts)}. {goal}"
 
 
-def block(parity: Path = PARITY, tapt: Path = TAPT, distill: Path = DISTILL) -> str:
+def _override(doc: dict, key: str) -> str | None:
+    values = [o.split("=", 1)[1] for o in doc.get("overrides", []) if o.split("=", 1)[0] == key]
+    return values[-1] if values else None
+
+
+def general_sentences(doc: dict, path: Path) -> str:
+    """With vs without general distillation, per task and student: TinyBERT's in-run `no_gd` ablation; the
+    DistilBERT-style student's direct twin (the same layer copy fine-tuned without general distillation)."""
+    prov, parts = provenance(doc, path), []
+    for task, entry in doc["tasks"].items():
+        for name, m in entry["methods"].items():
+            general = m.get("general_distillation")
+            if not general:
+                continue
+            without = (m.get("ablations") or {}).get("no_gd") or (m["direct"] if name.startswith("distilbert") else None)
+            if without is None:
+                continue
+            steps = "/".join(str(s) for s in general["steps"])
+            diff = m["student"]["mean"] - without["mean"]
+            parts.append(f"{STUDENTS.get(name, name)} on {task} {_ms(m['student']['mean'], m['student']['std'])} after "
+                         f"{steps} general steps vs {_ms(without['mean'], without['std'])} without ({diff:+.3f}; "
+                         f"{m['retention']['mean']:.1%} of the teacher retained, {len(m['seeds'])} seeds, "
+                         f"{len(general['entries'])} general student)")
+    shards = _override(doc, "shards") or "the config's shards"
+    return (f"**{TITLES['general']}** (shards `{shards}`, one general student per student shape shared by the seeds; "
+            f"{prov}): test score {'; '.join(parts) or 'no student with general distillation in the file'}.")
+
+
+def block(parity: Path = PARITY, tapt: Path = TAPT, distill: Path = DISTILL, general: Path = GENERAL) -> str:
     """The whole block, markers included: one paragraph, a sentence or two per source."""
     sentences = []
     for key, path, render in (("parity", parity, parity_sentences), ("tapt", tapt, tapt_sentences),
-                              ("distill", distill, distill_sentences)):
+                              ("distill", distill, distill_sentences), ("general", general, general_sentences)):
         if not path.is_file():
             sentences.append(f"**{TITLES[key]}**: not measured yet: `{COMMANDS[key]}`.")
             continue
@@ -170,12 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parity", type=Path, default=PARITY, help="benchmarks/finetune_parity.py's results JSON")
     parser.add_argument("--tapt", type=Path, default=TAPT, help="benchmarks/tapt_minilm.py's summary.json")
     parser.add_argument("--distill", type=Path, default=DISTILL, help="benchmarks/distill_seeds.py's summary.json")
+    parser.add_argument("--general", type=Path, default=GENERAL,
+                        help="benchmarks/distill_seeds.py's summary.json of a run with general distillation")
     parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when the README differs")
     args = parser.parse_args(argv)
     try:
         readme = args.readme.read_text(encoding="utf-8")
-        updated = replace_block(readme, block(args.parity, args.tapt, args.distill))
+        updated = replace_block(readme, block(args.parity, args.tapt, args.distill, args.general))
     except QualityError as err:
         print(f"readme_quality: {err}", file=sys.stderr)
         return 2

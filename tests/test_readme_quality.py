@@ -168,3 +168,24 @@ def test_a_distillation_task_carried_from_an_earlier_commit_names_its_own(tmp_pa
     distill["tasks"]["trec_coarse"]["measured"]["dirty"] = True  # a carried task is held to the same rule
     with pytest.raises(rq.QualityError, match="uncommitted"):
         rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))
+
+
+def test_general_distillation_sentence_compares_each_student_with_itself_without_it(tmp_path):
+    stat = lambda mean, std: {"mean": mean, "std": std}  # noqa: E731
+    general = {"steps": [200], "entries": ["k1"], "reused": 2}
+    doc = {"commit": "1a2b3c4", "dirty": False, "date": "2025-03-07", "config": "configs/distill-minilm.yaml",
+           "overrides": ["--x", "shards=corpus/shards"][1:],
+           "tasks": {"trec_coarse": {"methods": {
+               "distilbert": {"teacher": stat(0.94, 0.01), "student": stat(0.92, 0.01), "retention": stat(0.98, 0.01),
+                              "direct": stat(0.91, 0.01), "speedup": stat(2.0, 0.0), "seeds": [1, 2, 3],
+                              "general_distillation": general},
+               "tinybert": {"teacher": stat(0.94, 0.01), "student": stat(0.93, 0.02), "retention": stat(0.99, 0.02),
+                            "direct": stat(0.87, 0.01), "speedup": stat(2.2, 0.0), "seeds": [1, 2, 3],
+                            "ablations": {"no_gd": stat(0.915, 0.02)}, "general_distillation": general}}}}}
+    none = tmp_path / "none.json"
+    text = rq.block(none, none, none, _write(tmp_path, doc, "g.json"))
+    assert ("DistilBERT-style 3 layers on trec_coarse 0.920 ± 0.010 after 200 general steps vs 0.910 ± 0.010 without "
+            "(+0.010; 98.0% of the teacher retained, 3 seeds, 1 general student)") in text
+    assert "TinyBERT 4 x 312 on trec_coarse 0.930 ± 0.020 after 200 general steps vs 0.915 ± 0.020 without (+0.015" in text
+    assert "(shards `corpus/shards`, one general student per student shape shared by the seeds; commit 1a2b3c4" in text
+    assert f"on the corpus**: not measured yet: `{rq.COMMANDS['general']}`." in rq.block(none, none, none, none)

@@ -63,6 +63,24 @@ def test_summarise_gives_mean_and_sample_std_per_method(load_benchmark):
     assert m["retention"]["std"] == pytest.approx(0.1414, abs=1e-4)
     assert m["seeds"] == [1, 2] and summary["trec_coarse"]["majority_accuracy"] == [0.25]
     assert "| trec_coarse | distilbert | 2 |" in seeds.render(summary)
+    assert "ablations" not in m and "general_distillation" not in m
+
+
+def test_summarise_carries_tinybert_ablations_and_the_general_students(load_benchmark):
+    seeds = load_benchmark("distill_seeds")
+
+    def pair(no_gd: float, reused: bool) -> dict:
+        row = {"teacher": {"score": 0.9}, "student": {"score": 0.88}, "retention": 0.88 / 0.9,
+               "student_direct": {"score": 0.8}, "speedup": 2.0, "ablations": {"no_gd": no_gd, "no_td": 0.8},
+               "general_distillation": {"key": "k1", "steps": 200, "reused": reused}}
+        return {"methods": {"tinybert": row}, "majority_accuracy": 0.25}
+
+    m = seeds.summarise({"trec_coarse": {1: pair(0.86, False), 2: pair(0.84, True)}})["trec_coarse"]["methods"]["tinybert"]
+    assert m["ablations"]["no_gd"]["mean"] == pytest.approx(0.85) and m["ablations"]["no_td"]["n"] == 2
+    assert m["general_distillation"] == {"steps": [200], "entries": ["k1"], "reused": 1}
+    table = seeds.render_seeds({"trec_coarse": {1: pair(0.86, False), 2: pair(0.84, True)}}).splitlines()
+    assert table[0].endswith("| tinybert fine-tuned directly | tinybert without general distillation | majority class |")
+    assert table[3] == "| trec_coarse | 2 | 0.900 | 0.880 (97.8%) | 0.800 | 0.840 | 0.250 |"
 
 
 def test_merge_joins_task_summaries_of_one_clean_commit(load_benchmark, tmp_path):
