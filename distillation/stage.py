@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 import statistics
 import time
 from pathlib import Path
@@ -116,7 +117,8 @@ def _preflight(cfg: DistillConfig, run_dir: Path, teacher: Teacher) -> None:
 def _general(cfg: DistillConfig, run_dir: Path, method: str, trained: dict, teacher_modules: dict, settings: dict,
              train) -> dict:
     """One method's general distillation through the cache (distillation/general_cache.py) -> its record."""
-    cache = run_dir / cfg.general_cache if cfg.general_cache is not None else None
+    # normalised, so results.json names RUN/distill/general, not RUN/x/../distill/general
+    cache = Path(os.path.normpath(run_dir / cfg.general_cache)) if cfg.general_cache is not None else None
     return GeneralDistillation(cache, method, cfg.general_seed_or_seed, torch.device(cfg.device)).run(
         trained, teacher_modules, run_dir / cfg.shards, settings, train)
 

@@ -18,6 +18,7 @@ import pytest
 
 from bertfactory.samples import sample_path
 from preprocessing.portable_local import local_portable_cluster
+from tests.preprocessing.sdk_processes import sdk_workers
 
 ROOT = Path(__file__).resolve().parents[2]
 BERTFACTORY = Path(sys.executable).with_name("bertfactory")
@@ -25,28 +26,10 @@ BERTFACTORY = Path(sys.executable).with_name("bertfactory")
 ENDS_WITHIN_S = 300
 
 
-def _descendants(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of every process under `pid`."""
-    listing = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(pid)], capture_output=True, text=True).stdout
-    found = []
-    for line in listing.splitlines():
-        child, _, args = line.strip().partition(" ")
-        found.append((int(child), args))
-        found += _descendants(int(child))
-    return found
-
-
-def _sdk_workers(pid: int) -> list[int]:
-    """The SDK worker processes themselves under `pid`: the local runner's (`sdk_worker_main`, started through
-    /bin/sh -c, which is left alone) and a worker pool's (`SdkHarness(...).run()`)."""
-    return [p for p, args in _descendants(pid) if ("sdk_worker_main" in args or "SdkHarness(" in args)
-            and not args.startswith("/bin/sh")]
-
-
 def _no_workers_left(within_s: float = 120.0) -> bool:
     """Whether every SDK worker under this process has gone (polled: the runner reaps them as it shuts down)."""
     deadline = time.monotonic() + within_s
-    while _sdk_workers(os.getpid()):
+    while sdk_workers(os.getpid()):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
@@ -64,7 +47,7 @@ def _kill_a_worker_mid_job(command: list[str], workers_under: int | None, log: P
         workers: list[int] = []
         while not workers and cli.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-            workers = _sdk_workers(workers_under or cli.pid)
+            workers = sdk_workers(workers_under or cli.pid)
         assert workers, f"no SDK worker process appeared:\n{log.read_text()[-3000:]}"
         time.sleep(settle_s)  # inside the documents job, while the workers read the dump
         os.kill(workers[0], signal.SIGKILL)
@@ -92,7 +75,7 @@ def test_a_killed_worker_ends_the_job_with_a_clear_error(tmp_path):
         "died while the job ran (killed by SIGKILL)" in errors[0], errors[0]
     assert "nothing was published" in errors[0] and "Traceback" not in output
     assert not (tmp_path / "run" / "shards").exists()  # nothing half-written was published
-    assert _no_workers_left(), _sdk_workers(os.getpid())  # no worker left behind
+    assert _no_workers_left(), sdk_workers(os.getpid())  # no worker left behind
 
 
 def test_a_killed_pool_worker_ends_a_portable_job_with_a_clear_error(tmp_path):

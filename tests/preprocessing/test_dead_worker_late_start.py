@@ -22,22 +22,6 @@ LATE_S = 5.0  # the second worker's start: well after the first one's death has 
 ENDS_WITHIN_S = 240  # the job takes ~10-30 s on a loaded 2-core machine; a hang is what this bounds
 
 
-def _own_sdk_workers() -> list[int]:
-    """The SDK worker processes under this process (started through /bin/sh -c, which is left alone)."""
-    listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
-    rows = [line.split(None, 2) for line in listing.splitlines() if len(line.split(None, 2)) == 3]
-    children: dict[int, list[tuple[int, str]]] = {}
-    for pid, ppid, args in rows:
-        children.setdefault(int(ppid), []).append((int(pid), args))
-    found, todo = [], [os.getpid()]
-    while todo:
-        for pid, args in children.get(todo.pop(), []):
-            todo.append(pid)
-            if "sdk_worker_main" in args and not args.startswith("/bin/sh"):
-                found.append(pid)
-    return found
-
-
 def _scenario(killed: str) -> None:
     """Run in the child: a two-worker local job whose `killed` ("first" or "second" created) worker is killed on
     start and whose other worker starts LATE_S later; prints the job's error line, and notes when each thing
@@ -48,6 +32,7 @@ def _scenario(killed: str) -> None:
     from preprocessing import dead_workers
     from preprocessing.config import RunnerConfig
     from preprocessing.runners import run_pipeline
+    from tests.preprocessing.sdk_processes import sdk_workers
 
     watch = dead_workers.WatchedSubprocessWorkerHandler._run_and_watch
     started: list[str] = []
@@ -55,7 +40,7 @@ def _scenario(killed: str) -> None:
     def kill_on_start() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            workers = _own_sdk_workers()
+            workers = sdk_workers(os.getpid())
             if workers:
                 os.kill(workers[0], signal.SIGKILL)
                 return
