@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from bertfactory.errors import ContractError
-from bertfactory.io import AtomicFile, atomic_write_json, canonical_json, sha256_file
+from bertfactory.io import AtomicFile, append_jsonl, atomic_write_json, canonical_json, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +116,7 @@ class GeneralDistillation:
         with AtomicFile(staging / "state.pt") as tmp:
             torch.save({name: {k: v.detach().to("cpu") for k, v in module.state_dict().items()}
                         for name, module in trained.items()}, tmp)
-        (staging / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records),
-                                               encoding="utf-8")
+        append_jsonl(staging / "metrics.jsonl", records)
         atomic_write_json(staging / "key.json", {"key": key_doc, "final_loss": final_loss})
         try:
             os.replace(staging, entry)

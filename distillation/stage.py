@@ -282,10 +282,8 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     metrics = out_dir / "metrics.jsonl"
     boards = NumberedTargets(cfg.tracking.target(out_dir / TENSORBOARD_DIR, f"{run_dir.resolve().name}/distill"))
     if cfg.general_only:
-        results = _general_only(cfg, run_dir, teacher, metrics, device, boards)
-        (out_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        (out_dir / "report.md").write_text(render_general_report(results), encoding="utf-8")
-        return results
+        return _write_results(out_dir, _general_only(cfg, run_dir, teacher, metrics, device, boards),
+                              render_general_report)
     text_encoder = TextEncoder.from_file(tokenizer_path)
     pad_id = text_encoder.pad_id
     pretrainer: BertForPreTraining = teacher.model
@@ -353,8 +351,12 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
         results["methods"]["tinybert"] = _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common,
                                                    metrics, device, pad_id, boards)
 
+    return _write_results(out_dir, results, render_report)
+
+
+def _write_results(out_dir: Path, results: dict, render) -> dict:
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (out_dir / "report.md").write_text(render_report(results), encoding="utf-8")
+    (out_dir / "report.md").write_text(render(results), encoding="utf-8")
     return results
 
 
