@@ -223,6 +223,13 @@ class TcpProxy:
             for s in self._conns:
                 try:
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    # shutdown first: close() alone does not wake a _pipe thread blocked in recv() on it, and while
+                    # that recv holds the socket the kernel sends nothing, so the client of a request in flight
+                    # waited for its read timeout (60 s per attempt) instead of seeing the server go away
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                try:
                     s.close()  # linger 0: a reset, as a dead server's host sends
                 except OSError:
                     pass
