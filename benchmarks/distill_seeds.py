@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bertfactory  # noqa: E402,F401  before torch: the pinned CPU kernels (bertfactory/cpu_kernels.py)
+from bertfactory import storage  # noqa: E402
 import torch  # noqa: E402
 
 
@@ -290,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
             # seeds) start from the same general students
             cfg = cfg.model_copy(update={"teacher": teacher, "shards": str(base / cfg.shards),
                                          "general_cache": (str(base / cfg.general_cache)
-                                                           if cfg.general_cache is not None else None)})
+                                                           if cfg.general_cache is not None
+                                                           and not storage.is_url(cfg.general_cache)
+                                                           else cfg.general_cache)})
             pair_dir = base / task / f"seed-{seed}"
             if args.only_summary:
                 path = pair_dir / "distill" / "results.json"

@@ -99,10 +99,12 @@ class DistillConfig(StrictModel):
     pkd: PkdConfig = PkdConfig()
     tinybert: TinyBertConfig = TinyBertConfig()
     general_cache: str | None = Field(
-        "distill/general", description="directory (relative to the run directory) of generally-distilled students "
-        "(distillation/general_cache.py): general distillation does not read the task, so another task, or another "
-        "seed with `general_seed` pinned, reuses the student distilled from the same teacher, shards, initial "
-        "weights, settings, seed and thread count; null = no cache")
+        "cache/distill-general", description="where generally-distilled students are kept "
+        "(distillation/general_cache.py): a directory relative to the run directory (for a run on object storage, "
+        "the same path in its bucket), an absolute path, or an s3:// / gs:// URL shared by several machines. "
+        "General distillation does not read the task, so another task, or another seed with `general_seed` pinned, "
+        "reuses the student distilled from the same teacher, shards, initial weights, settings, seed and thread "
+        "count. Outside RUN/distill, which a changed distill config replaces; null = no cache")
     general_seed: int | None = Field(
         None, description="the seed of general distillation (shard order, dropout, TinyBERT's initial student and "
         "projections); null = `seed`. Pin it to start every seed of a study from one general student (TinyBERT's "

@@ -17,7 +17,6 @@ import copy
 import dataclasses
 import json
 import logging
-import os
 import statistics
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ from training.tracking import TENSORBOARD_DIR, NumberedTargets
 
 from .augment import Augmenter, augment_features
 from .config import DistillConfig
-from .general_cache import GeneralDistillation
+from .general_cache import GeneralDistillation, resolve_cache
 from .layer_map import check_map, pkd_map, tinybert_map
 from .loop import (DistilBertObjective, DistillModel, PkdObjective, TaskBatches, Teacher,
                    TinyBertIntermediateObjective, TinyBertPredictionObjective, run_distillation)
@@ -117,9 +116,8 @@ def _preflight(cfg: DistillConfig, run_dir: Path, teacher: Teacher) -> None:
 def _general(cfg: DistillConfig, run_dir: Path, method: str, trained: dict, teacher_modules: dict, settings: dict,
              train) -> dict:
     """One method's general distillation through the cache (distillation/general_cache.py) -> its record."""
-    # normalised, so results.json names RUN/distill/general, not RUN/x/../distill/general
-    cache = Path(os.path.normpath(run_dir / cfg.general_cache)) if cfg.general_cache is not None else None
-    return GeneralDistillation(cache, method, cfg.general_seed_or_seed, torch.device(cfg.device)).run(
+    cache, url = resolve_cache(cfg.general_cache, run_dir)
+    return GeneralDistillation(cache, method, cfg.general_seed_or_seed, torch.device(cfg.device), url).run(
         trained, teacher_modules, run_dir / cfg.shards, settings, train)
 
 

@@ -41,7 +41,7 @@ def test_second_run_reuses_the_general_students_and_scores_the_same(run_factory)
     run, _ = _run_with_teacher(run_factory)
     first = run_distill(_config(general_seed=7), run)
     assert {g["reused"] for g in _general(first).values()} == {False}
-    entries = sorted(p.name for p in (run / "distill" / "general").iterdir())
+    entries = sorted(p.name for p in (run / "cache" / "distill-general").iterdir())
     assert [e.split("-")[0] for e in entries] == ["distilbert", "tinybert"]
 
     again = run_distill(_config(general_seed=7), run)
@@ -95,7 +95,7 @@ def test_general_only_without_a_cache_or_a_general_student_is_refused(run_factor
 def test_an_entry_whose_key_does_not_match_its_name_is_refused(run_factory):
     run, _ = _run_with_teacher(run_factory)
     first = run_distill(_config(general_seed=7, **{"distilbert.enabled": False}), run)
-    key_file = run / "distill" / "general" / first["methods"]["tinybert"]["general_distillation"]["cache"].split("/")[-1] / "key.json"
+    key_file = run / "cache" / "distill-general" / first["methods"]["tinybert"]["general_distillation"]["cache"].split("/")[-1] / "key.json"
     doc = json.loads(key_file.read_text())
     doc["key"]["settings"]["steps"] = 999
     key_file.write_text(json.dumps(doc))
@@ -112,3 +112,25 @@ def test_state_digest_sees_every_weight():
         layer.bias[1] += 1e-6
     assert state_digest({"layer": layer}) != before
     assert state_digest({"other": layer}) != state_digest({"layer": layer})
+
+
+def test_the_cache_of_a_run_on_a_bucket_is_the_same_path_in_that_bucket(tmp_path, monkeypatch):
+    """resolve_cache: for a run directory that is the working copy of s3://b/runs/x, a relative general_cache is
+    resolved in the bucket (`..` may leave the run, never the bucket); a URL is itself; an absolute path is local."""
+    from bertfactory import run_location, storage
+    from distillation.general_cache import resolve_cache
+
+    monkeypatch.setenv("BERTFACTORY_WORK_ROOT", str(tmp_path / "work"))
+    monkeypatch.setattr(storage, "check_location", lambda url, what="": None)  # no server needed for the paths
+    run = run_location.resolve_run_dir("s3://b/runs/x")
+    assert resolve_cache("cache/distill-general", run) == (
+        run_location.working_copy_of("s3://b/runs/x/cache/distill-general"), "s3://b/runs/x/cache/distill-general")
+    assert resolve_cache("../shared", run)[1] == "s3://b/runs/shared"
+    assert resolve_cache("gs://other/gd/", run)[1] == "gs://other/gd"
+    assert resolve_cache(str(tmp_path / "abs"), run) == (tmp_path / "abs", None)
+    assert resolve_cache(None, run) == (None, None)
+    with pytest.raises(ConfigError, match=r"general_cache '../../../up': relative to the run location s3://b/runs/x "
+                                          r"it leaves the bucket"):
+        resolve_cache("../../../up", run)
+    local = tmp_path / "local-run"
+    assert resolve_cache("x/../cache/g", local) == (local / "cache" / "g", None)

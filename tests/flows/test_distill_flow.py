@@ -74,3 +74,22 @@ def test_distill_flow_without_a_teacher_names_the_missing_file(tmp_path):
     assert state.is_failed()
     with pytest.raises(Exception, match=r"distill needs .*empty/pretrain/final/model.safetensors, which does not exist"):
         state.result()
+
+
+def test_a_changed_distill_config_moves_distill_aside_but_keeps_the_general_students(run_with_teacher):
+    """Through the flow, another seed in the same run directory replaces RUN/distill (moved aside); the general
+    students live in RUN/cache/distill-general, so with `general_seed` pinned the second seed reuses them."""
+    run, config = run_with_teacher
+    general = ["pkd.enabled=false", "tinybert.enabled=true", "tinybert.hidden_size=8", "tinybert.num_layers=1",
+               "tinybert.intermediate_size=16", "tinybert.general_steps=3", "tinybert.general_batch_size=2",
+               "tinybert.intermediate_epochs=1", "tinybert.prediction_epochs=1", "tinybert.ablations=false",
+               "tinybert.augment.enabled=false", "general_seed=7"]
+    first = distill(str(config), str(run), [*general, "seed=1"])
+    assert first["status"] == "ran"
+    made = first["summary"]["methods"]["tinybert"]["general_distillation"]
+    assert made["reused"] is False and made["cache"].startswith(str(run / "cache" / "distill-general"))
+    second = distill(str(config), str(run), [*general, "seed=2"])
+    assert second["status"] == "ran" and second["key"] != first["key"]
+    assert any(p.name.startswith("distill.replaced-") for p in run.iterdir()), "the first seed's outputs moved aside"
+    reused = second["summary"]["methods"]["tinybert"]["general_distillation"]
+    assert reused["reused"] is True and reused["cache"] == made["cache"]

@@ -12,7 +12,8 @@
   between a checkpoint's local save and its upload: the resume starts from the bucket's checkpoint, no metric lost;
 - the storage server cut mid-preprocess and mid-checkpoint: one clear error, nothing committed, and the rerun
   completes with the same output;
-- the corpus refresh on a bucket: versions, their ledger and lineage, read back from another machine.
+- the corpus refresh on a bucket: versions, their ledger and lineage, read back from another machine;
+- a distillation's general student pushed by one machine, pulled by a fresh one and by a local run by its URL.
 """
 
 from __future__ import annotations
@@ -552,4 +553,54 @@ def test_recipe_paths_may_be_urls(tmp_path, s3, corpus, local_run):
     first = json.loads((run / "pretrain/metrics.jsonl").read_text().splitlines()[0])
     scratch = json.loads((local_run / "pretrain/metrics.jsonl").read_text().splitlines()[0])
     assert first["loss"] < scratch["loss"], "it started from the trained model, not from scratch"
+    no_url_folder(tmp_path)
+
+
+# -- general distillation shared through a bucket -----------------------------------------------------------------
+
+DISTILL = ["finetune.epochs=1", "finetune.num_seeds=1", "finetune.batch_size=16", "finetune.max_seq_len=24",
+           "finetune.max_train_examples=32", "finetune.max_eval_examples=16", "finetune.learning_rate=1e-3",
+           "speed_repeats=1", "num_threads=1", "distilbert.enabled=false", "pkd.enabled=false",
+           "tinybert.hidden_size=8", "tinybert.num_layers=1", "tinybert.intermediate_size=16",
+           "tinybert.general_steps=3", "tinybert.general_batch_size=4", "tinybert.intermediate_epochs=1",
+           "tinybert.prediction_epochs=1", "tinybert.ablations=false", "tinybert.augment.enabled=false",
+           "general_seed=7"]
+
+
+@pytest.mark.slow
+def test_general_students_are_shared_through_the_bucket_by_machines_that_share_no_disk(tmp_path, s3, local_run):
+    """The run on S3: machine a distils seed 1 and pushes its general student to RUN/cache/distill-general in the
+    bucket (marker last); machine b, a fresh working copy, distils seed 2 through the Prefect flow and starts from
+    that entry; machine c, a local run directory, reaches the same entry by its URL (`general_cache`)."""
+    bucket = s3.make_bucket("general")
+    url = f"{bucket}/run"
+    _upload_tree(s3, local_run, url, ("shards", "tokenizer", "pretrain"))
+    first = bf("distill", "distill-local", "--run-dir", url, *sets([*DISTILL, "seed=1"]),
+               env=machine(tmp_path, "a", s3), cwd=tmp_path)
+    assert "general distillation: shared as" in first.stderr, first.stderr[-3000:]
+    names = _remote_names(s3, f"{url}/cache/distill-general")
+    (entry,) = {n.split("/")[0] for n in names}
+    assert entry.startswith("tinybert-") and {f"{entry}/{f}" for f in ("state.pt", "key.json", "metrics.jsonl",
+                                                                        ".complete")} <= names, names
+    made = json.loads(remote_files(s3, f"{url}/distill")["results.json"])["methods"]["tinybert"]
+    assert made["general_distillation"]["reused"] is False
+    assert made["general_distillation"]["cache"] == f"{url}/cache/distill-general/{entry}"
+
+    second = bf("distill", "distill-local", "--run-dir", url, "--prefect", *sets([*DISTILL, "seed=2"]),
+                env=machine(tmp_path, "b", s3), cwd=tmp_path)
+    assert "general distillation: pulled" in second.stderr + second.stdout, second.stderr[-3000:]
+    reused = json.loads(remote_files(s3, f"{url}/distill")["results.json"])["methods"]["tinybert"]
+    assert reused["general_distillation"]["reused"] is True
+    assert reused["general_distillation"]["cache"] == made["general_distillation"]["cache"]
+    assert reused["general_distillation"]["final_loss"] == made["general_distillation"]["final_loss"]
+
+    local = tmp_path / "local-run"
+    for part in ("shards", "tokenizer", "pretrain"):
+        shutil.copytree(local_run / part, local / part)
+    bf("distill", "distill-local", "--run-dir", str(local),
+       *sets([*DISTILL, "seed=3", f"general_cache={url}/cache/distill-general"]), env=machine(tmp_path, "c", s3),
+       cwd=tmp_path)
+    third = json.loads((local / "distill/results.json").read_text())["methods"]["tinybert"]["general_distillation"]
+    assert third["reused"] is True and third["cache"] == made["general_distillation"]["cache"]
+    assert not (local / "cache").exists(), "the entry was pulled into the URL's working copy, not the run"
     no_url_folder(tmp_path)
