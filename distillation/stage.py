@@ -109,8 +109,15 @@ def _preflight(cfg: DistillConfig, run_dir: Path, teacher: Teacher) -> None:
     d, t = cfg.distilbert, cfg.tinybert
     if d.enabled and d.general_steps and d.alpha_ce:
         teacher.require_mlm_head("distilbert.alpha_ce > 0 (soft cross-entropy on MLM logits)")
-    if (d.enabled and d.general_steps) or (t.enabled and t.general_steps):
-        _shard_batches(cfg, run_dir, teacher, 1, cfg.seed)
+    batches = {name: size for name, size, on in (("distilbert.batch_size", d.batch_size, d.enabled and d.general_steps),
+                                                  ("tinybert.general_batch_size", t.general_batch_size,
+                                                   t.enabled and t.general_steps)) if on}
+    if batches:
+        rows = len(_shard_batches(cfg, run_dir, teacher, 1, cfg.seed).shards)
+        for name, size in batches.items():
+            if rows < size:  # named here: the loader's own refusal would name pretrain.batch_size
+                raise ConfigError(f"the 'train' split of {run_dir / cfg.shards} has {rows} instances, fewer than one "
+                                  f"general-distillation batch ({name}={size}); lower {name} or preprocess more text")
 
 
 def _general(cfg: DistillConfig, run_dir: Path, method: str, trained: dict, teacher_modules: dict, settings: dict,

@@ -102,6 +102,18 @@ def test_logit_distillation_from_a_teacher_without_mlm_head_refused_before_train
         run_distill(DistillConfig.model_validate(TINY), run)
 
 
+def test_a_general_batch_larger_than_the_corpus_is_refused_naming_its_setting_before_training(run_factory,
+                                                                                              monkeypatch):
+    from distillation import stage
+
+    run, _ = _run_with_teacher(run_factory)  # 32 train instances
+    monkeypatch.setattr(stage, "_finetune", lambda *a, **k: pytest.fail("trained before refusing"))
+    cfg = DistillConfig.model_validate({**TINY, "tinybert": {**TINY["tinybert"], "general_batch_size": 33}})
+    with pytest.raises(ConfigError, match=r"'train' split of .*shards has 32 instances, fewer than one "
+                                          r"general-distillation batch \(tinybert.general_batch_size=33\)"):
+        run_distill(cfg, run)
+
+
 def test_trec_questions_six_classes(run_factory):
     run, _ = _run_with_teacher(run_factory)
     cfg = DistillConfig.model_validate({**TINY, "task": "trec_coarse", "distilbert": {"enabled": False},
