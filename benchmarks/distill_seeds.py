@@ -47,6 +47,11 @@ from bertfactory import storage  # noqa: E402
 import torch  # noqa: E402
 
 
+def _under(base: Path, location: str | None) -> str | None:
+    """A RUN-relative cache location resolved against the study's RUN (a URL or null as it is)."""
+    return str(base / location) if location is not None and not storage.is_url(location) else location
+
+
 class PhaseTimer:
     """Times the stage's phases by wrapping the functions distillation.stage calls them through (its module
     attributes), so the stage itself stays free of benchmark bookkeeping. `phases` lists {phase, wall_s, cpu_s}."""
@@ -288,12 +293,11 @@ def main(argv: list[str] | None = None) -> int:
             teacher = cfg.teacher.model_copy(update={"checkpoint": str(base / cfg.teacher.checkpoint)}
                                              if cfg.teacher.checkpoint is not None else {})
             # one general-distillation cache for the whole study: the tasks (and, with general_seed pinned, the
-            # seeds) start from the same general students
+            # seeds) start from the same general students; one teacher cache: a study rerun with other student
+            # settings fine-tunes no teacher again
             cfg = cfg.model_copy(update={"teacher": teacher, "shards": str(base / cfg.shards),
-                                         "general_cache": (str(base / cfg.general_cache)
-                                                           if cfg.general_cache is not None
-                                                           and not storage.is_url(cfg.general_cache)
-                                                           else cfg.general_cache)})
+                                         "general_cache": _under(base, cfg.general_cache),
+                                         "teacher_cache": _under(base, cfg.teacher_cache)})
             pair_dir = base / task / f"seed-{seed}"
             if args.only_summary:
                 path = pair_dir / "distill" / "results.json"

@@ -105,6 +105,11 @@ class DistillConfig(StrictModel):
         "General distillation does not read the task, so another task, or another seed with `general_seed` pinned, "
         "reuses the student distilled from the same teacher, shards, initial weights, settings, seed and thread "
         "count. Outside RUN/distill, which a changed distill config replaces; null = no cache")
+    teacher_cache: str | None = Field(
+        "cache/distill-teacher", description="where teachers fine-tuned on the task are kept (distillation/"
+        "state_cache.py), as `general_cache`: the runs that share the teacher, the task's encoded inputs, the "
+        "fine-tuning settings, the seed and the thread count (a study's students, general distillation on or off, "
+        "its ablations) fine-tune it once; null = no cache")
     general_seed: int | None = Field(
         None, description="the seed of general distillation (shard order, dropout, TinyBERT's initial student and "
         "projections); null = `seed`. Pin it to start every seed of a study from one general student (TinyBERT's "

@@ -39,11 +39,12 @@ from training.tracking import TENSORBOARD_DIR, NumberedTargets
 
 from .augment import Augmenter, augment_features
 from .config import DistillConfig
-from .general_cache import GeneralDistillation, resolve_cache
+from .general_cache import GeneralDistillation
 from .layer_map import check_map, pkd_map, tinybert_map
 from .loop import (DistilBertObjective, DistillModel, PkdObjective, TaskBatches, Teacher,
                    TinyBertIntermediateObjective, TinyBertPredictionObjective, run_distillation)
 from .models import Projections, check_tokenizers, distilbert_student, first_layers_student, narrow_student, num_parameters
+from .state_cache import RngState, StateCache, arrays_digest, resolve_cache, state_digest
 from .weight_selection import select_from_teacher
 
 logger = logging.getLogger(__name__)
@@ -123,8 +124,8 @@ def _preflight(cfg: DistillConfig, run_dir: Path, teacher: Teacher) -> None:
 def _general(cfg: DistillConfig, run_dir: Path, method: str, trained: dict, teacher_modules: dict, settings: dict,
              train) -> dict:
     """One method's general distillation through the cache (distillation/general_cache.py) -> its record."""
-    cache, url = resolve_cache(cfg.general_cache, run_dir)
-    return GeneralDistillation(cache, method, cfg.general_seed_or_seed, torch.device(cfg.device), url).run(
+    cache = StateCache(*resolve_cache(cfg.general_cache, run_dir, "general_cache"))
+    return GeneralDistillation(cache, method, cfg.general_seed_or_seed, torch.device(cfg.device)).run(
         trained, teacher_modules, run_dir / cfg.shards, settings, train)
 
 
@@ -262,6 +263,37 @@ def _finetune(encoder, task, cfg: DistillConfig, pad_id: int, name: str) -> Task
     return model
 
 
+def _fine_tuned_teacher(cfg: DistillConfig, run_dir: Path, pretrainer: BertForPreTraining, task: PreparedTask,
+                        pad_id: int) -> tuple[TaskModel, dict]:
+    """The teacher fine-tuned on the task, through the teacher cache (`teacher_cache`): the runs of a study that
+    share the teacher, the task's encoded train and dev inputs, the fine-tuning settings and the seed (its students,
+    with and without general distillation, its ablations) fine-tune it once. -> (the model, its record)."""
+    with torch.random.fork_rng(devices=[]):  # a holder the result is loaded into: its initial weights do not count
+        model = TaskModel(copy.deepcopy(pretrainer.bert), task.spec.task_type, task.num_labels,
+                          cfg.finetune.classifier_dropout)
+    for p in model.parameters():  # as _finetune leaves its model
+        p.requires_grad_(True)
+    rng = RngState()
+
+    def train() -> list[dict]:
+        model.load_state_dict(_finetune(copy.deepcopy(pretrainer.bert), task, cfg, pad_id, "teacher").state_dict())
+        rng.capture()
+        return []
+
+    inputs = {split: arrays_digest({f.name: getattr(getattr(task, split).features, f.name)
+                                    for f in dataclasses.fields(getattr(task, split).features)})
+              for split in ("train", "dev")}
+    key_doc = {"kind": "fine-tuned teacher", "task": cfg.task, "teacher": state_digest({"encoder": pretrainer.bert}),
+               "task_inputs": inputs, "pad_id": pad_id, "finetune": cfg.finetune.model_dump(mode="json"),
+               "seed": cfg.seed, "device": torch.device(cfg.device).type, "threads": torch.get_num_threads(),
+               "torch": torch.__version__}
+    cache = StateCache(*resolve_cache(cfg.teacher_cache, run_dir, "teacher_cache"))
+    record = cache.run(f"teacher-{cfg.task}", key_doc, {"model": model, "rng": rng}, train,
+                       f"{cfg.task} teacher fine-tuning")
+    rng.restore()  # a reused entry leaves the generator where training it would have
+    return model.to(torch.device(cfg.device)), {k: v for k, v in record.items() if k != "final_loss"}
+
+
 def _task_steps(features, cfg: DistillConfig, epochs: int, pad_id: int) -> tuple[TaskBatches, int]:
     batches = TaskBatches(features, cfg.finetune.batch_size, cfg.seed, pad_id)
     return batches, batches.steps_per_epoch * epochs
@@ -298,7 +330,7 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     if task.spec.task_type not in ("classification", "pair-classification"):
         raise ConfigError(f"task {cfg.task}: task distillation supports classification tasks (got {task.spec.task_type})")
 
-    teacher_task = _finetune(copy.deepcopy(pretrainer.bert), task, cfg, pad_id, "teacher")
+    teacher_task, teacher_record = _fine_tuned_teacher(cfg, run_dir, pretrainer, task, pad_id)
     teacher_score = _score(teacher_task, task, cfg, pad_id)
     teacher_params = num_parameters(teacher_task)
     task_teacher = Teacher(teacher_task, False, teacher.tokenizer_sha256, f"{teacher.source} fine-tuned on {cfg.task}")
@@ -306,7 +338,8 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     results: dict = {"task": cfg.task, "primary_metric": task.spec.primary_metric, "teacher_source": teacher.source,
                      "teacher_has_mlm_head": teacher.has_mlm_head, "device": str(device),
                      "speed_clock": inference_clock(device)[1],
-                     "majority_accuracy": majority_accuracy(task), "methods": {}}
+                     "majority_accuracy": majority_accuracy(task), "teacher_fine_tuning": teacher_record,
+                     "methods": {}}
     n_teacher = pretrainer.config.num_layers
 
     if cfg.distilbert.enabled:

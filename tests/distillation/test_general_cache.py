@@ -9,7 +9,7 @@ import torch
 
 from bertfactory.errors import ConfigError, ContractError
 from distillation.config import DistillConfig
-from distillation.general_cache import state_digest
+from distillation.state_cache import state_digest
 from distillation.stage import run_distill
 
 from .test_stage import TINY, _run_with_teacher
@@ -118,19 +118,58 @@ def test_the_cache_of_a_run_on_a_bucket_is_the_same_path_in_that_bucket(tmp_path
     """resolve_cache: for a run directory that is the working copy of s3://b/runs/x, a relative general_cache is
     resolved in the bucket (`..` may leave the run, never the bucket); a URL is itself; an absolute path is local."""
     from bertfactory import run_location, storage
-    from distillation.general_cache import resolve_cache
+    from distillation.state_cache import resolve_cache
 
     monkeypatch.setenv("BERTFACTORY_WORK_ROOT", str(tmp_path / "work"))
     monkeypatch.setattr(storage, "check_location", lambda url, what="": None)  # no server needed for the paths
     run = run_location.resolve_run_dir("s3://b/runs/x")
-    assert resolve_cache("cache/distill-general", run) == (
+    assert resolve_cache("cache/distill-general", run, "general_cache") == (
         run_location.working_copy_of("s3://b/runs/x/cache/distill-general"), "s3://b/runs/x/cache/distill-general")
-    assert resolve_cache("../shared", run)[1] == "s3://b/runs/shared"
-    assert resolve_cache("gs://other/gd/", run)[1] == "gs://other/gd"
-    assert resolve_cache(str(tmp_path / "abs"), run) == (tmp_path / "abs", None)
-    assert resolve_cache(None, run) == (None, None)
+    assert resolve_cache("../shared", run, "general_cache")[1] == "s3://b/runs/shared"
+    assert resolve_cache("gs://other/gd/", run, "general_cache")[1] == "gs://other/gd"
+    assert resolve_cache(str(tmp_path / "abs"), run, "general_cache") == (tmp_path / "abs", None)
+    assert resolve_cache(None, run, "general_cache") == (None, None)
     with pytest.raises(ConfigError, match=r"general_cache '../../../up': relative to the run location s3://b/runs/x "
                                           r"it leaves the bucket"):
-        resolve_cache("../../../up", run)
+        resolve_cache("../../../up", run, "general_cache")
     local = tmp_path / "local-run"
-    assert resolve_cache("x/../cache/g", local) == (local / "cache" / "g", None)
+    assert resolve_cache("x/../cache/g", local, "general_cache") == (local / "cache" / "g", None)
+
+
+def test_the_fine_tuned_teacher_is_reused_and_every_score_is_what_fine_tuning_it_again_gives(run_factory):
+    """teacher_cache: a second run with the same teacher, task inputs, fine-tuning settings and seed loads the
+    fine-tuned teacher (and the random state its fine-tuning left, which TinyBERT's projections draw from without
+    general distillation), so every method scores exactly what a run without the cache scores; another seed or
+    another fine-tuning setting fine-tunes again."""
+    run, _ = _run_with_teacher(run_factory)
+    # TinyBERT alone, without general distillation: its projections are the first draw after the teacher's
+    # fine-tuning (another method in between would reseed the generator)
+    changes = {"distilbert.enabled": False, "tinybert.general_steps": 0}
+    metrics = run / "distill" / "metrics.jsonl"
+    seen = 0
+
+    def losses() -> list[tuple]:  # the distillation loops' loss lines of the last run
+        nonlocal seen
+        lines = metrics.read_text().splitlines()
+        records, seen = [json.loads(line) for line in lines[seen:]], len(lines)
+        return [(r["step"], r["loss"]) for r in records]
+
+    first = run_distill(_config(**changes), run)
+    first_losses = losses()
+    assert first["teacher_fine_tuning"]["reused"] is False
+    (entry,) = (run / "cache" / "distill-teacher").iterdir()
+    assert entry.name.startswith("teacher-movie_sentiment-") and (entry / "state.pt").is_file()
+    again = run_distill(_config(**changes), run)
+    assert again["teacher_fine_tuning"]["reused"] is True
+    assert losses() == first_losses
+    uncached = run_distill(_config(teacher_cache=None, **changes), run)
+    assert losses() == first_losses
+    assert uncached["teacher_fine_tuning"] == {"key": first["teacher_fine_tuning"]["key"], "cache": None,
+                                               "reused": False}
+    assert set(first["methods"]) == {"tinybert"}
+    for results in (again, uncached):
+        assert _scores(results) == _scores(first)
+        assert {n: m["teacher"]["score"] for n, m in results["methods"].items()} == \
+            {n: m["teacher"]["score"] for n, m in first["methods"].items()}
+    assert run_distill(_config(seed=2, **changes), run)["teacher_fine_tuning"]["reused"] is False
+    assert run_distill(_config(**changes, **{"finetune.epochs": 2}), run)["teacher_fine_tuning"]["reused"] is False

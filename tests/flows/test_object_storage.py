@@ -569,9 +569,10 @@ DISTILL = ["finetune.epochs=1", "finetune.num_seeds=1", "finetune.batch_size=16"
 
 @pytest.mark.slow
 def test_general_students_are_shared_through_the_bucket_by_machines_that_share_no_disk(tmp_path, s3, local_run):
-    """The run on S3: machine a distils seed 1 and pushes its general student to RUN/cache/distill-general in the
-    bucket (marker last); machine b, a fresh working copy, distils seed 2 through the Prefect flow and starts from
-    that entry; machine c, a local run directory, reaches the same entry by its URL (`general_cache`)."""
+    """The run on S3: machine a distils seed 1 and pushes its general student to RUN/cache/distill-general and its
+    fine-tuned teacher to RUN/cache/distill-teacher in the bucket (markers last); machine b, a fresh working copy,
+    distils seed 1 with other task-distillation settings through the Prefect flow and starts from both entries;
+    machine c, a local run directory, reaches the general student by its URL (`general_cache`) for seed 3."""
     bucket = s3.make_bucket("general")
     url = f"{bucket}/run"
     _upload_tree(s3, local_run, url, ("shards", "tokenizer", "pretrain"))
@@ -582,17 +583,25 @@ def test_general_students_are_shared_through_the_bucket_by_machines_that_share_n
     (entry,) = {n.split("/")[0] for n in names}
     assert entry.startswith("tinybert-") and {f"{entry}/{f}" for f in ("state.pt", "key.json", "metrics.jsonl",
                                                                         ".complete")} <= names, names
-    made = json.loads(remote_files(s3, f"{url}/distill")["results.json"])["methods"]["tinybert"]
+    results = json.loads(remote_files(s3, f"{url}/distill")["results.json"])
+    made = results["methods"]["tinybert"]
     assert made["general_distillation"]["reused"] is False
     assert made["general_distillation"]["cache"] == f"{url}/cache/distill-general/{entry}"
+    teacher = results["teacher_fine_tuning"]
+    assert teacher["reused"] is False and teacher["cache"].startswith(f"{url}/cache/distill-teacher/teacher-")
+    assert f"{teacher['cache'].rsplit('/', 1)[1]}/.complete" in _remote_names(s3, f"{url}/cache/distill-teacher")
 
-    second = bf("distill", "distill-local", "--run-dir", url, "--prefect", *sets([*DISTILL, "seed=2"]),
-                env=machine(tmp_path, "b", s3), cwd=tmp_path)
-    assert "general distillation: pulled" in second.stderr + second.stdout, second.stderr[-3000:]
-    reused = json.loads(remote_files(s3, f"{url}/distill")["results.json"])["methods"]["tinybert"]
-    assert reused["general_distillation"]["reused"] is True
+    second = bf("distill", "distill-local", "--run-dir", url, "--prefect",
+                *sets([*DISTILL, "seed=1", "tinybert.prediction_epochs=2"]), env=machine(tmp_path, "b", s3),
+                cwd=tmp_path)
+    log = second.stderr + second.stdout
+    assert "general distillation: pulled" in log and "teacher fine-tuning: pulled" in log, log[-3000:]
+    results = json.loads(remote_files(s3, f"{url}/distill")["results.json"])
+    reused = results["methods"]["tinybert"]
+    assert reused["general_distillation"]["reused"] is True and results["teacher_fine_tuning"]["reused"] is True
     assert reused["general_distillation"]["cache"] == made["general_distillation"]["cache"]
     assert reused["general_distillation"]["final_loss"] == made["general_distillation"]["final_loss"]
+    assert reused["teacher"]["score"] == made["teacher"]["score"]
 
     local = tmp_path / "local-run"
     for part in ("shards", "tokenizer", "pretrain"):
@@ -602,5 +611,5 @@ def test_general_students_are_shared_through_the_bucket_by_machines_that_share_n
        cwd=tmp_path)
     third = json.loads((local / "distill/results.json").read_text())["methods"]["tinybert"]["general_distillation"]
     assert third["reused"] is True and third["cache"] == made["general_distillation"]["cache"]
-    assert not (local / "cache").exists(), "the entry was pulled into the URL's working copy, not the run"
+    assert not (local / "cache" / "distill-general").exists(), "pulled into the URL's working copy, not the run"
     no_url_folder(tmp_path)
