@@ -139,10 +139,11 @@ def _distilbert_general(cfg: DistillConfig, run_dir: Path, teacher: Teacher, stu
     trained = {"student": student if (d.alpha_ce or d.alpha_mlm) else student.bert}
     teacher_modules = {"encoder": teacher.model.bert, **({"mlm_head": teacher.model.mlm_head} if d.alpha_ce else {})}
     settings = {"steps": d.general_steps, **d.model_dump(mode="json", exclude={"enabled", "general_steps"})}
+    board = boards.next("distilbert-general")  # numbered on a cache hit too: the later phases keep their numbers
     return _general(cfg, run_dir, "distilbert", trained, teacher_modules, settings, lambda: run_distillation(
         DistillModel(student), objective,
         _shard_batches(cfg, run_dir, teacher, d.batch_size, cfg.general_seed_or_seed), d.general_steps,
-        d.learning_rate, metrics, device, tracking=boards.next("distilbert-general")))
+        d.learning_rate, metrics, device, tracking=board))
 
 
 def _tinybert_layer_map(cfg: DistillConfig, n_teacher: int) -> dict[int, int]:
@@ -174,11 +175,12 @@ def _tinybert_general(cfg: DistillConfig, run_dir: Path, teacher: Teacher, layer
         projections = Projections(t.hidden_size, teacher.model.config.hidden_size)
     settings = {"steps": t.general_steps, "batch_size": t.general_batch_size, "learning_rate": t.learning_rate,
                 "attention": t.attention, "layer_map": {str(k): v for k, v in layer_map.items()}}
+    board = boards.next("tinybert-general")  # numbered on a cache hit too: the later phases keep their numbers
     record = _general(cfg, run_dir, "tinybert", {"student": student.bert, "projections": projections},
                       {"encoder": teacher.model.bert}, settings, lambda: run_distillation(
                           DistillModel(student, projections), TinyBertIntermediateObjective(teacher, layer_map, t.attention),
                           _shard_batches(cfg, run_dir, teacher, t.general_batch_size, seed), t.general_steps,
-                          t.learning_rate, metrics, device, tracking=boards.next("tinybert-general")))
+                          t.learning_rate, metrics, device, tracking=board))
     return student, projections, record
 
 

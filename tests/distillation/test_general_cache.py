@@ -173,3 +173,17 @@ def test_the_fine_tuned_teacher_is_reused_and_every_score_is_what_fine_tuning_it
             {n: m["teacher"]["score"] for n, m in first["methods"].items()}
     assert run_distill(_config(seed=2, **changes), run)["teacher_fine_tuning"]["reused"] is False
     assert run_distill(_config(**changes, **{"finetune.epochs": 2}), run)["teacher_fine_tuning"]["reused"] is False
+
+
+def test_a_cache_hit_keeps_the_numbers_of_the_later_phases_event_directories(run_factory):
+    """TensorBoard's NN-<phase> directories: a reused general student still takes its number, so a run that trains
+    and one that reuses write each later phase to the same name."""
+    run, _ = _run_with_teacher(run_factory)
+    boards = run / "distill" / "tensorboard"
+    run_distill(_config(general_seed=7), run)
+    trained = {p.name for p in boards.iterdir()}
+    boards.rename(run / "tensorboard-trained")
+    run_distill(_config(general_seed=7), run)
+    reused = {p.name for p in boards.iterdir()}
+    general = {name for name in trained if name.endswith("-general")}
+    assert len(general) == 2 and reused == trained - general, (sorted(trained), sorted(reused))
