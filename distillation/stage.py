@@ -463,14 +463,33 @@ def _tinybert(cfg, run_dir, teacher, task_teacher, task, text_encoder, common, m
 
 def render_general_report(results: dict) -> str:
     lines = [f"# General distillation only (teacher {results['teacher_source']}, device {results['device']})", "",
-             "| student | steps | final loss | entry | reused |", "|---|---|---|---|---|"]
+             "| student | steps | final loss | entry | reused | CPU-s where trained |", "|---|---|---|---|---|---|"]
     for name, m in results["methods"].items():
         g = m["general_distillation"]
         loss = f"{g['final_loss']:.4f}" if g["final_loss"] is not None else "—"
-        lines.append(f"| {name} | {g['steps']} | {loss} | {g['cache']} | {'yes' if g['reused'] else 'no'} |")
+        lines.append(f"| {name} | {g['steps']} | {loss} | {g['cache']} | {'yes' if g['reused'] else 'no'} | "
+                     f"{_cpu_seconds(g)} |")
     lines += ["", "A distill run of the same teacher, shards, students, settings, general seed and thread count starts "
               "task distillation from these entries.", ""]
     return "\n".join(lines)
+
+
+def _cpu_seconds(record: dict) -> str:
+    cost = record.get("cost")
+    return f"{cost['cpu_s']:,.1f}" if cost else "—"
+
+
+def _cached_phase_lines(results: dict) -> list[str]:
+    """The phases kept in the caches (distillation/state_cache.py): where each came from, and what it cost."""
+    phases = [("teacher fine-tuning", results.get("teacher_fine_tuning"))]
+    phases += [(f"{name} general distillation", m.get("general_distillation")) for name, m in results["methods"].items()]
+    rows = [(label, r) for label, r in phases if r]
+    if not rows:
+        return []
+    lines = ["", "Phases trained once and reused by key (docs/distill.md):", "",
+             "| phase | entry | reused | CPU-s where trained |", "|---|---|---|---|"]
+    return lines + [f"| {label} | {r['cache'] or '— (no cache)'} | {'yes' if r['reused'] else 'no'} | "
+                    f"{_cpu_seconds(r)} |" for label, r in rows]
 
 
 def render_report(results: dict) -> str:
@@ -492,6 +511,7 @@ def render_report(results: dict) -> str:
         lines += ["", "TinyBERT ablations (student score):", "", "| variant | score |", "|---|---|",
                   f"| full | {results['methods']['tinybert']['student']['score']:.4f} |"]
         lines += [f"| {names[k]} | {v:.4f} |" for k, v in ablations.items()]
+    lines += _cached_phase_lines(results)
     lines += ["", "Retention = student / teacher score; speed-up = teacher / student inference time over the test "
               "inputs (median of repeated passes, same batches; " + results.get("speed_clock", "wall-clock time") + "). Attention maps are distilled pre-softmax "
               "(TinyBERT). Multi-piece words are augmented with teacher-embedding neighbours (no GloVe here).", ""]

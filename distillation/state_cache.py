@@ -27,6 +27,7 @@ import logging
 import os
 import posixpath
 import shutil
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -97,6 +98,12 @@ def resolve_cache(setting: str | None, run_dir: Path, field: str) -> tuple[Path 
     return resolve_run_dir(url, field), url
 
 
+def _timed(train: Callable[[], list[dict]]) -> tuple[list[dict], dict]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    records = train()
+    return records, {"wall_s": round(time.perf_counter() - wall, 2), "cpu_s": round(time.process_time() - cpu, 2)}
+
+
 class RngState(nn.Module):
     """torch's CPU random state as a module buffer, so an entry can keep the state a phase left: a later phase that
     draws from the global generator (TinyBERT's projections without general distillation) then draws the same
@@ -124,12 +131,14 @@ class StateCache:
     def run(self, name: str, key_doc: dict, trained: dict[str, nn.Module], train: Callable[[], list[dict]],
             what: str) -> dict:
         """Train `trained` in place by `train()` (which returns its metrics records), or load it from the entry of
-        `key_doc`. `what` names it in the log. -> {"key", "cache", "reused", "final_loss"} for results.json."""
+        `key_doc`. `what` names it in the log. -> {"key", "cache", "reused", "final_loss", "cost"} for results.json;
+        `cost`: the wall and CPU seconds (this process) the training took where it ran, so a reuse shows what it
+        saved and a study can be sized from its entries."""
         key = hashlib.sha256(canonical_json({"format": KEY_FORMAT, **key_doc}).encode()).hexdigest()
         record = {"key": key[:16], "cache": None, "reused": False}
         if self.cache_dir is None:
-            records = train()
-            return {**record, "final_loss": records[-1].get("loss") if records else None}
+            records, cost = _timed(train)
+            return {**record, "final_loss": records[-1].get("loss") if records else None, "cost": cost}
         entry = self.cache_dir / f"{name}-{key[:16]}"
         record["cache"] = self.shared.remote(entry.name) if self.shared is not None else str(entry)
         shared = self.shared is not None and storage.exists(self.shared.remote(f"{entry.name}/{MARKER}"))
@@ -138,18 +147,19 @@ class StateCache:
             self.shared.pull_tree(entry.name)
             logger.info("%s: pulled %s", what, self.shared.remote(entry.name))
         if (entry / "state.pt").is_file():
-            final_loss = self._load(entry, key_doc, trained)
-            logger.info("%s: reused %s (same inputs, settings, seed and threads), not trained again", what, entry)
+            final_loss, cost = self._load(entry, key_doc, trained)
+            logger.info("%s: reused %s (same inputs, settings, seed and threads), not trained again%s", what, entry,
+                        f" ({cost['cpu_s']:.0f} CPU-s saved)" if cost else "")
             if self.shared is not None and not shared:  # trained here, but its push never finished
                 self._share(entry, what)
-            return {**record, "reused": True, "final_loss": final_loss}
-        records = train()
+            return {**record, "reused": True, "final_loss": final_loss, "cost": cost}
+        records, cost = _timed(train)
         final_loss = records[-1].get("loss") if records else None
-        self._publish(entry, key_doc, trained, records, final_loss)
+        self._publish(entry, key_doc, trained, records, final_loss, cost)
         logger.info("%s: cached in %s (key %s)", what, entry, key[:16])
         if self.shared is not None:
             self._share(entry, what)
-        return {**record, "final_loss": final_loss}
+        return {**record, "final_loss": final_loss, "cost": cost}
 
     def _share(self, entry: Path, what: str) -> None:
         """Push the entry, its `.complete` marker last: another machine trusts it only then."""
@@ -157,7 +167,7 @@ class StateCache:
         logger.info("%s: shared as %s", what, self.shared.remote(entry.name))
 
     @staticmethod
-    def _load(entry: Path, key_doc: dict, trained: dict[str, nn.Module]) -> float | None:
+    def _load(entry: Path, key_doc: dict, trained: dict[str, nn.Module]) -> tuple[float | None, dict | None]:
         stored = json.loads((entry / "key.json").read_text(encoding="utf-8"))
         if stored.get("key") != {"format": KEY_FORMAT, **key_doc}:
             raise ContractError(f"{entry / 'key.json'}: the entry's inputs are not the ones its name hashes (edited "
@@ -165,11 +175,11 @@ class StateCache:
         state = torch.load(entry / "state.pt", map_location="cpu", weights_only=True)
         for name, module in trained.items():
             module.load_state_dict(state[name])
-        return stored.get("final_loss")
+        return stored.get("final_loss"), stored.get("cost")
 
     @staticmethod
     def _publish(entry: Path, key_doc: dict, trained: dict[str, nn.Module], records: list[dict],
-                 final_loss: float | None) -> None:
+                 final_loss: float | None, cost: dict) -> None:
         staging = entry.with_name(f".{entry.name}.staging-{os.getpid()}")
         if entry.exists() and not (entry / "state.pt").is_file():  # not an entry this module published
             shutil.rmtree(entry)
@@ -180,7 +190,8 @@ class StateCache:
             torch.save({name: {k: v.detach().to("cpu") for k, v in module.state_dict().items()}
                         for name, module in trained.items()}, tmp)
         append_jsonl(staging / "metrics.jsonl", records)
-        atomic_write_json(staging / "key.json", {"key": {"format": KEY_FORMAT, **key_doc}, "final_loss": final_loss})
+        atomic_write_json(staging / "key.json", {"key": {"format": KEY_FORMAT, **key_doc}, "final_loss": final_loss,
+                                                 "cost": cost})
         try:
             os.replace(staging, entry)
         except OSError:  # another run published the same key first: its state is the same
