@@ -30,7 +30,11 @@ then also a *lease*: the object `<url>/.bertfactory/lease.json` = {"owner" (a uu
   lock is held; a renewal that finds another owner's lease logs an ERROR and stops renewing. It cannot stop the
   flow safely from a background thread (a stage half-way through writing would leave worse than a duplicate
   writer), so the flow runs on and the error says what happened;
-- release stops the heartbeat and deletes the lease object if it is still ours.
+- release stops the heartbeat and deletes the lease object if it is still ours. A renewal still in flight after
+  RELEASE_WAIT_S is waiting on a location that does not answer (a store that does not respond holds each request
+  for its retries: ~7 minutes with s3fs's and botocore's defaults, docs/cluster.md): release then leaves the lease
+  to expire within the TTL instead of waiting for it and then for a delete that would wait as long, so a flow that
+  failed on an outage ends at once (and a late renewal cannot land after the delete).
 
 What the read-back guarantees: object stores have last-writer-wins PUTs and no compare-and-swap here, so two
 machines that both read "no lease" both write theirs. S3 and GCS read-after-write are strongly consistent, so the
@@ -71,6 +75,7 @@ LEASE_NAME = "lease.json"
 LEASE_TTL_ENV = "BERTFACTORY_LEASE_TTL"
 DEFAULT_LEASE_TTL = 120.0
 SETTLE_S = 0.2  # between writing the lease and reading it back
+RELEASE_WAIT_S = 10.0  # how long release waits for a renewal in flight (a GET and a PUT: milliseconds when answered)
 
 
 class RunDirLocked(BertfactoryError):
@@ -230,7 +235,11 @@ class Lease:
         not be reached: the lease is still there (it expires on its own)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=max(self.ttl, 5.0))
+            self._thread.join(timeout=RELEASE_WAIT_S)
+            if self._thread.is_alive():
+                logger.warning("%s: the run location has not answered the lease's renewal for %g s; leaving the "
+                               "lease to expire within %g s", self.url, RELEASE_WAIT_S, self.ttl)
+                return False
         try:
             current = read_lease(self.url)
             if current is not None and current.get("owner") == self.owner:

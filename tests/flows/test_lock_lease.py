@@ -289,3 +289,30 @@ def test_ranks_above_zero_take_no_lease(url, monkeypatch):
     with pytest.raises(RunDirLocked):
         with run_dir_lock(work, "pretrain"):
             pass
+
+
+def test_release_leaves_the_lease_to_expire_when_its_renewal_waits_on_a_location_that_does_not_answer(
+        url, monkeypatch, caplog):
+    """A store that accepts requests and never answers holds each one for minutes of retries: release must not wait
+    for the heartbeat's renewal and then for a delete as slow, so a flow that failed on the outage ends at once."""
+    monkeypatch.setenv("BERTFACTORY_LEASE_TTL", "1.5")  # a heartbeat every 0.5 s
+    monkeypatch.setattr(lock, "RELEASE_WAIT_S", 0.5)
+    work = resolve_run_dir(url)
+    waiting = __import__("threading").Event()
+    real_write = lock.Lease._write
+
+    def write(self):
+        if self._thread is not None:  # a renewal (the first write, by `take`, goes through)
+            waiting.set()
+            time.sleep(600)  # the daemon thread is left behind asleep, as one waiting on a dead store would be
+        real_write(self)
+
+    monkeypatch.setattr(lock.Lease, "_write", write)
+    with caplog.at_level(logging.WARNING, logger="flows"):
+        with run_dir_lock(work, "pretrain"):
+            held = lease_of(url)
+            assert waiting.wait(60), "the heartbeat renewed"
+        # released without the delete: the lease stays until it expires on its own
+    assert lease_of(url) == held
+    assert any("has not answered the lease's renewal" in r.getMessage() and "leaving the lease to expire" in
+               r.getMessage() for r in caplog.records), caplog.text
