@@ -275,7 +275,7 @@ def _fine_tuned_teacher(cfg: DistillConfig, run_dir: Path, pretrainer: BertForPr
                           cfg.finetune.classifier_dropout)
     for p in model.parameters():  # as _finetune leaves its model
         p.requires_grad_(True)
-    rng = RngState()
+    rng = RngState(torch.device(cfg.device))
 
     def train() -> list[dict]:
         model.load_state_dict(_finetune(copy.deepcopy(pretrainer.bert), task, cfg, pad_id, "teacher").state_dict())

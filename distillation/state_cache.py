@@ -105,19 +105,26 @@ def _timed(train: Callable[[], list[dict]]) -> tuple[list[dict], dict]:
 
 
 class RngState(nn.Module):
-    """torch's CPU random state as a module buffer, so an entry can keep the state a phase left: a later phase that
-    draws from the global generator (TinyBERT's projections without general distillation) then draws the same
-    numbers whether the phase ran or was reused."""
+    """torch's random state (CPU, and `device`'s when it is a GPU) as module buffers, so an entry can keep the state a
+    phase left: a later phase that draws from the global generator (TinyBERT's projections without general
+    distillation) then draws the same numbers whether the phase ran or was reused."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device) -> None:
         super().__init__()
+        self.device = device if device.type == "cuda" else None
         self.register_buffer("state", torch.get_rng_state())
+        self.register_buffer("device_state", torch.cuda.get_rng_state(self.device) if self.device is not None
+                             else torch.empty(0, dtype=torch.uint8))
 
     def capture(self) -> None:
         self.state = torch.get_rng_state()
+        if self.device is not None:
+            self.device_state = torch.cuda.get_rng_state(self.device)
 
     def restore(self) -> None:
         torch.set_rng_state(self.state)
+        if self.device is not None:
+            torch.cuda.set_rng_state(self.device_state, self.device)
 
 
 class StateCache:
