@@ -23,7 +23,10 @@ rerun of one task does not silently re-date the others:
     python benchmarks/distill_seeds.py --merge runs/distill-movie-full/summary.json \
         --keep benchmarks/distill_minilm.json --out benchmarks/distill_minilm.json
 
-Run pairs in chunks (e.g. one task per invocation) on a shared machine: finished pairs are reused.
+Run pairs in chunks (e.g. one task per invocation) on a shared machine: finished pairs are reused. Each task of
+summary.json names the code that trained each seed (`measured_seeds`, read from the pairs' stage stamps), so a study
+finished over several sessions is quoted with every seed's commit (scripts/readme_quality.py), not the commit that
+summarised it.
 
 Every pair that trains also gets RUN/<task>/seed-<seed>/phases.json: wall and process CPU seconds of each phase (the
 teacher import, each fine-tuning, each distillation loop, the augmentation, the speed passes, the rest), so a bigger
@@ -105,6 +108,34 @@ def mean_std(values: list[float]) -> dict:
     """Mean and sample standard deviation (0 for a single value) of `values`."""
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "n": len(values), "values": values}
+
+
+def pair_provenance(pair_dir: Path) -> dict | None:
+    """The code that trained a pair, from its stage stamp (flows/stamps.py): {"commit" (short), "dirty", "date"
+    (when it finished)}; None without a stamp."""
+    import json
+
+    stamp = Path(pair_dir) / ".bertfactory" / "distill.json"
+    if not stamp.is_file():
+        return None
+    doc = json.loads(stamp.read_text(encoding="utf-8"))
+    code = doc.get("code") or {}
+    return {"commit": (code.get("commit") or "")[:7] or None, "dirty": code.get("dirty"), "date": doc.get("finished_at")}
+
+
+def seeds_measured(by_seed: dict[int, dict | None]) -> list[dict] | None:
+    """Seeds grouped by the code that trained them, [{"seeds", "commit", "dirty", "date" (the group's last)}], so a
+    study whose seeds ran at several commits (one session each) names each; None when a pair has no stamp."""
+    if not by_seed or any(p is None for p in by_seed.values()):
+        return None
+    groups: dict[tuple, dict] = {}
+    for seed in sorted(by_seed):
+        p = by_seed[seed]
+        group = groups.setdefault((p["commit"], p["dirty"]), {"seeds": [], "commit": p["commit"], "dirty": p["dirty"],
+                                                              "date": p["date"]})
+        group["seeds"].append(seed)
+        group["date"] = max(group["date"] or "", p["date"] or "") or None
+    return sorted(groups.values(), key=lambda g: g["seeds"][0])
 
 
 def summarise(results: dict[str, dict[int, dict]]) -> dict:
@@ -286,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         provenance = {key: earlier[key] for key in ("commit", "dirty", "date")}
     timer = None if args.only_summary else PhaseTimer.around_stage()
     results: dict[str, dict[int, dict]] = {}
+    trained_by: dict[str, dict[int, dict | None]] = {}
     for task in args.tasks:
         for seed in args.seeds:
             cfg = load_distill_config(args.config, [*args.overrides, f"task={task}", f"seed={seed}"])
@@ -303,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                 path = pair_dir / "distill" / "results.json"
                 if path.is_file():
                     results.setdefault(task, {})[seed] = json.loads(path.read_text(encoding="utf-8"))
+                    trained_by.setdefault(task, {})[seed] = pair_provenance(pair_dir)
                 continue
             timer.phases.clear()
             started, cpu_started = time.perf_counter(), time.process_time()
@@ -315,7 +348,11 @@ def main(argv: list[str] | None = None) -> int:
                 for p in phases["phases"]:
                     print(f"  {p['phase']}: {p['wall_s']:.1f} s wall, {p['cpu_s']:.1f} s CPU", flush=True)
             results.setdefault(task, {})[seed] = outcome["summary"]
+            trained_by.setdefault(task, {})[seed] = pair_provenance(pair_dir)
     summary = summarise(results)
+    for task, entry in summary.items():  # each seed's own code (a pair reused from an earlier session keeps its)
+        if (groups := seeds_measured(trained_by.get(task, {}))) is not None:
+            entry["measured_seeds"] = groups
     # commit, dirty, date: what scripts/readme_quality.py needs to quote this summary (benchmarks/distill_minilm.json)
     atomic_write_json(base / "summary.json", {**provenance, "config": args.config, "overrides": args.overrides,
                                               "tasks": summary})

@@ -127,13 +127,26 @@ def _size(entry: dict) -> str:
     return f" ({train} training examples, max length {ft['max_seq_len']}, {ft['epochs']} epochs)"
 
 
+def _seeds_provenance(entry: dict, path: Path) -> str | None:
+    """Where a task's figures come from: the code that trained each group of seeds (distill_seeds.py's
+    `measured_seeds`, from the pairs' stamps), else the commit it was measured at (`measured`), else None."""
+    groups = entry.get("measured_seeds")
+    if groups:
+        if len(groups) == 1:
+            return f"at {provenance(groups[0], path)}"
+        return " and ".join(f"seed{'s' if len(g['seeds']) > 1 else ''} {', '.join(map(str, g['seeds']))} at "
+                            f"{provenance(g, path)}" for g in groups)
+    return f"at {provenance(entry['measured'], path)}" if entry.get("measured") else None
+
+
 def distill_sentences(doc: dict, path: Path) -> str:
     prov, parts, met = provenance(doc, path), [], []
-    # a task carried from an earlier document (distill_seeds.py --merge --keep) names the commit it was measured at
-    per_task = {task: provenance(entry["measured"], path) for task, entry in doc["tasks"].items()
-                if entry.get("measured")}
-    if len(set(per_task.values())) > 1:
-        prov = "; ".join(f"{task} at {where}" for task, where in per_task.items())
+    # a task carried from an earlier document (distill_seeds.py --merge --keep), or one whose seeds ran at other
+    # commits, names the commit(s) it was measured at
+    per_task = {task: where for task, entry in doc["tasks"].items()
+                if (where := _seeds_provenance(entry, path)) is not None}
+    if len(set(per_task.values())) > 1 or any(where != f"at {prov}" for where in per_task.values()):
+        prov = "; ".join(f"{task} {where}" for task, where in per_task.items())
     for task, entry in doc["tasks"].items():
         methods = entry["methods"]
         teacher = next(iter(methods.values()))["teacher"]

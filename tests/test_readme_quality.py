@@ -189,3 +189,21 @@ def test_general_distillation_sentence_compares_each_student_with_itself_without
     assert "TinyBERT 4 x 312 on trec_coarse 0.930 ± 0.020 after 200 general steps vs 0.915 ± 0.020 without (+0.015" in text
     assert "(shards `corpus/shards`, one general student per student shape shared by the seeds; commit 1a2b3c4" in text
     assert f"on the corpus**: not measured yet: `{rq.COMMANDS['general']}`." in rq.block(none, none, none, none)
+
+
+def test_a_distillation_task_whose_seeds_ran_at_two_commits_names_each(tmp_path):
+    stat = lambda mean, std: {"mean": mean, "std": std}  # noqa: E731
+    method = {"tinybert": {"teacher": stat(0.85, 0.01), "student": stat(0.83, 0.01), "retention": stat(0.976, 0.01),
+                           "speedup": stat(2.2, 0.01), "seeds": [1, 2, 3]}}
+    groups = [{"seeds": [1, 2], "commit": "1111111", "dirty": False, "date": "2026-11-30T12:49:00+00:00"},
+              {"seeds": [3], "commit": "3333333", "dirty": False, "date": "2026-11-30T20:05:00+00:00"}]
+    distill = {"commit": "9999999", "dirty": False, "date": "2026-11-30", "config": "configs/distill-minilm.yaml",
+               "tasks": {"movie_sentiment": {"methods": method, "measured_seeds": groups,
+                                             "measured": {"commit": "9999999", "dirty": False, "date": "2026-11-30"}}}}
+    text = rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))
+    assert ("movie_sentiment seeds 1, 2 at commit 1111111, 2026-11-30 and seed 3 at commit 3333333, 2026-11-30"
+            in text), text
+    assert "9999999" not in text  # the commit that merged them trained nothing
+    groups[1]["dirty"] = True
+    with pytest.raises(rq.QualityError, match="uncommitted"):
+        rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))

@@ -198,3 +198,24 @@ def test_only_summary_as_of_labels_the_pairs_with_the_code_that_trained_them(loa
     with pytest.raises(SystemExit):  # another --set list: not the invocations that trained these pairs
         seeds.main(other)
     assert "are not this invocation's" in capsys.readouterr().err
+
+
+def test_seeds_trained_at_different_commits_each_keep_theirs_from_the_pairs_stamps(load_benchmark, tmp_path):
+    """A study run over sessions: seeds 1 and 2 trained at one commit, seed 3 at another; the summary's task names
+    both, read from each pair's stage stamp (not the commit that summarised them), and a pair without a stamp
+    leaves the task unlabelled rather than guessed."""
+    import json
+
+    seeds = load_benchmark("distill_seeds")
+    for seed, commit, finished in ((1, "a" * 40, "2026-11-30T12:48:18+00:00"), (2, "a" * 40, "2026-11-30T12:49:00+00:00"),
+                                   (3, "b" * 40, "2026-11-30T20:05:00+00:00")):
+        stamp = tmp_path / f"seed-{seed}" / ".bertfactory" / "distill.json"
+        stamp.parent.mkdir(parents=True)
+        stamp.write_text(json.dumps({"code": {"commit": commit, "dirty": False, "version": "0.1.0"},
+                                     "finished_at": finished}))
+    trained = {seed: seeds.pair_provenance(tmp_path / f"seed-{seed}") for seed in (1, 2, 3)}
+    assert seeds.seeds_measured(trained) == [
+        {"seeds": [1, 2], "commit": "aaaaaaa", "dirty": False, "date": "2026-11-30T12:49:00+00:00"},
+        {"seeds": [3], "commit": "bbbbbbb", "dirty": False, "date": "2026-11-30T20:05:00+00:00"}]
+    assert seeds.pair_provenance(tmp_path / "seed-4") is None
+    assert seeds.seeds_measured({**trained, 4: None}) is None
