@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,37 @@ def test_tapt_minilm_recipe_runs_as_one_flow(tmp_path):
     again = _bertfactory("run", str(RECIPE), "--run-dir", str(run), "--no-prefect")
     for stage in ("tapt", "preprocess", "pretrain", "evaluate"):
         assert any(line.split()[:2] == [stage, "up-to-date"] for line in again.stdout.splitlines()), again.stdout
+
+
+@pytest.mark.slow
+def test_tapt_minilm_recipe_on_a_bucket_then_up_to_date_from_another_machine(tmp_path):
+    """The same recipe with its run directory on S3 (moto on 127.0.0.1): every stage's outputs and stamps reach the
+    bucket, and a fresh machine finds all four stages up to date from the bucket alone. Fresh but alike: the same
+    working-copy root (the default under the same HOME, as nodes started from one image have), its disk wiped
+    between the two, because a TAPT recipe's preprocess key names the working copy's absolute path (with_tapt fills
+    RUN into corpus.inputs; docs/cluster.md says so)."""
+    from tests.flows.test_object_storage import machine, remote_files
+    from tests.storage_servers import start_s3
+
+    server = start_s3()
+    try:
+        url = f"{server.make_bucket('tapt')}/run"
+        script = str(Path(sys.executable).parent / "bertfactory")
+        sets = [a for o in REDUCED for a in ("--set", o)]
+        env = {**machine(tmp_path, "node", server), "OMP_NUM_THREADS": "2"}
+        for name, expected in (("a", "ran"), ("b", "up-to-date")):
+            shutil.rmtree(tmp_path / "node", ignore_errors=True)  # a fresh disk: working copies and shard cache
+            proc = subprocess.run([script, "run", str(RECIPE), "--run-dir", url, "--no-prefect", *sets],
+                                  capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
+            assert proc.returncode == 0, f"machine {name} exited {proc.returncode}:\n{proc.stderr[-6000:]}"
+            for stage in ("tapt", "preprocess", "pretrain", "evaluate"):
+                assert any(line.split()[:2] == [stage, expected] for line in proc.stdout.splitlines()), \
+                    (name, stage, proc.stdout[-3000:])
+        stamps = remote_files(server, f"{url}/.bertfactory")
+        assert {f"{stage}.json" for stage in ("tapt", "preprocess", "pretrain", "evaluate")} <= set(stamps)
+        tapt = remote_files(server, f"{url}/tapt")
+        assert "unadapted/model.safetensors" in tapt and "corpus.jsonl" in tapt
+        results = json.loads(remote_files(server, f"{url}/eval")["results.json"])
+        assert set(results["tasks"]["trec_coarse"]["compared"]) == {"unadapted"}
+    finally:
+        server.stop()
