@@ -62,10 +62,10 @@ def run_distill_stage(cfg, run_dir: Path, force: bool = False) -> dict:
     if missing:
         raise BertfactoryError(f"distill needs {missing[0]}, which does not exist; for our teacher run "
                                "`bertfactory run` (or pretrain) with the same --run-dir first")
-    from .stage_runner import RESULT_NEUTRAL
+    from .stage_runner import RESULT_NEUTRAL, portable_stage_key
 
     # tracking and threads do not change the results: left out of the key (toggling them never reruns)
-    key = stamps.stage_key("distill", cfg.model_dump(mode="json", exclude=set(RESULT_NEUTRAL)), files, run_dir)
+    key = portable_stage_key("distill", cfg.model_dump(mode="json", exclude=set(RESULT_NEUTRAL)), files, run_dir)
     return run_cached("distill", run_dir, key, lambda: run_distill(cfg, run_dir), force)
 
 

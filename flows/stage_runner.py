@@ -118,22 +118,21 @@ def compute_key(stage: str, recipe: Recipe, run_dir: Path) -> str:
     for f in files:
         if not f.is_file():
             raise InputError(f"{stage}: input file {f} does not exist")
-    return stamps.stage_key(stage, config, files, run_dir, roots=_portable_roots(stage))
+    return portable_stage_key(stage, config, files, run_dir)
 
 
-def _portable_roots(stage: str) -> dict[str, Path] | None:
-    """The evaluate stage names the built-in tasks' cached samples by their place in the samples cache, not by
-    the cache's absolute path: a run on object storage continued on a machine whose cache lies elsewhere finds its
-    evaluation up to date. Only there: the tapt stage's key (sample models and task data too) is left as it was,
-    because the recipe that stage makes for the others holds absolute paths anyway (flows/tapt.py with_tapt: the
-    run directory, the model's tokenizer), and a new tapt key would import the model and write the task corpus
-    again, for no key that would then match on another machine; the preprocess stage's corpus samples likewise
-    (a new key would rebuild the shards and could restart pretraining)."""
-    if stage != "evaluate":
-        return None
-    from bertfactory.samples import cache_dir
+def portable_stage_key(stage: str, config: dict, files: list[Path], run_dir: Path) -> str:
+    """The stage key with no machine's paths in it (bertfactory/portable_paths.py): config values that are absolute
+    paths inside the run directory or the samples cache, and input files there, are named RUN/... and SAMPLES/...,
+    so the same run on object storage continued by a machine whose working-copy root or samples cache lies
+    elsewhere, or a moved local run directory, finds its stages up to date (a tapt recipe's corpus and tokenizer,
+    a built-in task's data, a sample corpus). The key of the spelling before (absolute paths, samples named so
+    except for evaluate's) is accepted too, so runs stamped before keep their outputs."""
+    from bertfactory.portable_paths import portable_roots, portable_values
 
-    return {"SAMPLES": cache_dir() / "samples"}
+    roots = {name: root for name, root in portable_roots(run_dir).items() if name != "RUN"}  # RUN: _input_name's own
+    return stamps.stage_key(stage, portable_values(config, run_dir), files, run_dir, roots=roots,
+                            earlier=(config, roots if stage == "evaluate" else None))
 
 
 def run_stage(stage: str, recipe: Recipe, run_dir: Path, key: str | None = None, force: bool = False) -> dict:

@@ -87,21 +87,35 @@ def _input_name(path: Path, run_dir: Path | None, roots: dict[str, Path] | None 
 _DETAILS: dict[str, dict] = {}
 
 
+# keys an earlier bertfactory computed for the same config and inputs, spelled differently (absolute paths where
+# machine-independent names are used now): a stamp under one of them is as good as one under the key itself
+_EARLIER: dict[str, tuple[str, ...]] = {}
+
+
+def _hashed(stage: str, config: dict, inputs: dict) -> str:
+    return content_hash({"stage": stage, "bertfactory": __version__, "config": config, "inputs": inputs})
+
+
 def stage_key(stage: str, config: dict, input_files: list[Path], run_dir: Path | None = None,
-              roots: dict[str, Path] | None = None) -> str:
+              roots: dict[str, Path] | None = None, earlier: tuple[dict, dict[str, Path] | None] | None = None) -> str:
     """The content hash that decides whether `stage` must run. `roots`: named places its input files outside the
-    run directory are named relative to (`_input_name`)."""
-    inputs = {_input_name(p, run_dir, roots): file_fingerprint(p) for p in input_files}
-    key = content_hash(
-        {
-            "stage": stage,
-            "bertfactory": __version__,
-            "config": config,
-            "inputs": inputs,
-        }
-    )
+    run directory are named relative to (`_input_name`). `earlier`: (config, roots) as an earlier bertfactory
+    spelled them for the same inputs; the key they give is accepted in place of this one (`accepted_keys`), so a
+    run stamped before a spelling changed keeps its outputs."""
+    fingerprints = [(p, file_fingerprint(p)) for p in input_files]
+    inputs = {_input_name(p, run_dir, roots): fp for p, fp in fingerprints}
+    key = _hashed(stage, config, inputs)
     _DETAILS[key] = {"config": config, "inputs": inputs, "bertfactory": __version__}
+    if earlier is not None:
+        old_config, old_roots = earlier
+        old = _hashed(stage, old_config, {_input_name(p, run_dir, old_roots): fp for p, fp in fingerprints})
+        _EARLIER[key] = () if old == key else (old,)
     return key
+
+
+def accepted_keys(key: str) -> tuple[str, ...]:
+    """`key` and the earlier spellings of it that `stage_key` computed in this process."""
+    return (key, *_EARLIER.get(key, ()))
 
 
 def key_details(key: str) -> dict | None:
@@ -135,7 +149,7 @@ def is_fresh(run_dir: Path, stage: str, key: str) -> bool:
         stamp = json.loads(path.read_text())
     except json.JSONDecodeError:
         return False
-    if stamp.get("key") != key:
+    if stamp.get("key") not in accepted_keys(key):
         return False
     recorded = stamp.get("outputs", {})
     remote = None
@@ -207,14 +221,26 @@ def plan(run_dir: Path, stage: str, key: str, force: bool = False, continues=Non
     local = any((run_dir / d).exists() for d in spec.workdirs)
     if not local and not (remote_outputs and previous):
         return Plan("start")
-    if previous.get("key") == key:
+    if previous.get("key") in accepted_keys(key):
         return Plan("keep", "started under the same key")
     if force:
         return Plan("replace", "--force")
-    old, new = previous, key_details(key)
+    old, new = _portable_details(previous, run_dir), key_details(key)
     if continues is None or new is None:
         return Plan("replace", "its inputs changed")
     return continues(old, new)  # old may lack config/inputs (a stamp of an earlier bertfactory): the rule decides
+
+
+def _portable_details(details: dict, run_dir: Path) -> dict:
+    """A started stamp's config and input names as stage keys spell them now (bertfactory/portable_paths.py): a
+    stamp written before they were machine-independent names this machine's absolute paths, which are the same
+    setting, not a changed one."""
+    from bertfactory.portable_paths import portable_name, portable_values
+
+    if "config" not in details:
+        return details
+    return {**details, "config": portable_values(details["config"], run_dir),
+            "inputs": {portable_name(name, run_dir): fp for name, fp in details.get("inputs", {}).items()}}
 
 
 def begin(run_dir: Path, stage: str, key: str, log=None, decided: Plan | None = None) -> Plan:
@@ -235,7 +261,7 @@ def begin(run_dir: Path, stage: str, key: str, log=None, decided: Plan | None = 
             if log:
                 log(f"{stage}: {decided.why}: the outputs in {d} moved to {target} (nothing deleted; "
                     f"`bertfactory clean {run_dir}` deletes replaced outputs)")
-    elif decided.action == "keep" and decided.why and previous.get("key") != key and log:
+    elif decided.action == "keep" and decided.why and previous.get("key") not in accepted_keys(key) and log:
         log(f"{stage}: {decided.why}")
     _stamp_path(run_dir, stage).unlink(missing_ok=True)
     atomic_write_json(_stamp_path(run_dir, stage, ".started"), {"key": key, "stage": stage, **(key_details(key) or {})})

@@ -6,10 +6,13 @@ sources and tokenizer: the instance format's layout, the masking section, the co
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tokenizers import Tokenizer
 
 from bertfactory import __version__
 from bertfactory.io import content_hash
+from bertfactory.portable_paths import portable_values
 
 from .config import CorpusConfig, PreprocessConfig
 from .masking_policies import SPAN_BOUND_POLICIES
@@ -18,10 +21,11 @@ from .runners import describe
 from .shards import SCHEMA_VERSION, SPAN_COLUMN, Manifest, SourceInfo, SplitInfo, TokenizerInfo
 
 
-def config_hash(corpus: CorpusConfig, cfg: PreprocessConfig) -> str:
-    """Hash of everything that decides the outputs (the runner section does not, so it is left out)."""
-    return content_hash({"corpus": corpus.model_dump(mode="json"),
-                         "preprocess": cfg.model_dump(mode="json", exclude={"runner"})})
+def config_hash(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path | None = None) -> str:
+    """Hash of everything that decides the outputs (the runner section does not, so it is left out), with paths
+    inside the run directory or the samples cache named as on every machine (bertfactory/portable_paths.py)."""
+    return content_hash(portable_values({"corpus": corpus.model_dump(mode="json"),
+                                         "preprocess": cfg.model_dump(mode="json", exclude={"runner"})}, run_dir))
 
 
 def is_lowercase(tokenizer: Tokenizer) -> bool:
@@ -53,7 +57,7 @@ FORMAT_LAYOUTS = {
 
 def build_manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Tokenizer, tokenizer_sha256: str,
                    specials: dict[str, int], counts: dict, buckets: dict, splits: dict[str, SplitInfo],
-                   sources: list[SourceInfo]) -> Manifest:
+                   sources: list[SourceInfo], run_dir: Path | None = None) -> Manifest:
     """The run's manifest (preprocessing.shards.Manifest), every field but the dedup index and lineage, which the
     pipeline adds."""
     languages = corpus_languages(counts)
@@ -80,7 +84,7 @@ def build_manifest(corpus: CorpusConfig, cfg: PreprocessConfig, tokenizer: Token
                                     "order" + (" (dynamic: made at read time)" if masking.dynamic else "")}
                     if masking.policy in SPAN_BOUND_POLICIES else {})},
         seed=cfg.seed,
-        config_hash=config_hash(corpus, cfg),
+        config_hash=config_hash(corpus, cfg, run_dir),
         counts=counts,
         splits=splits,
         sources=sources,

@@ -48,6 +48,7 @@ from apache_beam.io import ReadFromText
 
 from bertfactory.errors import ConfigError
 from bertfactory.io import atomic_write_json, publish_dir, sha256_file
+from bertfactory.portable_paths import portable_name
 from bertfactory.run_location import origin_of, remote_of
 from bertfactory.storage import StorageError
 
@@ -248,7 +249,8 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
         inputs = increment.new_files
     files = [f.location for f in inputs]
     shas, sizes = _check_inputs(corpus, inputs, increment.input_sha256 if increment is not None else None)
-    sources = [SourceInfo(path=f.name, sha256=shas[f], bytes=sizes[f]) for f in inputs]
+    # named without this machine's paths (RUN/..., SAMPLES/...): two machines write the same manifest
+    sources = [SourceInfo(path=portable_name(f.name, run_dir), sha256=shas[f], bytes=sizes[f]) for f in inputs]
     input_bytes = input_size([(f.location, s.bytes) for f, s in zip(inputs, sources)])
     # raw documents packed by tokens: the tokenizer's threads do the work, on every core from this process
     # the jobs that need no sentence ends (raw documents packed by tokens) are the tokenizer-bound ones
@@ -304,7 +306,7 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
                     counts["tokens"], counts["masked_tokens"], cfg.masking.variants)
 
         manifest = build_manifest(corpus, cfg, tokenizer, sha256_file(staging.tokenizer), specials, counts, buckets,
-                             splits, sources)
+                                  splits, sources, run_dir)
         manifest.dedup_index = merge_dedup_entries(staging, increment.dedup_index_path if increment is not None else None,
                                             corpus.dedup)
         if increment is not None:

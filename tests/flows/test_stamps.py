@@ -166,6 +166,67 @@ def test_evaluate_key_names_a_builtin_sample_by_its_place_in_the_cache(tmp_path,
     assert compute_key("evaluate", recipe, run) != keys[0]
 
 
+def _corpus_in_run(tmp_path, run: Path, cache: Path):
+    """A recipe naming a corpus file inside the run directory and a tokenizer inside the samples cache by their
+    absolute paths, as a tapt recipe's preprocess stage sees them (flows/tapt.py with_tapt)."""
+    from flows.recipe import load_recipe
+
+    (run / "tapt").mkdir(parents=True)
+    (run / "tapt/corpus.jsonl").write_text('{"id": "a", "text": "one sentence."}\n')
+    (cache / "samples/minilm").mkdir(parents=True)
+    (cache / "samples/minilm/tokenizer.json").write_text("{}")
+    (tmp_path / "recipe.yaml").write_text("{}")
+    return load_recipe(tmp_path / "recipe.yaml", [f"corpus.inputs=[{run / 'tapt/corpus.jsonl'}]",
+                                                  "corpus.format=jsonl",
+                                                  f"preprocess.tokenizer.path={cache / 'samples/minilm/tokenizer.json'}"])
+
+
+def test_preprocess_key_has_no_machine_paths(tmp_path, monkeypatch):
+    """Two machines (another working-copy root, another samples cache) compute the same preprocess key for the same
+    files, and the key still follows their content."""
+    from flows.stages import compute_key
+
+    keys = []
+    for node in ("a", "b/elsewhere"):
+        run, cache = tmp_path / node / "work/run", tmp_path / node / "cache"
+        recipe = _corpus_in_run(tmp_path, run, cache)
+        monkeypatch.setenv("BERTFACTORY_CACHE", str(cache))
+        keys.append(compute_key("preprocess", recipe, run))
+        assert stamps.key_details(keys[-1])["config"]["corpus"]["inputs"] == ["RUN/tapt/corpus.jsonl"]
+    assert keys[0] == keys[1]
+    (run / "tapt/corpus.jsonl").write_text('{"id": "a", "text": "another sentence."}\n')
+    assert compute_key("preprocess", recipe, run) != keys[0]
+
+
+def test_a_stage_stamped_under_the_earlier_spelling_stays_up_to_date(tmp_path, monkeypatch):
+    """A run stamped when keys still named absolute paths keeps its outputs: the earlier key is accepted (and
+    only it: another config still reruns)."""
+    from flows.stage_runner import run_cached, stage_inputs
+    from flows.stages import compute_key
+
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    recipe = _corpus_in_run(tmp_path, run, cache)
+    monkeypatch.setenv("BERTFACTORY_CACHE", str(cache))
+    config, files = stage_inputs("preprocess", recipe, run)
+    earlier = stamps.stage_key("preprocess", config, files, run)  # how bertfactory spelled it before 2026-12
+    key = compute_key("preprocess", recipe, run)
+    assert earlier != key and stamps.accepted_keys(key) == (key, earlier)
+    stamps.begin(run, "preprocess", earlier)
+    for out in ("tokenizer/tokenizer.json", "shards/manifest.json"):
+        (run / out).parent.mkdir(parents=True, exist_ok=True)
+        (run / out).write_text("{}")
+    stamps.finish(run, "preprocess", earlier, {"rows": 1})
+
+    def rerun():
+        raise AssertionError("a run stamped under the earlier spelling ran again")
+
+    assert run_cached("preprocess", run, key, rerun)["status"] == "up-to-date"
+    assert stamps.plan(run, "preprocess", key).action == "keep"
+    other = compute_key("preprocess", recipe.model_copy(update={"preprocess": recipe.preprocess.model_copy(
+        update={"seed": recipe.preprocess.seed + 1})}), run)
+    assert not stamps.is_fresh(run, "preprocess", other)
+
+
 def test_pretrain_key_follows_the_tlm_pairs_content(tmp_path):
     """XLM's TLM pairs are training data: rebuilt pairs (same path, new content) must retrain, like new shards."""
     from flows.recipe import load_recipe

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from bertfactory.samples import is_fetched, sample_path
+from bertfactory.samples import is_fetched, sample_dir, sample_path
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "tapt-minilm.yaml"
@@ -92,8 +91,15 @@ def test_tapt_minilm_recipe_runs_as_one_flow(tmp_path):
     assert task["pretrained"]["seeds"] == [12345] and 0.0 <= task["pretrained"]["accuracy"] <= 1.0
     assert set(task["compared"]) == {"unadapted"} and 0.0 <= task["compared"]["unadapted"]["accuracy"] <= 1.0
 
-    # the same command without Prefect: every stage's key is the same, nothing runs again
-    again = _bertfactory("run", str(RECIPE), "--run-dir", str(run), "--no-prefect")
+    # the shards' manifest names the task corpus inside the run directory as RUN/..., not this machine's path
+    manifest = json.loads((run / "shards" / "manifest.json").read_text())
+    assert [s["path"] for s in manifest["sources"]] == ["RUN/tapt/corpus.jsonl"]
+
+    # the run directory moved, the same command without Prefect: every stage's key is the same, nothing runs again
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    run.rename(moved)
+    again = _bertfactory("run", str(RECIPE), "--run-dir", str(moved), "--no-prefect")
     for stage in ("tapt", "preprocess", "pretrain", "evaluate"):
         assert any(line.split()[:2] == [stage, "up-to-date"] for line in again.stdout.splitlines()), again.stdout
 
@@ -101,10 +107,9 @@ def test_tapt_minilm_recipe_runs_as_one_flow(tmp_path):
 @pytest.mark.slow
 def test_tapt_minilm_recipe_on_a_bucket_then_up_to_date_from_another_machine(tmp_path):
     """The same recipe with its run directory on S3 (moto on 127.0.0.1): every stage's outputs and stamps reach the
-    bucket, and a fresh machine finds all four stages up to date from the bucket alone. Fresh but alike: the same
-    working-copy root (the default under the same HOME, as nodes started from one image have), its disk wiped
-    between the two, because a TAPT recipe's preprocess key names the working copy's absolute path (with_tapt fills
-    RUN into corpus.inputs; docs/cluster.md says so)."""
+    bucket, and another machine finds all four stages up to date from the bucket alone, though its working copies
+    and its samples cache lie elsewhere (the keys name RUN/... and SAMPLES/..., not a machine's paths:
+    bertfactory/portable_paths.py)."""
     from tests.flows.test_object_storage import machine, remote_files
     from tests.storage_servers import start_s3
 
@@ -113,9 +118,12 @@ def test_tapt_minilm_recipe_on_a_bucket_then_up_to_date_from_another_machine(tmp
         url = f"{server.make_bucket('tapt')}/run"
         script = str(Path(sys.executable).parent / "bertfactory")
         sets = [a for o in REDUCED for a in ("--set", o)]
-        env = {**machine(tmp_path, "node", server), "OMP_NUM_THREADS": "2"}
-        for name, expected in (("a", "ran"), ("b", "up-to-date")):
-            shutil.rmtree(tmp_path / "node", ignore_errors=True)  # a fresh disk: working copies and shard cache
+        cache_b = tmp_path / "b" / "home" / "cache"
+        for sample in ("minilm", "trec"):  # machine b's own copy of the samples (hard links: same bytes, no space)
+            (cache_b / "samples").mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-al", str(sample_dir(sample)), str(cache_b / "samples" / sample)], check=True)
+        for name, expected, extra in (("a", "ran", {}), ("b", "up-to-date", {"BERTFACTORY_CACHE": str(cache_b)})):
+            env = {**machine(tmp_path, name, server, **extra), "OMP_NUM_THREADS": "2"}
             proc = subprocess.run([script, "run", str(RECIPE), "--run-dir", url, "--no-prefect", *sets],
                                   capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
             assert proc.returncode == 0, f"machine {name} exited {proc.returncode}:\n{proc.stderr[-6000:]}"
