@@ -169,28 +169,45 @@ def _check_inputs(corpus: CorpusConfig, inputs: list, known_sha256: dict | None)
             {f: size for f, (_sha, size) in zip(inputs, results)})
 
 
-def bucket_exchange(runner: RunnerConfig, run_dir: Path, files: list[str], prior_index: str | None) -> str | None:
-    """The run location's URL when the jobs' workers exchange their files through its bucket
-    (preprocess.runner.exchange: bucket, or auto with a cluster preset and a URL run directory), else None. Such
-    workers share no disk with the driver, so an input or a parent corpus's dedup index they would have to read
-    from the driver's disk is refused (ConfigError naming it)."""
+def bucket_exchange(runner: RunnerConfig, run_dir: Path, files: list[str],
+                    prior_index: str | None) -> tuple[str | None, list[str]]:
+    """(the run location's URL, the input files as the job's workers read them) when the workers exchange their
+    files through its bucket (preprocess.runner.exchange: bucket, or auto with a cluster preset and a URL run
+    directory), else (None, files). Such workers share no disk with the driver: a local input inside the run's
+    working copy that the run location holds too (a tapt recipe's task corpus, pushed by the tapt stage) is read at
+    its URL there; any other local input, or a parent corpus's dedup index on the driver's disk, is refused
+    (ConfigError naming it)."""
     run_url = origin_of(run_dir)
     wanted = runner.exchange == "bucket" or (runner.exchange == "auto" and run_url is not None
                                              and runner.preset in CLUSTER_PRESETS)
     if not wanted:
-        return None
+        return None, files
     if run_url is None:
         raise ConfigError(f"preprocess.runner.exchange bucket needs a run directory on object storage (s3:// or "
                           f"gs://), not {run_dir}; or set preprocess.runner.exchange=disk")
-    for f in files:
-        if not is_remote(f):
+    shared = [f if is_remote(f) else _in_run_location(f) for f in files]
+    for f, url in zip(files, shared):
+        if url is None:
             raise ConfigError(f"{f}: a local input file, but the job's workers share no disk with this machine "
                               f"(preprocess.runner.exchange bucket, run directory {run_url}); put the input in a "
                               "bucket and list its URL in corpus.inputs, or set preprocess.runner.exchange=disk")
     if prior_index is not None and remote_of(prior_index) is None:
         raise ConfigError(f"{prior_index}: the parent corpus's dedup index is on this machine's disk only; with "
                           "preprocess.runner.exchange bucket the parent must be a run location URL (corpus.parent)")
-    return run_url
+    return run_url, shared
+
+
+def _in_run_location(path: str) -> str | None:
+    """The URL of a local file in a run's working copy when the run location holds it with the same size (what a
+    stage pushed there), else None."""
+    from bertfactory import storage
+
+    url = remote_of(path)
+    if url is None:
+        return None
+    parent, name = url.rsplit("/", 1)
+    listed = storage.list_files(parent)
+    return url if listed.get(name) == Path(path).stat().st_size else None
 
 
 # presets whose workers need not share the driver's disk (local and in_process always do)
@@ -258,7 +275,7 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
     runner = runner_for_input(cfg.runner, input_bytes, tokenizer_bound)  # or a small input: no workers to start
     prior = increment.dedup_index_path if increment is not None else None
     prior = str(prior) if prior else None
-    run_url = bucket_exchange(cfg.runner, run_dir, files, prior)
+    run_url, files = bucket_exchange(cfg.runner, run_dir, files, prior)
     if run_url is not None and prior is not None:
         prior = remote_of(prior)
     staging = Staging(run_dir / STAGING)

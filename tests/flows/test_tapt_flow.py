@@ -138,3 +138,39 @@ def test_tapt_minilm_recipe_on_a_bucket_then_up_to_date_from_another_machine(tmp
         assert set(results["tasks"]["trec_coarse"]["compared"]) == {"unadapted"}
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_tapt_recipe_on_a_bucket_preprocessed_by_workers_that_share_no_disk(tmp_path):
+    """The recipe on S3 with its preprocessing on the portable runner's worker pool, a machine of its own (own HOME,
+    TMPDIR and working directory: preprocessing.portable_local's `isolate`): the task corpus the tapt stage wrote
+    into the driver's working copy is read by the workers at its URL in the run location, where the tapt stage
+    pushed it (a cluster preset refused it as a local input file before)."""
+    from preprocessing.portable_local import local_portable_cluster
+    from tests.flows.test_object_storage import machine, remote_files
+    from tests.storage_servers import start_s3
+
+    server = start_s3()
+    saved = dict(os.environ)
+    try:
+        url = f"{server.make_bucket('tapt-cluster')}/run"
+        os.environ.update(server.env)  # the pool's workers reach the bucket the standard way
+        with local_portable_cluster(pools=1, log_dir=tmp_path / "logs", isolate=tmp_path / "pool") as cluster:
+            runner = cluster.runner_config().model_dump(mode="json", include={"preset", "num_workers", "portable"})
+            sets = [a for o in [*REDUCED, f"preprocess.runner={json.dumps(runner)}"] for a in ("--set", o)]
+            proc = subprocess.run([str(Path(sys.executable).parent / "bertfactory"), "run", str(RECIPE), "--run-dir",
+                                   url, "--no-prefect", *sets], capture_output=True, text=True, timeout=900,
+                                  cwd=REPO, env={**machine(tmp_path, "driver", server), "OMP_NUM_THREADS": "2"})
+            started = cluster.workers_started()
+        logs = "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted((tmp_path / "logs").glob("*.log")))
+        assert proc.returncode == 0, f"exited {proc.returncode}:\n{proc.stderr[-6000:]}\n{logs}"
+        assert "exchange their files through" in proc.stderr and started and min(started) >= 1, (started, logs)
+        for stage in ("tapt", "preprocess", "pretrain", "evaluate"):
+            assert any(line.split()[:2] == [stage, "ran"] for line in proc.stdout.splitlines()), stage
+        manifest = json.loads(remote_files(server, f"{url}/shards")["manifest.json"])
+        assert manifest["runner"]["runner"] == "PortableRunner"
+        assert [s["path"] for s in manifest["sources"]] == ["RUN/tapt/corpus.jsonl"]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server.stop()

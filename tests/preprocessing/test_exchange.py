@@ -68,8 +68,31 @@ def test_a_bucket_exchange_refuses_what_its_workers_could_not_read(tmp_path):
     (working_copy / ".bertfactory" / "origin.json").write_text('{"url": "s3://b/run"}')
     with pytest.raises(ConfigError, match=r"local.txt: a local input file, but the job's workers share no disk"):
         bucket_exchange(bucket_runner, working_copy, ["s3://b/in.txt", str(tmp_path / "local.txt")], None)
-    assert bucket_exchange(bucket_runner, working_copy, ["s3://b/in.txt"], None) == "s3://b/run"
+    assert bucket_exchange(bucket_runner, working_copy, ["s3://b/in.txt"], None) == ("s3://b/run", ["s3://b/in.txt"])
     # auto: a cluster preset on a URL run directory goes through the bucket; the local presets never do
-    assert bucket_exchange(RunnerConfig(preset="portable"), working_copy, ["s3://b/in.txt"], None) == "s3://b/run"
-    assert bucket_exchange(RunnerConfig(), working_copy, [str(tmp_path / "local.txt")], None) is None
-    assert bucket_exchange(RunnerConfig(preset="portable", exchange="disk"), working_copy, ["x"], None) is None
+    assert bucket_exchange(RunnerConfig(preset="portable"), working_copy, ["s3://b/in.txt"], None)[0] == "s3://b/run"
+    local = [str(tmp_path / "local.txt")]
+    assert bucket_exchange(RunnerConfig(), working_copy, local, None) == (None, local)
+    assert bucket_exchange(RunnerConfig(preset="portable", exchange="disk"), working_copy, ["x"], None) == (None, ["x"])
+
+
+def test_an_input_in_the_working_copy_is_read_from_the_run_location(tmp_path, bucket):
+    """A tapt recipe's task corpus lies in RUN's working copy and, pushed by the tapt stage, in the run location:
+    the workers read it there. Not pushed (or not the same file), it is refused like any local input."""
+    from bertfactory import storage
+
+    run_url = storage.join(bucket, "wc-run")
+    working_copy = tmp_path / "wc"
+    (working_copy / ".bertfactory").mkdir(parents=True)
+    (working_copy / ".bertfactory" / "origin.json").write_text(f'{{"url": "{run_url}"}}')
+    corpus = working_copy / "tapt" / "corpus.jsonl"
+    corpus.parent.mkdir()
+    corpus.write_text('{"id": "a", "text": "x"}\n')
+    runner = RunnerConfig(exchange="bucket")
+    with pytest.raises(ConfigError, match="corpus.jsonl: a local input file"):
+        bucket_exchange(runner, working_copy, [str(corpus)], None)
+    storage.upload_file(corpus, storage.join(run_url, "tapt/corpus.jsonl"))
+    assert bucket_exchange(runner, working_copy, [str(corpus)], None) == (run_url, [f"{run_url}/tapt/corpus.jsonl"])
+    corpus.write_text('{"id": "a", "text": "changed since"}\n')
+    with pytest.raises(ConfigError, match="corpus.jsonl: a local input file"):
+        bucket_exchange(runner, working_copy, [str(corpus)], None)
