@@ -278,7 +278,8 @@ def _fine_tuned_teacher(cfg: DistillConfig, run_dir: Path, pretrainer: BertForPr
     rng = RngState(torch.device(cfg.device))
 
     def train() -> list[dict]:
-        model.load_state_dict(_finetune(copy.deepcopy(pretrainer.bert), task, cfg, pad_id, "teacher").state_dict())
+        # the holder's own encoder copy is fine-tuned (same weights as the teacher's): no second copy of the teacher
+        model.load_state_dict(_finetune(model.encoder, task, cfg, pad_id, "teacher").state_dict())
         rng.capture()
         return []
 
