@@ -36,15 +36,21 @@ then also a *lease*: the object `<url>/.bertfactory/lease.json` = {"owner" (a uu
   to expire within the TTL instead of waiting for it and then for a delete that would wait as long, so a flow that
   failed on an outage ends at once (and a late renewal cannot land after the delete).
 
-What the read-back guarantees: object stores have last-writer-wins PUTs and no compare-and-swap here, so two
-machines that both read "no lease" both write theirs. S3 and GCS read-after-write are strongly consistent, so the
-last PUT is the one every later GET returns: of two such acquirers the one whose PUT landed first sees the other's
-lease on its read-back and is refused. Both can proceed only when one acquirer's read-to-PUT gap spans the other's
-whole PUT + settle + read-back (that is, more than SETTLE_S), e.g. a process stalled between its read and its
-write. Renewal (read, then write) and release (read, then delete) have the same narrow window. Conditional writes
-(S3 `If-None-Match: *` on create and `If-Match: <etag>` on renewal, GCS `ifGenerationMatch`) would close it; they
-are not used in this version. `expires` is the writer's clock: machines whose clocks differ by a sizeable part of
-the TTL can see a live lease as expired.
+On S3 every lease write is conditional (bertfactory.storage.write_bytes_if): the create only where there is no
+object (`If-None-Match: *`), a take-over and each renewal only on the ETag this process last saw (`If-Match`), and
+release deletes only that ETag. Two machines that both read "no lease" cannot both write theirs: the second PUT fails
+and that acquirer is refused naming the first; a renewal never overwrites a lease another machine took, and a
+release never deletes it. A write of ours whose answer was lost (it landed, the retry is refused) is recognised by
+its owner and kept.
+
+On GCS (whose emulator here does not enforce generation preconditions, so that path is not used untested) the
+read-back is what protects: PUTs are last-writer-wins and read-after-write strongly consistent, so of two acquirers
+that both read "no lease" the one whose PUT landed first sees the other's lease on its read-back and is refused.
+Both can proceed only when one acquirer's read-to-PUT gap spans the other's whole PUT + settle + read-back (more
+than SETTLE_S), e.g. a process stalled between its read and its write; renewal (read, then write) and release
+(read, then delete) have the same narrow window. The read-back is kept on S3 too, for S3-compatible stores that
+ignore the conditions. `expires` is the writer's clock: machines whose clocks differ by a sizeable part of the TTL
+can see a live lease as expired.
 """
 
 from __future__ import annotations
@@ -145,6 +151,10 @@ def read_lease(url: str) -> dict | None:
         data = storage.read_bytes(url)
     except FileNotFoundError:
         return None
+    return _parse_lease(data)
+
+
+def _parse_lease(data: bytes) -> dict:
     try:
         lease = json.loads(data or b"{}")
     except ValueError:
@@ -168,6 +178,10 @@ class Lease:
                        "flow_run": _current_flow_run(), "since": round(time.time(), 3)}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # a store with conditional writes (storage.conditional_writes): each write lands only on the object as
+        # this process last saw it, `_seen` (its ETag; None: no object), so no other writer's lease is overwritten
+        self.conditional = storage.conditional_writes(url)
+        self._seen: str | None = None
 
     @property
     def owner(self) -> str:
@@ -175,7 +189,18 @@ class Lease:
 
     def _write(self) -> None:
         self.record["expires"] = round(time.time() + self.ttl, 3)
-        storage.write_bytes(self.url, json.dumps(self.record).encode("utf-8"))
+        data = json.dumps(self.record).encode("utf-8")
+        if self.conditional:
+            self._seen = storage.write_bytes_if(self.url, data, self._seen)
+        else:
+            storage.write_bytes(self.url, data)
+
+    def _read(self) -> dict | None:
+        """The lease object now (read_lease's answer), remembering its ETag for the next conditional write."""
+        if not self.conditional:
+            return read_lease(self.url)
+        data, self._seen = storage.read_versioned(self.url)
+        return None if data is None else _parse_lease(data)
 
     def _refuse(self, holder: dict) -> RunDirLocked:
         expires = holder.get("expires")
@@ -190,7 +215,7 @@ class Lease:
         start the heartbeat. `dead_owner`: the lease of the process that last held this working copy's flock and
         ended without releasing it (its record is still in the lock file); a lease of that owner is taken over at
         once instead of after its TTL (a flow restarted on the machine where it crashed)."""
-        current = read_lease(self.url)
+        current = self._read()
         if current is not None and current.get("owner") != self.owner:
             expires = current.get("expires")
             if dead_owner is not None and current.get("owner") == dead_owner:
@@ -202,7 +227,13 @@ class Lease:
             else:
                 why = " (unreadable)"
             logger.warning("%s: taking over the lease of %s%s", self.url, _describe(current), why)
-        self._write()
+        try:
+            self._write()
+        except storage.PreconditionFailed:  # another acquirer wrote between our read and our write: its lease
+            current = self._read()
+            if current is None or current.get("owner") != self.owner:  # (ours: a retried PUT whose first landed)
+                raise self._refuse(current or {}) from None
+        # kept with conditional writes too: a store that ignores their conditions still has the read-back
         _settle()
         confirmed = read_lease(self.url)
         if confirmed is None or confirmed.get("owner") != self.owner:
@@ -214,7 +245,14 @@ class Lease:
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.ttl / 3):
             try:
-                current = read_lease(self.url)
+                if self.conditional:
+                    try:
+                        self._write()  # lands only on our own last write: nothing to read first
+                        continue
+                    except storage.PreconditionFailed:  # someone else's write, a delete, or a lost answer of ours
+                        current = self._read()
+                else:
+                    current = read_lease(self.url)
                 if current is not None and current.get("owner") != self.owner:
                     logger.error(
                         "%s: the lease of this run directory was taken by %s while %s (pid %s) still holds its lock "
@@ -241,9 +279,14 @@ class Lease:
                                "lease to expire within %g s", self.url, RELEASE_WAIT_S, self.ttl)
                 return False
         try:
-            current = read_lease(self.url)
+            current = self._read()
             if current is not None and current.get("owner") == self.owner:
-                storage.delete(self.url)
+                if self.conditional:
+                    storage.delete_if(self.url, self._seen)  # not if another machine took it since the read
+                else:
+                    storage.delete(self.url)
+        except storage.PreconditionFailed:
+            logger.warning("%s: the lease was taken by another flow as this one released it; left to it", self.url)
         except storage.StorageError as err:  # it expires on its own
             logger.warning("%s: could not delete the lease (%s); it expires within %g s", self.url, err, self.ttl)
             return False

@@ -316,3 +316,47 @@ def test_release_leaves_the_lease_to_expire_when_its_renewal_waits_on_a_location
     assert lease_of(url) == held
     assert any("has not answered the lease's renewal" in r.getMessage() and "leaving the lease to expire" in
                r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_two_acquirers_that_both_read_no_lease_cannot_both_take_it(url, monkeypatch):
+    """The window the read-back leaves open (an acquirer whose read-to-write gap spans another's whole acquisition)
+    is closed on S3 by a conditional create: the late writer's PUT fails instead of overwriting the lease."""
+    theirs = lock.Lease(f"{url}/.bertfactory/lease.json", second_working_copy(url, monkeypatch), "pretrain", 60)
+    theirs.take()  # the other machine acquires (write, settle, read-back) ...
+    try:
+        ours = lock.Lease(f"{url}/.bertfactory/lease.json", resolve_run_dir(url), "evaluate", 60)
+        real_read = storage.read_bytes
+        stale = [True]
+
+        def read_from_before_their_write(where):  # ... while our first read saw the location still empty
+            if stale:
+                stale.pop()
+                raise FileNotFoundError(where)
+            return real_read(where)
+
+        monkeypatch.setattr(storage, "read_bytes", read_from_before_their_write)
+        with pytest.raises(RunDirLocked, match=rf"in use by flow 'pretrain' \(pid {os.getpid()}"):
+            ours.take()
+        assert not stale and lease_of(url)["owner"] == theirs.owner  # theirs stands, not overwritten
+    finally:
+        theirs.release()
+    assert lease_of(url) is None
+
+
+def test_release_does_not_delete_a_lease_taken_between_its_read_and_its_delete(url, monkeypatch, caplog):
+    work = resolve_run_dir(url)
+    acquire(work, "pipeline")
+    real_read = storage.read_bytes
+    theirs = {}
+
+    def read_then_they_take_over(where):  # our renewals came late; another machine takes the lease right after
+        data = real_read(where)
+        if not theirs:
+            theirs.update(foreign_lease(url, expires_in=60))
+        return data
+
+    monkeypatch.setattr(storage, "read_bytes", read_then_they_take_over)
+    with caplog.at_level(logging.WARNING, logger="flows"):
+        release(work)
+    assert theirs and lease_of(url) == theirs
+    assert "taken by another flow as this one released it" in caplog.text
