@@ -141,3 +141,23 @@ def _nothing_reached_outside():
     yield
     if _outside_attempts:
         pytest.fail(f"the test tried to reach {', '.join(sorted(set(_outside_attempts)))}: tests reach only 127.0.0.1")
+
+
+# A lease's heartbeat (flows/lock.py) left running after its test goes on writing to the test's object store after
+# that store and its credentials are gone, in whatever test the process runs next (a botocore credential lookup then
+# shows up as that innocent test reaching the cloud's metadata address, minutes later). The test that leaves one
+# alive fails instead.
+_HEARTBEAT = "lease-heartbeat "
+
+
+@pytest.fixture(autouse=True)
+def _no_lease_heartbeat_left_running():
+    import threading
+
+    before = {t for t in threading.enumerate() if t.name.startswith(_HEARTBEAT)}
+    yield
+    left = [t for t in threading.enumerate() if t.name.startswith(_HEARTBEAT) and t not in before and t.is_alive()]
+    for thread in left:  # a release that is still joining it gets its few seconds
+        thread.join(10)
+    if alive := [t.name[len(_HEARTBEAT):] for t in left if t.is_alive()]:
+        pytest.fail(f"the test left a lease heartbeat running (never released): {', '.join(alive)}")

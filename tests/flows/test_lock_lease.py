@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -298,24 +299,37 @@ def test_release_leaves_the_lease_to_expire_when_its_renewal_waits_on_a_location
     monkeypatch.setenv("BERTFACTORY_LEASE_TTL", "1.5")  # a heartbeat every 0.5 s
     monkeypatch.setattr(lock, "RELEASE_WAIT_S", 0.5)
     work = resolve_run_dir(url)
-    waiting = __import__("threading").Event()
+    waiting, store_answers = threading.Event(), threading.Event()
+    renewing: list[threading.Thread] = []
     real_write = lock.Lease._write
 
     def write(self):
         if self._thread is not None:  # a renewal (the first write, by `take`, goes through)
+            renewing.append(threading.current_thread())
             waiting.set()
-            time.sleep(600)  # the daemon thread is left behind asleep, as one waiting on a dead store would be
+            # the heartbeat is left behind blocked, as one waiting on a dead store would be, until the test ends;
+            # then its write fails without reaching the store: a thread that woke later and wrote for real would do
+            # so in another test of this process, after this module's S3 server and credentials are gone (botocore
+            # then looks for credentials at the cloud's metadata address)
+            store_answers.wait(600)
+            raise storage.StorageError("the run location did not answer")
         real_write(self)
 
     monkeypatch.setattr(lock.Lease, "_write", write)
-    with caplog.at_level(logging.WARNING, logger="flows"):
-        with run_dir_lock(work, "pretrain"):
-            held = lease_of(url)
-            assert waiting.wait(60), "the heartbeat renewed"
-        # released without the delete: the lease stays until it expires on its own
-    assert lease_of(url) == held
-    assert any("has not answered the lease's renewal" in r.getMessage() and "leaving the lease to expire" in
-               r.getMessage() for r in caplog.records), caplog.text
+    try:
+        with caplog.at_level(logging.WARNING, logger="flows"):
+            with run_dir_lock(work, "pretrain"):
+                held = lease_of(url)
+                assert waiting.wait(60), "the heartbeat renewed"
+            # released without the delete: the lease stays until it expires on its own
+        assert lease_of(url) == held
+        assert any("has not answered the lease's renewal" in r.getMessage() and "leaving the lease to expire" in
+                   r.getMessage() for r in caplog.records), caplog.text
+    finally:
+        store_answers.set()
+        for thread in renewing:
+            thread.join(60)
+    assert renewing and not any(thread.is_alive() for thread in renewing)  # no heartbeat outlives the test
 
 
 def test_two_acquirers_that_both_read_no_lease_cannot_both_take_it(url, monkeypatch):
