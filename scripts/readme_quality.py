@@ -139,14 +139,19 @@ def _seeds_provenance(entry: dict, path: Path) -> str | None:
     return f"at {provenance(entry['measured'], path)}" if entry.get("measured") else None
 
 
-def distill_sentences(doc: dict, path: Path) -> str:
-    prov, parts, met = provenance(doc, path), [], []
-    # a task carried from an earlier document (distill_seeds.py --merge --keep), or one whose seeds ran at other
-    # commits, names the commit(s) it was measured at
+def _tasks_provenance(doc: dict, path: Path) -> str:
+    """The document's commit, or per task where a task was carried from an earlier document (distill_seeds.py
+    --merge --keep) or its seeds ran at other commits: each names the commit(s) it was measured at."""
+    prov = provenance(doc, path)
     per_task = {task: where for task, entry in doc["tasks"].items()
                 if (where := _seeds_provenance(entry, path)) is not None}
     if len(set(per_task.values())) > 1 or any(where != f"at {prov}" for where in per_task.values()):
         prov = "; ".join(f"{task} {where}" for task, where in per_task.items())
+    return prov
+
+
+def distill_sentences(doc: dict, path: Path) -> str:
+    prov, parts, met = _tasks_provenance(doc, path), [], []
     for task, entry in doc["tasks"].items():
         methods = entry["methods"]
         teacher = next(iter(methods.values()))["teacher"]
@@ -170,26 +175,59 @@ def _override(doc: dict, key: str) -> str | None:
     return values[-1] if values else None
 
 
-def general_sentences(doc: dict, path: Path) -> str:
-    """With vs without general distillation, per task and student: TinyBERT's in-run `no_gd` ablation; the
-    DistilBERT-style student's direct twin (the same layer copy fine-tuned without general distillation)."""
-    prov, parts = provenance(doc, path), []
+def _shards(doc: dict) -> str:
+    """'shards `PATH`' the general students distilled on, per task when the tasks' runs named different ones (a merged
+    document keeps each task's overrides); a path inside this repository is shown relative to it."""
+    def shown(value: str | None) -> str:
+        if value is None:
+            return "the config's shards"
+        path = Path(value)
+        return f"`{path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else value}`"
+
+    per_task = {task: shown(_override(entry, "shards") if entry.get("overrides") else _override(doc, "shards"))
+                for task, entry in doc["tasks"].items()}
+    if len(set(per_task.values())) <= 1:
+        return f"shards {next(iter(per_task.values()), shown(_override(doc, 'shards')))}"
+    return "shards " + ", ".join(f"{where} ({task})" for task, where in per_task.items())
+
+
+def _same_seeds(stats: dict, seeds: list[int], source: list[int]) -> dict | None:
+    """`stats` (mean, std, values over the seeds `source`) restricted to `seeds`; None unless it has all of them."""
+    values = stats.get("values")
+    if not values or len(values) != len(source) or not set(seeds) <= set(source):
+        return None
+    kept = [values[source.index(seed)] for seed in seeds]
+    return {"mean": statistics.fmean(kept), "std": statistics.stdev(kept) if len(kept) > 1 else 0.0}
+
+
+def general_sentences(doc: dict, path: Path, without_doc: dict | None = None) -> str:
+    """With vs without general distillation, per task and student: TinyBERT's in-run `no_gd` ablation, else the
+    same student in `without_doc` (the distillation run without general distillation: the --distill file) over the
+    same seeds; the DistilBERT-style student's direct twin (the same layer copy fine-tuned without general
+    distillation)."""
+    prov, parts = _tasks_provenance(doc, path), []
     for task, entry in doc["tasks"].items():
         for name, m in entry["methods"].items():
             general = m.get("general_distillation")
             if not general:
                 continue
-            without = (m.get("ablations") or {}).get("no_gd") or (m["direct"] if name.startswith("distilbert") else None)
+            without, source = (m.get("ablations") or {}).get("no_gd"), ""
+            if without is None and name.startswith("distilbert"):
+                without = m["direct"]
+            if without is None and without_doc is not None:
+                other = ((without_doc.get("tasks") or {}).get(task) or {}).get("methods", {}).get(name)
+                if other and not other.get("general_distillation"):
+                    without = _same_seeds(other["student"], m["seeds"], other["seeds"])
+                    source = " in the run without general distillation, same seeds"
             if without is None:
                 continue
             steps = "/".join(str(s) for s in general["steps"])
             diff = m["student"]["mean"] - without["mean"]
             parts.append(f"{STUDENTS.get(name, name)} on {task} {_ms(m['student']['mean'], m['student']['std'])} after "
-                         f"{steps} general steps vs {_ms(without['mean'], without['std'])} without ({diff:+.3f}; "
+                         f"{steps} general steps vs {_ms(without['mean'], without['std'])} without{source} ({diff:+.3f}; "
                          f"{m['retention']['mean']:.1%} of the teacher retained, {len(m['seeds'])} seeds, "
                          f"{len(general['entries'])} general student)")
-    shards = _override(doc, "shards") or "the config's shards"
-    return (f"**{TITLES['general']}** (shards `{shards}`, one general student per student shape shared by the seeds; "
+    return (f"**{TITLES['general']}** ({_shards(doc)}, one general student per student shape shared by the seeds; "
             f"{prov}): test score {'; '.join(parts) or 'no student with general distillation in the file'}.")
 
 
@@ -203,7 +241,11 @@ def block(parity: Path = PARITY, tapt: Path = TAPT, distill: Path = DISTILL, gen
             continue
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            sentences.append(render(doc, path))
+            if key == "general":  # compared with the run without general distillation where it has no ablation
+                without = json.loads(distill.read_text(encoding="utf-8")) if distill.is_file() else None
+                sentences.append(general_sentences(doc, path, without))
+            else:
+                sentences.append(render(doc, path))
         except (ValueError, KeyError, TypeError) as err:
             raise QualityError(f"{path}: not a result file of {COMMANDS[key].split()[1]} ({err!r})") from err
     return "\n".join([BEGIN, "\n".join(sentences), END])

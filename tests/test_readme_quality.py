@@ -207,3 +207,36 @@ def test_a_distillation_task_whose_seeds_ran_at_two_commits_names_each(tmp_path)
     groups[1]["dirty"] = True
     with pytest.raises(rq.QualityError, match="uncommitted"):
         rq.block(tmp_path / "none.json", tmp_path / "none.json", _write(tmp_path, distill, "d.json"))
+
+
+def test_a_merged_general_distillation_document_names_each_tasks_commit_shards_and_comparison(tmp_path):
+    """A task without TinyBERT's in-run `no_gd` ablation is compared with the same student of the run without
+    general distillation (the --distill file), over the same seeds only; each task names its own commit."""
+    stat = lambda mean, std, values=None: {"mean": mean, "std": std, **({"values": values} if values else {})}  # noqa: E731
+    general = {"steps": [200], "entries": ["k1"], "reused": 2}
+    tiny = lambda seeds, ablations: {  # noqa: E731
+        "teacher": stat(0.86, 0.01), "student": stat(0.84, 0.01), "retention": stat(0.975, 0.01),
+        "direct": stat(0.80, 0.01), "speedup": stat(2.2, 0.0), "seeds": seeds, "general_distillation": general,
+        **({"ablations": ablations} if ablations else {})}
+    doc = {"commit": "7777777", "dirty": False, "date": "2026-12-01", "config": "configs/distill-minilm.yaml",
+           "tasks": {
+               "trec_coarse": {"methods": {"tinybert": tiny([1, 2, 3], {"no_gd": stat(0.83, 0.02)})},
+                               "overrides": ["shards=corpus/shards"],
+                               "measured": {"commit": "1111111", "dirty": False, "date": "2026-11-30"}},
+               "movie_sentiment": {"methods": {"tinybert": tiny([2, 3], None)},
+                                   "overrides": [f"shards={REPO / 'runs' / 'gd' / 'corpus' / 'shards'}"],
+                                   "measured": {"commit": "7777777", "dirty": False, "date": "2026-12-01"}}}}
+    without = {"commit": "2222222", "dirty": False, "date": "2026-11-30", "config": "configs/distill-minilm.yaml",
+               "tasks": {"movie_sentiment": {"methods": {"tinybert": {
+                   "teacher": stat(0.86, 0.01), "student": stat(0.83, 0.01, [0.829, 0.841, 0.831]),
+                   "retention": stat(0.97, 0.01), "speedup": stat(2.2, 0.0), "seeds": [1, 2, 3]}}}}}
+    none = tmp_path / "none.json"
+    text = rq.block(none, none, _write(tmp_path, without, "d.json"), _write(tmp_path, doc, "g.json"))
+    assert "trec_coarse at commit 1111111, 2026-11-30; movie_sentiment at commit 7777777, 2026-12-01" in text, text
+    assert "shards `corpus/shards` (trec_coarse), `runs/gd/corpus/shards` (movie_sentiment)" in text, text
+    assert "TinyBERT 4 x 312 on trec_coarse 0.840 ± 0.010 after 200 general steps vs 0.830 ± 0.020 without (+0.010" in text
+    # seeds 2 and 3 of the run without: (0.841 + 0.831) / 2, std 0.007
+    assert ("TinyBERT 4 x 312 on movie_sentiment 0.840 ± 0.010 after 200 general steps vs 0.836 ± 0.007 without in "
+            "the run without general distillation, same seeds (+0.004; 97.5% of the teacher retained, 2 seeds") in text
+    # without the other run, that student has nothing to be compared with and is left out
+    assert "on movie_sentiment" not in rq.block(none, none, none, _write(tmp_path, doc, "g.json"))
