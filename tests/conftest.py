@@ -6,6 +6,7 @@ import ipaddress
 import os
 import socket
 import tempfile
+import threading
 
 import pytest
 
@@ -96,9 +97,16 @@ def _outside_name(host) -> str | None:
         return name
 
 
+def _attempt(where: str) -> str:
+    """`where`, plus the thread that tried when it is not the main one: a background thread left behind by an
+    earlier test (a heartbeat, a client's refresher) is blamed on the test running when it wakes, so name it."""
+    thread = threading.current_thread()
+    return where if thread is threading.main_thread() else f"{where} (from thread {thread.name!r})"
+
+
 def _guarded_getaddrinfo(host, *args, **kwargs):
     if (name := _outside_name(host)) is not None:
-        _outside_attempts.append(name)
+        _outside_attempts.append(_attempt(name))
         raise socket.gaierror(socket.EAI_NONAME, f"tests reach only this machine (127.0.0.1), not {name}")
     return _getaddrinfo(host, *args, **kwargs)
 
@@ -117,7 +125,7 @@ def _outside_address(sock: socket.socket, address) -> str | None:
 
 def _refuse_outside(sock: socket.socket, address) -> None:
     if (where := _outside_address(sock, address)) is not None:
-        _outside_attempts.append(where)
+        _outside_attempts.append(_attempt(where))
         raise OSError(f"tests reach only this machine (127.0.0.1), not {where}")
 
 
@@ -152,8 +160,6 @@ _HEARTBEAT = "lease-heartbeat "
 
 @pytest.fixture(autouse=True)
 def _no_lease_heartbeat_left_running():
-    import threading
-
     before = {t for t in threading.enumerate() if t.name.startswith(_HEARTBEAT)}
     yield
     left = [t for t in threading.enumerate() if t.name.startswith(_HEARTBEAT) and t not in before and t.is_alive()]
