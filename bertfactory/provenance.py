@@ -3,7 +3,8 @@
 (scripts/readme_demo.py) names the commit that made it.
 
     from bertfactory.provenance import code_revision
-    code_revision()   # {"version": "0.1.0", "commit": "e1d1857...", "dirty": False}; commit None outside git
+    code_revision()   # {"version": "0.1.0", "commit": "e1d1857...", "dirty": False, "changed": []}; commit None
+                      # outside git; "changed": the tracked files that differ from the commit
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from bertfactory import __version__
 
 _SOURCE = Path(__file__).resolve().parents[1]
+CHANGED_LISTED = 20
 
 
 @functools.lru_cache(maxsize=1)
@@ -29,18 +31,26 @@ def code_revision() -> dict:
         return out.stdout.strip() if out.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD") if (_SOURCE / ".git").exists() else None
-    dirty = None
+    dirty = changed = None
     if commit:
         status = git("status", "--porcelain", "--untracked-files=no")
-        dirty = bool(status) if status is not None else None
-    return {"version": __version__, "commit": commit, "dirty": dirty}
+        if status is not None:
+            dirty = bool(status)
+            # which tracked files differed (the first CHANGED_LISTED): a reader can tell an edited test or README
+            # from edited training code without the machine the run was on
+            paths = sorted(line.split(None, 1)[1] for line in status.splitlines() if len(line.split(None, 1)) == 2)
+            changed = paths[:CHANGED_LISTED] + ([f"... and {len(paths) - CHANGED_LISTED} more"]
+                                                if len(paths) > CHANGED_LISTED else [])
+    return {"version": __version__, "commit": commit, "dirty": dirty, "changed": changed}
 
 
 def result_provenance() -> dict:
-    """{"commit" (short), "dirty", "date" (UTC, ISO)} for a benchmark's result file, taken when the run starts: what
-    scripts/readme_quality.py needs to quote a figure (it refuses a result without a clean commit)."""
+    """{"commit" (short), "dirty", "changed", "date" (UTC, ISO)} for a benchmark's result file, taken when the run
+    starts: what scripts/readme_quality.py needs to quote a figure (it refuses a result without a clean commit, naming
+    the files that differed)."""
     from datetime import datetime, timezone
 
     revision = code_revision()
     return {"commit": revision["commit"][:7] if revision["commit"] else None, "dirty": revision["dirty"],
+            "changed": revision["changed"],
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}

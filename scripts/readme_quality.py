@@ -61,7 +61,8 @@ def provenance(doc: dict, path: Path) -> str:
         raise QualityError(f"{path}: records no {', '.join(missing)}; its writer must record the commit, the date "
                            "and whether the tree was dirty (as benchmarks/finetune_parity.py does), then rerun it")
     if doc["dirty"] is not False:
-        raise QualityError(f"{path}: measured from a tree with uncommitted changes (commit {doc['commit']}); "
+        changed = f": {', '.join(doc['changed'])}" if doc.get("changed") else ""
+        raise QualityError(f"{path}: measured from a tree with uncommitted changes (commit {doc['commit']}{changed}); "
                            "commit, then rerun it")
     return f"commit {str(doc['commit'])[:7]}, {str(doc['date'])[:10]}"
 
