@@ -38,7 +38,7 @@ def code_revision() -> dict:
             dirty = bool(status)
             # which tracked files differed (the first CHANGED_LISTED): a reader can tell an edited test or README
             # from edited training code without the machine the run was on
-            paths = sorted(line.split(None, 1)[1] for line in status.splitlines() if len(line.split(None, 1)) == 2)
+            paths = sorted(parts[1] for line in status.splitlines() if len(parts := line.split(None, 1)) == 2)
             changed = paths[:CHANGED_LISTED] + ([f"... and {len(paths) - CHANGED_LISTED} more"]
                                                 if len(paths) > CHANGED_LISTED else [])
     return {"version": __version__, "commit": commit, "dirty": dirty, "changed": changed}

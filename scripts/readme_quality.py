@@ -225,7 +225,8 @@ def general_sentences(doc: dict, path: Path, without_doc: dict | None = None) ->
             steps = "/".join(str(s) for s in general["steps"])
             diff = m["student"]["mean"] - without["mean"]
             parts.append(f"{STUDENTS.get(name, name)} on {task} {_ms(m['student']['mean'], m['student']['std'])} after "
-                         f"{steps} general steps vs {_ms(without['mean'], without['std'])} without{source} ({diff:+.3f}; "
+                         f"{steps} general steps vs {_ms(without['mean'], without['std'])} without{source} "
+                         f"({diff:+.3f}; "
                          f"{m['retention']['mean']:.1%} of the teacher retained, {len(m['seeds'])} seeds, "
                          f"{len(general['entries'])} general student)")
     return (f"**{TITLES['general']}** ({_shards(doc)}, one general student per student shape shared by the seeds; "
@@ -235,18 +236,18 @@ def general_sentences(doc: dict, path: Path, without_doc: dict | None = None) ->
 def block(parity: Path = PARITY, tapt: Path = TAPT, distill: Path = DISTILL, general: Path = GENERAL) -> str:
     """The whole block, markers included: one paragraph, a sentence or two per source."""
     sentences = []
+    def general_against_distill(doc: dict, path: Path) -> str:  # compared with the run without general distillation
+        without = json.loads(distill.read_text(encoding="utf-8")) if distill.is_file() else None
+        return general_sentences(doc, path, without)
+
     for key, path, render in (("parity", parity, parity_sentences), ("tapt", tapt, tapt_sentences),
-                              ("distill", distill, distill_sentences), ("general", general, general_sentences)):
+                              ("distill", distill, distill_sentences), ("general", general, general_against_distill)):
         if not path.is_file():
             sentences.append(f"**{TITLES[key]}**: not measured yet: `{COMMANDS[key]}`.")
             continue
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            if key == "general":  # compared with the run without general distillation where it has no ablation
-                without = json.loads(distill.read_text(encoding="utf-8")) if distill.is_file() else None
-                sentences.append(general_sentences(doc, path, without))
-            else:
-                sentences.append(render(doc, path))
+            sentences.append(render(doc, path))
         except (ValueError, KeyError, TypeError) as err:
             raise QualityError(f"{path}: not a result file of {COMMANDS[key].split()[1]} ({err!r})") from err
     return "\n".join([BEGIN, "\n".join(sentences), END])
