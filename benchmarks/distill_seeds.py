@@ -10,6 +10,7 @@ same seed (mean +- sample std over seeds).
     python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir runs/distill-minilm \\
         --tasks movie_sentiment trec_coarse --seeds 1 2 3 [--set tinybert.general_steps=0]
     python benchmarks/distill_seeds.py ... --only-summary     # the table of the pairs already run, training nothing
+    python benchmarks/distill_seeds.py ... --only-summary --keep-pairs benchmarks/studies/NAME   # ... and keep them
     python benchmarks/distill_seeds.py ... --only-summary --as-of RUN/summary.json   # ... labelled with the code
                                                               # that trained them (chunks run in parallel)
     python benchmarks/distill_seeds.py --merge RUN_A/summary.json RUN_B/summary.json --out benchmarks/distill_minilm.json
@@ -32,6 +33,16 @@ Every pair that trains also gets RUN/<task>/seed-<seed>/phases.json: wall and pr
 teacher import, each fine-tuning, each distillation loop, the augmentation, the speed passes, the rest), so a bigger
 run can be sized from a small one before it starts; on a shared machine the CPU seconds are the figure that carries
 over, the wall seconds depend on the load.
+
+A study spread over sessions outlives the machine that ran its first seeds only if its results do: RUN holds
+gigabytes (teacher copies, caches) and is not committed. --keep-pairs DIR copies each finished pair's small files
+(results.json, report.md, metrics.jsonl with the loss lines, phases.json and the stage stamp that names the code that
+trained it: ~45 kB a pair) into DIR/<task>/seed-<seed>/, the layout of RUN, so the summary of every seed kept so far is
+
+    python benchmarks/distill_seeds.py --config ... --run-dir benchmarks/studies/NAME --tasks ... --seeds 1 2 3 \
+        --set ... --only-summary
+
+from a fresh clone, whatever machine trained each seed (a seed's commit comes from its kept stamp).
 """
 
 from __future__ import annotations
@@ -108,6 +119,29 @@ def mean_std(values: list[float]) -> dict:
     """Mean and sample standard deviation (0 for a single value) of `values`."""
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "n": len(values), "values": values}
+
+
+# a pair's files that say what it measured and which code measured it, relative to RUN/<task>/seed-<seed>/ (the
+# models, teacher copies and TensorBoard files stay behind: they are what makes RUN large)
+KEPT_PAIR_FILES = ("distill/results.json", "distill/report.md", "distill/metrics.jsonl", "phases.json",
+                   ".bertfactory/distill.json")
+
+
+def keep_pair(pair_dir: Path, kept_dir: Path) -> list[str]:
+    """Copy a finished pair's KEPT_PAIR_FILES into `kept_dir` (same relative paths; each written atomically, the
+    stamp last, so a kept pair with a stamp is complete). -> the files copied. A pair without results.json is not
+    finished: refused (ValueError), nothing copied."""
+    from bertfactory.io import atomic_write_bytes
+
+    pair_dir, kept_dir = Path(pair_dir), Path(kept_dir)
+    if not (pair_dir / KEPT_PAIR_FILES[0]).is_file():
+        raise ValueError(f"{pair_dir}: no {KEPT_PAIR_FILES[0]}, the pair has not finished; nothing kept")
+    copied = []
+    for name in KEPT_PAIR_FILES:  # the stamp is last in the tuple: written after the results it vouches for
+        if (pair_dir / name).is_file():
+            atomic_write_bytes(kept_dir / name, (pair_dir / name).read_bytes())
+            copied.append(name)
+    return copied
 
 
 def pair_provenance(pair_dir: Path) -> dict | None:
@@ -286,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="with --merge: the merged document")
     parser.add_argument("--keep", type=Path, metavar="EARLIER", help="with --merge: carry over the tasks of this "
                         "earlier merged document that the summaries do not measure again, each with its commit")
+    parser.add_argument("--keep-pairs", type=Path, metavar="DIR", help="copy each finished pair's results, loss "
+                        "lines, phases and stage stamp into DIR/<task>/seed-<seed>/ (e.g. benchmarks/studies/NAME, "
+                        "committed), so the study's summary can be made again from DIR on another machine")
     args = parser.parse_args(argv)
     if args.merge:
         if args.out is None:
@@ -336,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
                 if path.is_file():
                     results.setdefault(task, {})[seed] = json.loads(path.read_text(encoding="utf-8"))
                     trained_by.setdefault(task, {})[seed] = pair_provenance(pair_dir)
+                    kept_dir = None if args.keep_pairs is None else args.keep_pairs / task / f"seed-{seed}"
+                    if kept_dir is not None and kept_dir.resolve() != pair_dir.resolve():  # pairs run before
+                        print(f"kept {', '.join(keep_pair(pair_dir, kept_dir))} in {kept_dir}", flush=True)
                 continue
             timer.phases.clear()
             started, cpu_started = time.perf_counter(), time.process_time()
@@ -349,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {p['phase']}: {p['wall_s']:.1f} s wall, {p['cpu_s']:.1f} s CPU", flush=True)
             results.setdefault(task, {})[seed] = outcome["summary"]
             trained_by.setdefault(task, {})[seed] = pair_provenance(pair_dir)
+            if args.keep_pairs is not None:
+                kept = keep_pair(pair_dir, args.keep_pairs / task / f"seed-{seed}")
+                print(f"  kept {', '.join(kept)} in {args.keep_pairs / task / f'seed-{seed}'}", flush=True)
     summary = summarise(results)
     for task, entry in summary.items():  # each seed's own code (a pair reused from an earlier session keeps its)
         if (groups := seeds_measured(trained_by.get(task, {}))) is not None:

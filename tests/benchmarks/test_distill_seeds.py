@@ -219,3 +219,50 @@ def test_seeds_trained_at_different_commits_each_keep_theirs_from_the_pairs_stam
         {"seeds": [3], "commit": "bbbbbbb", "dirty": False, "date": "2026-11-30T20:05:00+00:00"}]
     assert seeds.pair_provenance(tmp_path / "seed-4") is None
     assert seeds.seeds_measured({**trained, 4: None}) is None
+
+
+def test_kept_pairs_give_the_same_summary_on_another_machine(load_benchmark, tmp_path, capsys):
+    """--keep-pairs copies each pair's small files (not the models) into a folder with RUN's layout; the summary
+    made from that folder alone, as a fresh clone would, is the run's, each seed labelled with the commit of the
+    stamp that trained it. An unfinished pair is refused, nothing copied."""
+    import json
+    from pathlib import Path
+
+    import flows.distill_flow  # noqa: F401  (see the --as-of test: Prefect's root handler comes with the import)
+
+    seeds = load_benchmark("distill_seeds")
+    config = str(Path(seeds.__file__).resolve().parents[1] / "configs" / "distill-minilm.yaml")
+    run, kept = tmp_path / "run", tmp_path / "kept"
+    for seed, commit, score in ((1, "a" * 40, 0.83), (2, "b" * 40, 0.81)):
+        pair = run / "movie_sentiment" / f"seed-{seed}"
+        row = {"teacher": {"score": 0.85}, "student": {"score": score}, "retention": score / 0.85, "speedup": 2.0,
+               "student_direct": {"score": 0.80}}
+        (pair / "distill" / "teacher").mkdir(parents=True)
+        (pair / "distill" / "teacher" / "model.safetensors").write_bytes(b"\0" * 4096)  # what stays behind
+        (pair / "distill" / "results.json").write_text(json.dumps({"methods": {"distilbert": row},
+                                                                   "majority_accuracy": 0.49}))
+        (pair / "distill" / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')
+        (pair / ".bertfactory").mkdir()
+        (pair / ".bertfactory" / "distill.json").write_text(json.dumps(
+            {"code": {"commit": commit, "dirty": False}, "finished_at": f"2026-12-0{seed}T08:00:00+00:00"}))
+    argv = ["--config", config, "--tasks", "movie_sentiment", "--seeds", "1", "2", "--only-summary"]
+    assert seeds.main([*argv, "--run-dir", str(run), "--keep-pairs", str(kept)]) == 0
+    here = json.loads((run / "summary.json").read_text())
+    pair = kept / "movie_sentiment" / "seed-2"
+    assert sorted(str(p.relative_to(pair)) for p in pair.rglob("*") if p.is_file()) == [
+        ".bertfactory/distill.json", "distill/metrics.jsonl", "distill/results.json"]  # no model, no phases.json
+    assert (pair / "distill" / "metrics.jsonl").read_text() == '{"step": 1, "loss": 0.5}\n'
+
+    assert seeds.main([*argv, "--run-dir", str(kept)]) == 0  # RUN gone: only the kept folder
+    there = json.loads((kept / "summary.json").read_text())
+    assert there["tasks"] == here["tasks"]
+    assert there["tasks"]["movie_sentiment"]["measured_seeds"] == [
+        {"seeds": [1], "commit": "aaaaaaa", "dirty": False, "date": "2026-12-01T08:00:00+00:00"},
+        {"seeds": [2], "commit": "bbbbbbb", "dirty": False, "date": "2026-12-02T08:00:00+00:00"}]
+    assert there["tasks"]["movie_sentiment"]["methods"]["distilbert"]["student"]["values"] == [0.83, 0.81]
+
+    unfinished = run / "movie_sentiment" / "seed-3"
+    unfinished.mkdir()
+    with pytest.raises(ValueError, match="has not finished"):
+        seeds.keep_pair(unfinished, kept / "movie_sentiment" / "seed-3")
+    assert not (kept / "movie_sentiment" / "seed-3").exists()
