@@ -9,7 +9,10 @@ AVX2 code path (`MKL_CBWR=AVX2`, MKL's conditional numerical reproducibility) an
 (`ONEDNN_MAX_CPU_ISA=AVX2`: torch sends `nn.GELU` on contiguous tensors and the LSTM of the feature-based taggers
 there, and oneDNN picks its own ISA, AVX-512 or AMX kernels on a Xeon that has them) makes an AVX-512 machine
 compute what an AVX2-only Intel machine computes. Between an Intel and an AMD CPU the fine-tuning scores still
-differed (docs/results.md, "Determinism", has the measurement and what is known of the cause).
+differ: MKL honours `MKL_CBWR=AVX2` on Intel CPUs only; on an AMD CPU it reports `CNR:AUTO` and runs kernels of its
+own choice, so its matrix products round otherwise. `mkl_branch()` reads the branch MKL actually took (`bertfactory
+doctor` prints it); `MKL_CBWR=COMPATIBLE` is the branch every vendor's CPU honours (docs/results.md, "Determinism";
+scripts/cpu_fingerprint.py compares machines).
 
 What stays machine-dependent, and why (docs/results.md, "Determinism"): the thread count (ATen and MKL split reductions
 by thread, so 1 and 2 threads differ in the last bit; recipes fix it with `evaluate.num_threads` /
@@ -25,6 +28,9 @@ fastest kernels of the machine, results tied to its instruction set).
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 from typing import MutableMapping
 
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -44,15 +50,56 @@ def pin_cpu_kernels(environ: MutableMapping[str, str] = os.environ) -> dict[str,
     return {name: environ[name] for name in PINNED}
 
 
-def describe() -> str:
-    """One line for `bertfactory doctor`: the kernels torch runs in this process and why."""
+_CNR = re.compile(r"\bCNR:(\w+)")
+# one small single-precision product: MKL_VERBOSE prints a line per MKL call, with the reproducibility branch in force
+_PRODUCT = "import torch; torch.set_num_threads(1); a = torch.ones(16, 16); a @ a"
+
+
+def parse_mkl_branch(verbose: str) -> str | None:
+    """The branch an MKL_VERBOSE line reports (`CNR:AVX2`, `CNR:AUTO`, `CNR:COMPATIBLE`, `CNR:OFF`) -> "AVX2"...;
+    None when no line names one."""
+    match = _CNR.search(verbose)
+    return match.group(1) if match else None
+
+
+def mkl_branch(env: MutableMapping[str, str] | None = None, timeout: float = 120.0) -> str | None:
+    """The reproducibility branch MKL takes in a process with this one's environment, read from MKL_VERBOSE in a
+    child interpreter (the variables are read once, when MKL loads): "AVX2" where `MKL_CBWR=AVX2` is honoured,
+    "AUTO" where MKL overrides it (on AMD CPUs; measured on an EPYC with MKL 2024.2), "COMPATIBLE", "OFF". None when
+    it cannot be read (torch without MKL, a failed child). About a second: for `bertfactory doctor`, not for stages.
+    `env`: the child's environment instead of this process's (scripts/cpu_fingerprint.py tries several)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", _PRODUCT], env={**(os.environ if env is None else env),
+                                                                     "MKL_VERBOSE": "1"},
+                             capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_mkl_branch(out.stdout + out.stderr) if out.returncode == 0 else None
+
+
+def describe(branch: str | None = None) -> str:
+    """One line for `bertfactory doctor`: the kernels torch runs in this process and why, and the MKL branch in force
+    (`branch`, else read by mkl_branch()); a warning when MKL overrides the branch asked for, the case that makes an
+    AMD CPU's results differ from an Intel CPU's."""
     import torch
 
     capability = torch.backends.cpu.get_cpu_capability()
     pinned = os.environ.get("ATEN_CPU_CAPABILITY")
     source = f"ATEN_CPU_CAPABILITY={pinned}" if pinned else f"{SWITCH}=native: the machine's widest"
-    return (f"CPU kernels: {capability} ({source}; MKL_CBWR={os.environ.get('MKL_CBWR', 'unset')}, "
+    asked = os.environ.get("MKL_CBWR")
+    line = (f"CPU kernels: {capability} ({source}; MKL_CBWR={asked or 'unset'}, "
             f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')})")
+    if not torch.backends.mkl.is_available():
+        return line
+    branch = branch or mkl_branch()
+    if branch is None:
+        return line + "; MKL branch not readable"
+    line += f"; MKL runs CNR:{branch}"
+    if asked and asked.upper() != branch.upper() and branch.upper() in ("AUTO", "OFF"):
+        line += (f" (MKL_CBWR={asked} not honoured on this CPU: its matrix products can round otherwise than an "
+                 "Intel CPU's, and fine-tuning scores with them; MKL_CBWR=COMPATIBLE is honoured on every CPU, at "
+                 "1.8-3x the time per product)")
+    return line
 
 
 def match_inductor() -> None:

@@ -6,7 +6,7 @@ the pin switched off): a short fine-tuning of a tiny encoder there gives byte-id
 and, where this CPU has AVX-512, torch's native choice gives other weights (what the pin prevents). Each run is a
 fresh interpreter, since torch reads the variables once, when it loads."""
 
-import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -14,39 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from bertfactory.cpu_kernels import PINNED, SWITCH, pin_cpu_kernels
+from bertfactory.cpu_kernels import PINNED, SWITCH, describe, mkl_branch, parse_mkl_branch, pin_cpu_kernels
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGS = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+VENDOR = next((line.split(":", 1)[1].strip() for line in FLAGS.splitlines() if line.startswith("vendor_id")), None)
 HAS_AVX2 = " avx2" in FLAGS
 HAS_AVX512 = " avx512f" in FLAGS
 
 # 12 fine-tuning steps of a 2-layer BERT encoder + classification head (dropout on), 2 threads; prints a digest of
-# the weights and the kernels torch used
-FINETUNE = """
-import bertfactory, hashlib, torch
-from training.models.bert.model import BertConfig, BertModel
-from evaluation.heads import TaskModel
-torch.set_num_threads(2)
-torch.manual_seed(0)
-encoder = BertModel(BertConfig(vocab_size=500, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128,
-                               max_position_embeddings=64))
-model = TaskModel(encoder, "classification", 3, 0.1)
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-6, fused=True)
-for step in range(12):
-    g = torch.Generator().manual_seed(step)
-    ids = torch.randint(5, 500, (16, 48), generator=g)
-    mask = torch.ones(16, 48, dtype=torch.bool)
-    mask[:, 40:] = False
-    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": mask,
-             "labels": torch.randint(0, 3, (16,), generator=g)}
-    model.loss(model(batch), batch).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    optimizer.zero_grad()
-digest = hashlib.sha256(b"".join(t.detach().numpy().tobytes() for t in model.state_dict().values())).hexdigest()
-print(torch.backends.cpu.get_cpu_capability(), digest)
-"""
+# the weights and the kernels torch used: scripts/cpu_fingerprint.py's, which compares machines with it
+_spec = importlib.util.spec_from_file_location("cpu_fingerprint", REPO / "scripts" / "cpu_fingerprint.py")
+cpu_fingerprint = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cpu_fingerprint)
+FINETUNE = cpu_fingerprint.FINETUNE
 
 
 # what torch hands to oneDNN rather than to ATen or MKL: nn.GELU on a contiguous tensor and the LSTM (the
@@ -144,3 +125,59 @@ def test_scripts_that_load_torch_at_import_import_bertfactory_first():
         if "torch" in modules and not stages & set(modules[:modules.index("torch")]):
             late.append(path.relative_to(REPO).as_posix())
     assert late == [], f"import bertfactory before torch in: {late}"
+
+
+def test_the_mkl_branch_is_read_from_mkl_verbose_lines():
+    line = ("MKL_VERBOSE SGEMM(N,N,16,16,16,0x7ffd,0x55a8,16,0x55a8,16,0x7ffd,0x55a8,16) 9.1us CNR:AUTO Dyn:0 "
+            "FastMM:1 TID:0  NThr:1")
+    assert parse_mkl_branch("MKL_VERBOSE oneMKL 2024.0 Update 2 Product build\n" + line) == "AUTO"
+    assert parse_mkl_branch(line.replace("CNR:AUTO", "CNR:COMPATIBLE")) == "COMPATIBLE"
+    assert parse_mkl_branch("no verbose output") is None
+
+
+def test_doctor_warns_when_mkl_overrides_the_branch_asked_for(monkeypatch):
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    overridden = describe(branch="AUTO")
+    assert "MKL runs CNR:AUTO (MKL_CBWR=AVX2 not honoured on this CPU" in overridden
+    assert "MKL_CBWR=COMPATIBLE is honoured on every CPU" in overridden
+    assert describe(branch="AVX2").endswith("MKL runs CNR:AVX2")
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    assert describe(branch="COMPATIBLE").endswith("MKL runs CNR:COMPATIBLE")
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="the pin concerns x86-64 CPUs with AVX2")
+def test_mkl_reports_the_branch_it_runs():
+    """MKL honours COMPATIBLE on every CPU; the pinned AVX2 branch on Intel CPUs, while on an AMD CPU it reports
+    AUTO (measured on an AMD EPYC, MKL 2024.0): the reason `bertfactory doctor` warns there."""
+    pinned = {**os.environ, **PINNED}
+    assert mkl_branch({**pinned, "MKL_CBWR": "COMPATIBLE"}) == "COMPATIBLE"
+    branch = mkl_branch(pinned)
+    assert branch in ("AVX2", "AUTO"), branch
+    if VENDOR == "AuthenticAMD":
+        assert branch == "AUTO"
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="the pin concerns x86-64 CPUs with AVX2")
+def test_fingerprint_records_this_machine_and_compares_the_others(tmp_path):
+    """scripts/cpu_fingerprint.py: each setting's digest is the fine-tuning run's own (the pinned one equals the
+    digest of FINETUNE in a pinned process), MKL's COMPATIBLE branch computes other weights than the pinned branch,
+    a rerun replaces this machine's entry, and another machine's entry reads same or other weights per setting."""
+    record = tmp_path / "fingerprints.json"
+    entry = cpu_fingerprint.fingerprint()
+    pinned, compatible = entry["settings"]["pinned"], entry["settings"]["MKL_CBWR=COMPATIBLE"]
+    assert pinned["digest"] == _run(FINETUNE)[1]
+    assert compatible["mkl_branch"] == "COMPATIBLE" and compatible["env"]["MKL_CBWR"] == "COMPATIBLE"
+    assert compatible["digest"] != pinned["digest"]
+    assert entry["torch"] and entry["vendor"] == VENDOR
+    cpu_fingerprint.record(entry, record)
+    assert len(cpu_fingerprint.record(entry, record)) == 1
+    other = {**entry, "cpu": "Another CPU", "vendor": "GenuineOther", "machine": "2 cores, Another CPU",
+             "settings": {"pinned": {**pinned, "digest": "0" * 64}, "MKL_CBWR=COMPATIBLE": compatible}}
+    machines = cpu_fingerprint.record(other, record)
+    assert [m["cpu"] for m in machines] == [entry["cpu"], "Another CPU"]
+    table = cpu_fingerprint.compare(entry, cpu_fingerprint.load(record))
+    row = next(line for line in table.splitlines() if "Another CPU" in line)
+    assert "000000000000: other weights" in row and f"{compatible['digest'][:12]}: **same weights**" in row
+    record.write_text('{"machines": {}}')
+    with pytest.raises(ValueError, match="not a cpu_fingerprints document of version 1"):
+        cpu_fingerprint.load(record)

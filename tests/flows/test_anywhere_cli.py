@@ -89,6 +89,8 @@ def test_doctor_reports_versions_paths_and_what_each_optional_path_misses(tmp_pa
     assert f"cache    {tmp_path / 'cache'} ($BERTFACTORY_CACHE)" in out and "fetched  0 of " in out
     assert "(`bertfactory samples fetch`)" in out
     assert re.search(rf"CPU cores +{len(os.sched_getaffinity(0))} usable of {os.cpu_count()}", out)
+    if torch.backends.mkl.is_available():  # the branch MKL runs, read from MKL itself
+        assert re.search(r"CPU kernels +.*; MKL runs CNR:[A-Z0-9]+", out), out
     gpu = re.search(r"^  GPU +(.*)$", out, re.M).group(1)
     assert gpu.startswith("ready") == (torch.version.cuda is not None and torch.cuda.is_available()), gpu
     for path in ("XLA", "PostgreSQL", "Dataflow"):
