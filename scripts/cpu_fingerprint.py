@@ -114,8 +114,9 @@ def fingerprint(settings: dict[str, dict[str, str]] = SETTINGS) -> dict:
 
 
 def _key(entry: dict) -> tuple:
-    """One entry per CPU model, vendor and torch build: a rerun on the same kind of machine replaces it."""
-    return entry.get("cpu"), entry.get("vendor"), entry.get("torch")
+    """One entry per CPU model, vendor, instruction sets and torch build: a rerun on the same kind of machine
+    replaces it (cloud CPUs often name only "AMD EPYC": the instruction sets tell an AVX2 one from an AVX-512 one)."""
+    return entry.get("cpu"), entry.get("vendor"), tuple(entry.get("isa") or ()), entry.get("torch")
 
 
 def load(path: Path = RECORD) -> list[dict]:
@@ -129,7 +130,8 @@ def load(path: Path = RECORD) -> list[dict]:
 
 
 def record(entry: dict, path: Path = RECORD) -> list[dict]:
-    """Add `entry` to the file, replacing the entry of the same CPU model, vendor and torch build."""
+    """Add `entry` to the file, replacing the entry of the same CPU model, vendor, instruction sets and torch
+    build."""
     machines = [m for m in load(path) if _key(m) != _key(entry)] + [entry]
     atomic_write_json(path, {"version": 1, "machines": machines})
     return machines
@@ -162,8 +164,8 @@ def compare(entry: dict, machines: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--record", action="store_true", help=f"add this machine's entry to --file (replacing the "
-                        "entry of the same CPU model, vendor and torch build)")
+    parser.add_argument("--record", action="store_true", help="add this machine's entry to --file (replacing the "
+                        "entry of the same CPU model, vendor, instruction sets and torch build)")
     parser.add_argument("--file", type=Path, default=RECORD, help="the recorded machines (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print this machine's entry as JSON, not the table")
     args = parser.parse_args(argv)
