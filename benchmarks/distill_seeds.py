@@ -268,16 +268,19 @@ def merge(paths: list[Path], keep: Path | None = None) -> dict:
     dirty = [str(path) for path, doc in docs if doc.get("dirty") is not False]
     if dirty:
         raise ValueError(f"measured from a tree with uncommitted changes: {', '.join(dirty)}")
+    def ran_at(doc: dict) -> dict:  # the overrides and fine-tuning settings a summary's tasks ran at
+        ft = load_distill_config(doc["config"], doc["overrides"]).finetune
+        return {"overrides": doc["overrides"],
+                "finetune": {"max_train_examples": ft.max_train_examples, "max_seq_len": ft.max_seq_len,
+                             "epochs": ft.epochs, "learning_rate": ft.learning_rate}}
+
     tasks: dict = {}
     for path, doc in docs:
-        ft = load_distill_config(doc["config"], doc["overrides"]).finetune
+        settings = ran_at(doc)
         for task, entry in doc["tasks"].items():
             if task in tasks:
                 raise ValueError(f"{path}: task {task} is in two summaries")
-            tasks[task] = {**entry, "overrides": doc["overrides"],
-                           "finetune": {"max_train_examples": ft.max_train_examples, "max_seq_len": ft.max_seq_len,
-                                        "epochs": ft.epochs, "learning_rate": ft.learning_rate},
-                           "measured": {key: doc[key] for key in ("commit", "date", "dirty")}}
+            tasks[task] = {**entry, **settings, "measured": {key: doc[key] for key in ("commit", "date", "dirty")}}
     configs = sorted({doc["config"] for _, doc in docs})
     merged_from = [str(path) for path, _ in docs]
     if keep is not None:
@@ -287,9 +290,13 @@ def merge(paths: list[Path], keep: Path | None = None) -> dict:
         if {c.strip() for c in earlier["config"].split(",")} != set(configs):
             raise ValueError(f"--keep {keep}: measured with {earlier['config']}, not {', '.join(configs)}")
         when = {key: earlier[key] for key in ("commit", "date", "dirty")}
+        # an earlier plain summary (not merged) holds its overrides once, for all its tasks: each carried task gets
+        # them, so that it still says what it ran at (the shards its general students distilled on, its length)
+        settings = ran_at(earlier) if "overrides" in earlier else {}
         kept = [task for task in earlier["tasks"] if task not in tasks]
         # the earlier order, each task either measured again (the new entry) or carried with when it was measured
-        tasks = {**{task: tasks.pop(task) if task in tasks else {**entry, "measured": entry.get("measured") or when}
+        tasks = {**{task: tasks.pop(task) if task in tasks
+                    else {**settings, **entry, "measured": entry.get("measured") or when}
                     for task, entry in earlier["tasks"].items()}, **tasks}
         merged_from.append(f"{keep} (kept: {', '.join(kept) or 'none'})")
     return {"commit": commits.pop(), "dirty": False, "date": max(doc["date"] for _, doc in docs),

@@ -42,7 +42,8 @@ COMMANDS = {
                "runs/distill-minilm --tasks movie_sentiment trec_coarse --seeds 1 2 3",
     "general": ".venv/bin/python benchmarks/distill_seeds.py --config configs/distill-minilm.yaml --run-dir "
                "runs/distill-gd --tasks trec_coarse --seeds 1 2 3 --set general_seed=1 --set tinybert.ablations=true "
-               "(benchmarks/RESULTS.md, \"General distillation on the corpus\")",
+               "and the movie sentences' run (benchmarks/RESULTS.md, \"General distillation on the corpus\" and "
+               "\"General distillation on the movie sentences\")",
 }
 TITLES = {"parity": "Fine-tuning parity with transformers' Trainer",
           "tapt": "Task-adaptive pretraining (TAPT) vs un-adapted MiniLM",

@@ -141,6 +141,30 @@ def test_merge_keeps_the_earlier_tasks_it_does_not_measure_again_with_their_comm
         seeds.merge([tmp_path / "new.json"], keep=tmp_path / "dirty.json")
 
 
+def test_merge_keeping_a_plain_summary_gives_its_tasks_their_overrides(load_benchmark, tmp_path):
+    """An earlier document that is one run's summary.json (not a merge) holds its overrides once, at the top: the
+    tasks carried from it keep them, so the README still names their shards and length (scripts/readme_quality.py
+    would otherwise read the merged document's top level, which has none, as "the config's shards")."""
+    import json
+    from pathlib import Path
+
+    seeds = load_benchmark("distill_seeds")
+    config = str(Path(seeds.__file__).resolve().parents[1] / "configs" / "distill-minilm.yaml")
+    entry = {"methods": {}, "majority_accuracy": [0.25]}
+    earlier = {"commit": "old", "dirty": False, "date": "2026-01-01", "config": config,
+               "overrides": ["shards=corpus/shards", "finetune.max_seq_len=32"], "tasks": {"trec_coarse": entry}}
+    new = {"commit": "new", "dirty": False, "date": "2026-01-05", "config": config,
+           "overrides": ["shards=/abs/corpus/shards"], "tasks": {"movie_sentiment": entry}}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    merged = seeds.merge([tmp_path / "new.json"], keep=tmp_path / "earlier.json")
+    trec = merged["tasks"]["trec_coarse"]
+    assert trec["overrides"] == ["shards=corpus/shards", "finetune.max_seq_len=32"]
+    assert trec["finetune"]["max_seq_len"] == 32 and trec["measured"]["commit"] == "old"
+    assert merged["tasks"]["movie_sentiment"]["overrides"] == ["shards=/abs/corpus/shards"]
+    assert "overrides" not in merged  # per task only
+
+
 def test_the_per_seed_table_gives_retention_per_seed_and_a_direct_column_only_where_it_is_another_model(
         load_benchmark):
     seeds = load_benchmark("distill_seeds")
