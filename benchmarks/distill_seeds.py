@@ -61,6 +61,23 @@ from bertfactory import storage  # noqa: E402
 import torch  # noqa: E402
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def portable_overrides(overrides: list[str], repo: Path = REPO) -> list[str]:
+    """`key=/abs/path` inside this checkout -> `key=path` relative to it: a merged document is committed and quoted
+    from other checkouts (scripts/readme_quality.py names the shards), where the measuring machine's absolute path
+    would read otherwise. Other values as they are."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        path = Path(value)
+        if sep and path.is_absolute() and path.is_relative_to(repo):
+            item = f"{key}={path.relative_to(repo).as_posix()}"
+        out.append(item)
+    return out
+
+
 def _under(base: Path, location: str | None) -> str | None:
     """A RUN-relative cache location resolved against the study's RUN (a URL or null as it is)."""
     return str(base / location) if location is not None and not storage.is_url(location) else location
@@ -270,7 +287,7 @@ def merge(paths: list[Path], keep: Path | None = None) -> dict:
         raise ValueError(f"measured from a tree with uncommitted changes: {', '.join(dirty)}")
     def ran_at(doc: dict) -> dict:  # the overrides and fine-tuning settings a summary's tasks ran at
         ft = load_distill_config(doc["config"], doc["overrides"]).finetune
-        return {"overrides": doc["overrides"],
+        return {"overrides": portable_overrides(doc["overrides"]),
                 "finetune": {"max_train_examples": ft.max_train_examples, "max_seq_len": ft.max_seq_len,
                              "epochs": ft.epochs, "learning_rate": ft.learning_rate}}
 

@@ -163,6 +163,11 @@ def test_merge_keeping_a_plain_summary_gives_its_tasks_their_overrides(load_benc
     assert trec["finetune"]["max_seq_len"] == 32 and trec["measured"]["commit"] == "old"
     assert merged["tasks"]["movie_sentiment"]["overrides"] == ["shards=/abs/corpus/shards"]
     assert "overrides" not in merged  # per task only
+    # a path inside the checkout is kept relative to it: the merged file is quoted from other checkouts
+    inside = {**new, "overrides": [f"shards={seeds.REPO / 'runs' / 'gd' / 'corpus' / 'shards'}", "seed=3"]}
+    (tmp_path / "inside.json").write_text(json.dumps(inside))
+    assert seeds.merge([tmp_path / "inside.json"])["tasks"]["movie_sentiment"]["overrides"] == [
+        "shards=runs/gd/corpus/shards", "seed=3"]
 
 
 def test_the_per_seed_table_gives_retention_per_seed_and_a_direct_column_only_where_it_is_another_model(
