@@ -98,7 +98,7 @@ def describe(branch: str | None = None) -> str:
     if asked and asked.upper() != branch.upper() and branch.upper() in ("AUTO", "OFF"):
         line += (f" (MKL_CBWR={asked} not honoured on this CPU: its matrix products can round otherwise than an "
                  "Intel CPU's, and fine-tuning scores with them; MKL_CBWR=COMPATIBLE is honoured on every CPU, at "
-                 "1.8-3x the time per product)")
+                 "1.8-2.6x the time per product)")
     return line
 
 
