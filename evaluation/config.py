@@ -98,6 +98,7 @@ class FinetuneConfig(StrictModel):
     weight_decay: float = Field(0.01, ge=0.0, description="AdamW decoupled weight decay (not on biases and LayerNorm weights)")
     classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on the vector(s) a head reads")
     max_grad_norm: float = Field(1.0, gt=0.0, description="clip the global gradient norm to this value")
+    unpad: bool = Field(False, description="run the encoder on the real tokens only (training/models/core/varlen.py): no FLOP on padding outside attention, the same outputs up to float rounding (dropout draws other masks), the same batches; for encoders with an unpadded path (BERT, ModernBERT and the members built on them)")
     eval_batch_size: int = Field(128, ge=1, description="model inputs per forward pass when scoring dev/test")
     max_train_examples: int | None = Field(None, ge=1, description="use N training examples, a seeded random subset in split order (null = all)")
     max_eval_examples: int | None = Field(None, ge=1, description="score N dev and N test examples, a seeded random subset (null = all)")

@@ -217,7 +217,7 @@ def finetune_run(encoder: nn.Module, task: PreparedTask, cfg: FinetuneConfig, le
     started = time.perf_counter()
     spec = task.spec
     torch.manual_seed(seed)
-    model = TaskModel(encoder, spec.task_type, task.num_labels, cfg.classifier_dropout).to(device)
+    model = TaskModel(encoder, spec.task_type, task.num_labels, cfg.classifier_dropout, cfg.unpad).to(device)
     train = task.train.features
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total_steps = steps_per_epoch * cfg.epochs

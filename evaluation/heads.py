@@ -23,6 +23,7 @@ threshold that maximises dev F1 is then applied to test).
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Sequence
 
@@ -32,6 +33,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from .inputs import IGNORE_INDEX, Features
+
+
+def has_unpadded_path(encoder: nn.Module) -> bool:
+    """Whether `encoder(..., unpad=True)` runs on the real tokens only (varlen.py)."""
+    return "unpad" in inspect.signature(encoder.forward).parameters
 
 
 def _linear(hidden: int, outputs: int, std: float) -> nn.Linear:
@@ -45,9 +51,13 @@ class TaskModel(nn.Module):
     """encoder + the head of `task_type`. forward(batch) -> {'logits': ...} (tagging: per token; squad: [B, T, 2];
     multiple-choice: [B, options] with -inf for missing options)."""
 
-    def __init__(self, encoder: nn.Module, task_type: str, num_labels: int, dropout: float):
+    def __init__(self, encoder: nn.Module, task_type: str, num_labels: int, dropout: float, unpad: bool = False):
         super().__init__()
+        if unpad and not has_unpadded_path(encoder):
+            raise ValueError(f"evaluate.finetune.unpad: the {type(encoder).__name__} encoder has no unpadded path "
+                             "(training/models/core/varlen.py); set unpad false for it")
         self.encoder = encoder
+        self.unpad = unpad
         self.task_type = task_type
         hidden = encoder.config.hidden_size
         std = getattr(encoder.config, "initializer_range", 0.02)
@@ -58,7 +68,10 @@ class TaskModel(nn.Module):
         self.head = _linear(hidden, outputs, std)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        hidden = self.encoder(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        # unpadded: the encoder computes the real tokens only and returns [B, T, H] with zeros on padding, which
+        # every head below ignores (tagging and squad mask it, the others read [CLS])
+        extra = {"unpad": True} if self.unpad else {}
+        hidden = self.encoder(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], **extra)
         if self.task_type in ("tagging", "squad"):
             return {"logits": self.head(self.dropout(hidden)).float()}
         scores = self.head(self.dropout(self.encoder.pooler(hidden))).float()
