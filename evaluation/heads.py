@@ -1,6 +1,8 @@
 """Task heads on a pretrained encoder, one per task type, with their loss and the decoding of their outputs into
 example-level predictions. Every encoder with the BertModel interface works (`encoder(input_ids, token_type_ids,
-attention_mask) -> [B, T, H]`, `.pooler`, `.config.hidden_size`), i.e. every architecture's `backbone()`.
+attention_mask) -> [B, T, H]`, `.pooler`, `.config.hidden_size`), i.e. every architecture's `backbone()`. With
+`unpad=True` (evaluate.finetune.unpad) the encoder is called with `unpad=True` and computes the real tokens only
+(training/models/core/varlen.py); an encoder whose forward has no such argument is refused.
 
 | task type                  | head                                        | loss                      | prediction            |
 |----------------------------|---------------------------------------------|---------------------------|-----------------------|
