@@ -149,9 +149,11 @@ class TinyBertIntermediateObjective:
 
 
 def task_forward(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """A sequence-classification TaskModel's logits and every hidden state (for the patient loss)."""
+    """A sequence-classification TaskModel's logits and every hidden state (for the patient loss); a TaskModel made
+    with `unpad` (evaluate.finetune.unpad) computes the real tokens only, its states zero on padding."""
+    extra = {"unpad": True} if getattr(model, "unpad", False) else {}
     last, states = model.encoder(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                                 output_hidden_states=True)
+                                 output_hidden_states=True, **extra)
     return model.head(model.dropout(model.encoder.pooler(last))).float(), states
 
 

@@ -203,7 +203,7 @@ def _general_only(cfg: DistillConfig, run_dir: Path, teacher: Teacher, metrics, 
 
 def _task_model(encoder: torch.nn.Module, task: PreparedTask, cfg: DistillConfig, seed: int) -> TaskModel:
     torch.manual_seed(seed)
-    return TaskModel(encoder, task.spec.task_type, task.num_labels, cfg.finetune.classifier_dropout)
+    return TaskModel(encoder, task.spec.task_type, task.num_labels, cfg.finetune.classifier_dropout, cfg.finetune.unpad)
 
 
 def _score(model: TaskModel, task: PreparedTask, cfg: DistillConfig, pad_id: int) -> float:
@@ -260,7 +260,7 @@ def _finetune(encoder, task, cfg: DistillConfig, pad_id: int, name: str) -> Task
     for p in encoder.parameters():  # a copy of the frozen teacher's encoder comes with requires_grad False
         p.requires_grad_(True)
     run = finetune_run(encoder, task, ft, ft.grid()[0], cfg.seed, torch.device(cfg.device), pad_id, name)
-    model = TaskModel(encoder, task.spec.task_type, task.num_labels, ft.classifier_dropout)
+    model = TaskModel(encoder, task.spec.task_type, task.num_labels, ft.classifier_dropout, ft.unpad)
     model.load_state_dict(run.best_state)
     return model
 
@@ -272,7 +272,7 @@ def _fine_tuned_teacher(cfg: DistillConfig, run_dir: Path, pretrainer: BertForPr
     with and without general distillation, its ablations) fine-tune it once. -> (the model, its record)."""
     with torch.random.fork_rng(devices=[]):  # a holder the result is loaded into: its initial weights do not count
         model = TaskModel(copy.deepcopy(pretrainer.bert), task.spec.task_type, task.num_labels,
-                          cfg.finetune.classifier_dropout)
+                          cfg.finetune.classifier_dropout, cfg.finetune.unpad)
     for p in model.parameters():  # as _finetune leaves its model
         p.requires_grad_(True)
     rng = RngState(torch.device(cfg.device))

@@ -169,3 +169,25 @@ def test_distilbert_without_general_distillation_fine_tunes_its_student_once(run
     assert names == ["teacher", "distilbert"]
     assert result["student_direct"]["score"] == result["student"]["score"]
     assert "general_steps 0" in result["student_direct"]["note"]
+
+
+def test_unpadded_fine_tuning_reaches_every_model_of_the_stage(run_factory, monkeypatch):
+    """finetune.unpad: the teacher's and every student's TaskModel compute the real tokens only, in fine-tuning, in
+    task distillation (distillation/loop.py's task_forward) and in scoring, and the stage ends as usual."""
+    from evaluation import heads
+
+    seen = []
+    original = heads.TaskModel.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen.append(self.unpad)
+
+    monkeypatch.setattr(heads.TaskModel, "__init__", spy)
+    run, _ = _run_with_teacher(run_factory)
+    settings = {**TINY, "finetune": {**TINY["finetune"], "unpad": True}}
+    results = run_distill(DistillConfig.model_validate(settings), run)
+    assert seen and all(seen), seen
+    assert set(results["methods"]) == {"distilbert", "pkd_skip", "tinybert"}
+    for name, r in results["methods"].items():
+        assert 0.0 <= r["student"]["score"] <= 1.0 and r["speedup"] > 0, name
