@@ -116,11 +116,13 @@ def build_model(data: TrainingData, cfg: PretrainConfig, device: torch.device, d
     model = data.architecture.build(data.arch_config).to(device)
     if cfg.init_from:  # a resumed checkpoint replaces these weights, as it replaces a random init
         warm_start(model, Path(cfg.init_from), data.objective.architecture, tokenizer_sha256, tokenizer_path)
-    # both declared by the architecture (Architecture.supports, refused otherwise by training/recipe_checks.py)
+    # each declared by the architecture (Architecture.supports, refused otherwise by training/recipe_checks.py)
     if cfg.unpad:
         model.unpad_by_default = True
     if cfg.static_shapes:
         model.static_shapes = True
+    if cfg.fused_mlm_loss:
+        model.fused_mlm_loss = True
     if cfg.compile:
         compile_model(model, cfg)
     if cfg.parallelism == "fsdp":  # before the optimiser: it must hold the shards (training/fsdp.py)

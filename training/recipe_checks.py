@@ -16,7 +16,7 @@ from bertfactory.errors import ConfigError
 
 # the torch-free declarations (not models.registry / objectives, which import the models): a recipe loads without torch
 from .config import ModelConfig
-from .models.core.capabilities import STACKING, STATIC_SHAPES, UNPAD
+from .models.core.capabilities import FUSED_MLM_LOSS, STACKING, STATIC_SHAPES, UNPAD
 from .models.members import objective_info, objective_names, supporting, supports
 from .pretrain_config import PretrainConfig
 
@@ -39,6 +39,8 @@ def model_pretrain_problems(model_cfg: ModelConfig, cfg: PretrainConfig) -> list
     if cfg.unpad and (problem := _unsupported_option(UNPAD, cfg)):
         problems.append(problem)
     if cfg.static_shapes and (problem := _unsupported_option(STATIC_SHAPES, cfg)):
+        problems.append(problem)
+    if cfg.fused_mlm_loss and (problem := _unsupported_option(FUSED_MLM_LOSS, cfg)):
         problems.append(problem)
     # refused here rather than at the first stack step, where the doubled model would fail to load the copies
     if cfg.stacking is not None and (problem := _unsupported_option(STACKING, cfg)):

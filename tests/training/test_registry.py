@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from training.models.registry import (CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD, Architecture, architectures,
-                                      get_architecture)
+from training.models.registry import (CAPABILITIES, FUSED_MLM_LOSS, STACKING, STATIC_SHAPES, UNPAD, Architecture,
+                                      architectures, get_architecture)
 
 # the model attribute each capability switches on (what pretraining sets when the recipe asks for the option)
-_SWITCH = {UNPAD: "unpad_by_default", STATIC_SHAPES: "static_shapes"}
+_SWITCH = {UNPAD: "unpad_by_default", STATIC_SHAPES: "static_shapes", FUSED_MLM_LOSS: "fused_mlm_loss"}
 
 
 def test_bert_declares_unpad_and_static_shapes_and_the_others_nothing():
     # ModernBERT runs BertForPreTraining's forward (training/models/modernbert/model.py), so it declares the same
-    # two; stacking (tests/training/test_stacking.py) is BERT's, SpanBERT's and XLM's, not ModernBERT's
-    declared = {"BertForPreTraining": {UNPAD, STATIC_SHAPES, STACKING}, "ModernBertForMaskedLM": {UNPAD, STATIC_SHAPES},
+    # three (unpad, static shapes, the fused MLM loss); stacking (tests/training/test_stacking.py) is BERT's, SpanBERT's and XLM's, not ModernBERT's
+    declared = {"BertForPreTraining": {UNPAD, STATIC_SHAPES, STACKING, FUSED_MLM_LOSS},
+                "ModernBertForMaskedLM": {UNPAD, STATIC_SHAPES, FUSED_MLM_LOSS},
                 "SpanBertForPreTraining": {STACKING}, "XlmForPreTraining": {STACKING}}
     for name in architectures():
         assert get_architecture(name).supports == frozenset(declared.get(name, ())), name
@@ -37,7 +38,7 @@ def test_an_unknown_capability_is_refused_at_registration():
     with pytest.raises(ValueError, match="unknown capabilities fast"):
         Architecture(name="X", config_from_dict=lambda d, s: d, build=lambda c: None,
                      from_model_config=lambda m, v, p: m, description="x", supports=frozenset({"fast"}))
-    assert CAPABILITIES == {UNPAD, STATIC_SHAPES, STACKING}
+    assert CAPABILITIES == {UNPAD, STATIC_SHAPES, STACKING, FUSED_MLM_LOSS}
 
 
 def test_a_checkpoint_that_stores_the_former_xlnet_name_loads(tmp_path):

@@ -22,10 +22,10 @@ from torch import nn
 
 from bertfactory.errors import ContractError
 
-from .core.architecture import CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD, Architecture
+from .core.architecture import CAPABILITIES, FUSED_MLM_LOSS, STACKING, STATIC_SHAPES, UNPAD, Architecture
 from .members import MEMBERS, Member, member_of_architecture
 
-__all__ = ["CAPABILITIES", "STACKING", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
+__all__ = ["CAPABILITIES", "FUSED_MLM_LOSS", "STACKING", "STATIC_SHAPES", "UNPAD", "Architecture", "get_architecture", "architecture_of",
            "architectures", "member_settings"]
 
 

@@ -24,6 +24,7 @@ from .settings import MEMBER, BertConfig  # declared without torch (a recipe loa
 from ..core.attention import padding_mask
 from ..core.embeddings import BertEmbeddings
 from ..core.encoder import Encoder
+from ..core.fused_loss import fused_linear_cross_entropy
 from ..core.heads import MaskedLMHead, NextSentenceHead, Pooler
 from ..core.varlen import encode_unpadded, gather_masked_packed
 
@@ -145,12 +146,15 @@ class BertForPreTraining(nn.Module):
         # MLM logits at all B * P prediction slots instead of the N real ones (gather_masked_fixed); the same
         # loss, static shapes (pretrain.static_shapes sets it)
         self.static_shapes = False
+        # training steps compute the decoder and its cross-entropy chunk by chunk without the [N, V] logits
+        # (core/fused_loss.py; pretrain.fused_mlm_loss sets it); evaluation keeps the logits path
+        self.fused_mlm_loss = False
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
                 masked_positions: torch.Tensor, masked_labels: torch.Tensor,
                 nsp_labels: torch.Tensor | None = None, unpad: bool | None = None) -> dict[str, torch.Tensor | None]:
         """Returns loss (mlm_loss + nsp_loss, or mlm_loss alone without nsp_labels), mlm_loss, nsp_loss,
-        mlm_logits [N, V] at the N real masked positions, nsp_logits [B, 2] (None without a sentence head, and then
+        mlm_logits [N, V] at the N real masked positions (None in a training step with `fused_mlm_loss`), nsp_logits [B, 2] (None without a sentence head, and then
         nsp_labels are ignored), mlm_correct and mlm_count.
         `unpad`: the encoder runs on the real tokens only and the heads read the packed rows (varlen.py);
         None = `self.unpad_by_default`."""
@@ -166,7 +170,30 @@ class BertForPreTraining(nn.Module):
         else:
             hidden = self.bert(input_ids, token_type_ids, attention_mask)
             masked_hidden, labels = gather_masked(hidden, masked_positions, masked_labels)
-        mlm_logits = self.mlm_head(masked_hidden, self.bert.embeddings.word_embeddings.weight)
+        decoder = self.bert.embeddings.word_embeddings.weight
+        if self.fused_mlm_loss and self.training and torch.is_grad_enabled():
+            mlm_logits = None
+            mlm_loss, mlm_correct, count_tensor = fused_linear_cross_entropy(
+                self.mlm_head.transform(masked_hidden), decoder, self.mlm_head.bias, labels, IGNORE_INDEX)
+        else:
+            mlm_logits = self.mlm_head(masked_hidden, decoder)
+            mlm_loss, mlm_correct, count_tensor = self._mlm_loss(mlm_logits, labels, unpad)
+        nsp_logits = self.nsp_head(self.bert.pooler(hidden)) if self.config.sentence_head else None
+        nsp_loss = (F.cross_entropy(nsp_logits.float(), nsp_labels)
+                    if nsp_labels is not None and nsp_logits is not None else None)
+        loss = mlm_loss + nsp_loss if nsp_loss is not None else mlm_loss
+        return {
+            "loss": loss,
+            "mlm_loss": mlm_loss,
+            "nsp_loss": nsp_loss,
+            "mlm_logits": mlm_logits,
+            "nsp_logits": nsp_logits,
+            "mlm_correct": mlm_correct,
+            "mlm_count": count_tensor,
+        }
+
+    def _mlm_loss(self, mlm_logits: torch.Tensor, labels: torch.Tensor, unpad: bool):
+        """-> (mean cross-entropy over the labelled rows, correct, count) from the logits."""
         valid = labels != IGNORE_INDEX
         if self.static_shapes and not unpad:
             # mean over the real slots without a data-dependent shape or branch (0 when there are none)
@@ -179,21 +206,9 @@ class BertForPreTraining(nn.Module):
                 mlm_loss = F.cross_entropy(mlm_logits.float(), labels)
             else:  # no masked token in the batch: a zero that still depends on the graph
                 mlm_loss = mlm_logits.float().sum() * 0.0
-        nsp_logits = self.nsp_head(self.bert.pooler(hidden)) if self.config.sentence_head else None
-        nsp_loss = (F.cross_entropy(nsp_logits.float(), nsp_labels)
-                    if nsp_labels is not None and nsp_logits is not None else None)
-        loss = mlm_loss + nsp_loss if nsp_loss is not None else mlm_loss
         with torch.no_grad():
             mlm_correct = ((mlm_logits.argmax(-1) == labels) & valid).sum()
-        return {
-            "loss": loss,
-            "mlm_loss": mlm_loss,
-            "nsp_loss": nsp_loss,
-            "mlm_logits": mlm_logits,
-            "nsp_logits": nsp_logits,
-            "mlm_correct": mlm_correct,
-            "mlm_count": count_tensor,
-        }
+        return mlm_loss, mlm_correct, count_tensor
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

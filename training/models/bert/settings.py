@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from pydantic.dataclasses import dataclass
 
 from ..core.config_schema import MODEL_CONFIG, CheckpointConfig
-from ..core.capabilities import STACKING, STATIC_SHAPES, UNPAD
+from ..core.capabilities import FUSED_MLM_LOSS, STACKING, STATIC_SHAPES, UNPAD
 from ..core.flops_terms import bert_encoder, lm_head
 from ..core.member import MASKED_TEXT_FORMATS, HfRow, Member, ObjectiveInfo
 
@@ -99,7 +99,7 @@ def bert_flops_terms(info: ObjectiveInfo, c: Any, s: float, predicted: float) ->
 # BERT, RoBERTa and ALBERT: one architecture, options of the encoder (docs/family.md)
 MEMBER = Member(
     name="BERT", architecture="BertForPreTraining", model="training.models.bert.model",
-    supports=frozenset({UNPAD, STATIC_SHAPES, STACKING}),
+    supports=frozenset({UNPAD, STATIC_SHAPES, STACKING, FUSED_MLM_LOSS}),
     objectives=(
         ObjectiveInfo(
             name="mlm_nsp", architecture="BertForPreTraining", instance_formats=("nsp-pairs",),

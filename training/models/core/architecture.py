@@ -21,7 +21,7 @@ from torch import nn
 
 # the options only some architectures implement, and which implements which: capabilities.py (without torch, for
 # a recipe's checks); importable from here too
-from .capabilities import CAPABILITIES, STACKING, STATIC_SHAPES, UNPAD, check_capabilities  # noqa: F401
+from .capabilities import CAPABILITIES, FUSED_MLM_LOSS, STACKING, STATIC_SHAPES, UNPAD, check_capabilities  # noqa: F401
 
 
 @dataclass(frozen=True)

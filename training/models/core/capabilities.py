@@ -17,7 +17,9 @@ STATIC_SHAPES = "static_shapes"  # pretrain.static_shapes: MLM logits at every p
 # pretrain.stacking: training/stacking.py's copy of layer i to L + i gives a model of the doubled config whose new
 # layers are the old ones applied again (not so where a layer's form depends on its index, as ModernBERT's)
 STACKING = "stacking"
-CAPABILITIES = frozenset({UNPAD, STATIC_SHAPES, STACKING})
+# pretrain.fused_mlm_loss: the MLM decoder and its cross-entropy chunk by chunk in training steps (`model.fused_mlm_loss`)
+FUSED_MLM_LOSS = "fused_mlm_loss"
+CAPABILITIES = frozenset({UNPAD, STATIC_SHAPES, STACKING, FUSED_MLM_LOSS})
 
 
 def check_capabilities(owner: str, supports: frozenset[str]) -> None:

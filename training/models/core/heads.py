@@ -36,10 +36,13 @@ class MaskedLMHead(nn.Module):
         self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps, bias=bias)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
+    def transform(self, masked_hidden: torch.Tensor) -> torch.Tensor:
+        """masked_hidden [N, H] -> [N, E], what the decoder reads (the fused loss takes it from here)."""
+        return self.LayerNorm(F.gelu(self.dense(masked_hidden)))
+
     def forward(self, masked_hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         """masked_hidden [N, H] (already gathered), word_embeddings [V, E] -> logits [N, V]."""
-        x = self.LayerNorm(F.gelu(self.dense(masked_hidden)))
-        return F.linear(x, word_embeddings, self.bias)
+        return F.linear(self.transform(masked_hidden), word_embeddings, self.bias)
 
 
 class NextSentenceHead(nn.Module):

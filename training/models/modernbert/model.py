@@ -200,6 +200,7 @@ class ModernBertForMaskedLM(BertForPreTraining):
         init_modernbert_weights(self.mlm_head, config, prefix="mlm_head")
         self.unpad_by_default = False  # pretrain.unpad sets it (see BertForPreTraining)
         self.static_shapes = False  # pretrain.static_shapes sets it
+        self.fused_mlm_loss = False  # pretrain.fused_mlm_loss sets it
 
 
 def modernbert_config_from_model_config(model_cfg: Any, vocab_size: int, pad_token_id: int) -> ModernBertConfig:

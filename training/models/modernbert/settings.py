@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from pydantic.dataclasses import dataclass
 
 from ..core.config_schema import RECIPE_SECTION
-from ..core.capabilities import STATIC_SHAPES, UNPAD
+from ..core.capabilities import FUSED_MLM_LOSS, STATIC_SHAPES, UNPAD
 from ..core.flops_terms import lm_head, window_pairs
 from ..core.member import MASKED_TEXT_FORMATS, HfRow, Member, ObjectiveInfo
 
@@ -64,7 +64,7 @@ def flops_terms(info: ObjectiveInfo, c: Any, s: float, f: float, stage: str, row
 # (its layer 0 has no attention norm, and a copied layer would change its global / local pattern)
 MEMBER = Member(
     name="ModernBERT", architecture="ModernBertForMaskedLM", model="training.models.modernbert.model",
-    supports=frozenset({UNPAD, STATIC_SHAPES}), settings=MODEL_SUBSECTION,
+    supports=frozenset({UNPAD, STATIC_SHAPES, FUSED_MLM_LOSS}), settings=MODEL_SUBSECTION,
     # masked LM alone, as RoBERTa's `mlm`, on its own architecture (30 % masking is the recipe's
     # preprocess.masking.masked_lm_prob)
     objectives=(ObjectiveInfo(
