@@ -154,8 +154,8 @@ class BertForPreTraining(nn.Module):
                 masked_positions: torch.Tensor, masked_labels: torch.Tensor,
                 nsp_labels: torch.Tensor | None = None, unpad: bool | None = None) -> dict[str, torch.Tensor | None]:
         """Returns loss (mlm_loss + nsp_loss, or mlm_loss alone without nsp_labels), mlm_loss, nsp_loss,
-        mlm_logits [N, V] at the N real masked positions (None in a training step with `fused_mlm_loss`), nsp_logits [B, 2] (None without a sentence head, and then
-        nsp_labels are ignored), mlm_correct and mlm_count.
+        mlm_logits [N, V] at the N real masked positions (None in a training step with `fused_mlm_loss`),
+        nsp_logits [B, 2] (None without a sentence head, and then nsp_labels are ignored), mlm_correct and mlm_count.
         `unpad`: the encoder runs on the real tokens only and the heads read the packed rows (varlen.py);
         None = `self.unpad_by_default`."""
         if unpad is None:
