@@ -3,12 +3,15 @@
 
     python benchmarks/pretrain_step.py --shape tiny           # configs/local.yaml's model, batch 32 x 128
     python benchmarks/pretrain_step.py --shape base --steps 3 # BERT-base, batch 32 x 128 (slow on 2 cores)
+    python benchmarks/pretrain_step.py --fused-mlm-loss       # also ours with pretrain.fused_mlm_loss ("ours-fused")
 
 Each measurement runs in a fresh subprocess (so peak memory is the step's own), alternating ours / HF for
 `--repeats` rounds; the median tokens/s of each is reported with the ratio. A step is forward + backward +
 clip + AdamW + zero_grad on a full-length batch with 15 % of the tokens masked (max 20 per sequence, as BERT).
 HF computes MLM logits at every position (its design); ours only at the masked ones — the difference in work is
 printed as FLOPs per token next to a matrix-multiply calibration of this machine (GFLOP/s of one large GEMM).
+`--fused-mlm-loss` adds a third implementation to each round, ours with `pretrain.fused_mlm_loss` (the MLM decoder
+and its cross-entropy chunk by chunk, training/models/core/fused_loss.py), with its own ratio to HF.
 Needs `transformers` (a test dependency): pip install -c constraints.txt transformers.
 """
 
@@ -63,11 +66,12 @@ def _worker(impl: str, shape: str, steps: int, warmup: int) -> dict:
     hidden, layers, heads, inter, vocab = SHAPES[shape]
     batch = _batch(vocab)
     torch.manual_seed(0)
-    if impl == "ours":
+    if impl in ("ours", "ours-fused"):
         from training.models.bert.model import BertConfig, BertForPreTraining
 
         model = BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=hidden, num_layers=layers, num_heads=heads,
                                               intermediate_size=inter, max_position_embeddings=512))
+        model.fused_mlm_loss = impl == "ours-fused"  # what pretrain.fused_mlm_loss sets (training/pretrain_model.py)
 
         def loss_of() -> torch.Tensor:
             return model(**batch)["loss"]
@@ -141,7 +145,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of ours / HF")
-    parser.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)
+    parser.add_argument("--fused-mlm-loss", action="store_true",
+                        help="also measure ours with pretrain.fused_mlm_loss in every round")
+    parser.add_argument("--worker", choices=["ours", "ours-fused", "hf"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(_worker(args.worker, args.shape, args.steps, args.warmup)))
@@ -156,9 +162,10 @@ def main() -> None:
     hidden, layers, heads, inter, vocab = SHAPES[args.shape]
     d = describe(ModelConfig(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=inter),
                  vocab, SEQ_LEN, MAX_PREDICTIONS / SEQ_LEN)
-    runs: dict[str, list[dict]] = {"ours": [], "hf": []}
+    impls = ("ours", "ours-fused", "hf") if args.fused_mlm_loss else ("ours", "hf")
+    runs: dict[str, list[dict]] = {impl: [] for impl in impls}
     for _ in range(args.repeats):
-        for impl in ("ours", "hf"):
+        for impl in impls:
             out = subprocess.run([sys.executable, __file__, "--worker", impl, "--shape", args.shape, "--steps",
                                   str(args.steps), "--warmup", str(args.warmup)],
                                  capture_output=True, text=True, check=True, env=dict(os.environ))
@@ -173,14 +180,17 @@ def main() -> None:
 
 
 def print_comparison(runs: dict, median: dict, memory: dict, d, hidden: int, gemm: float) -> None:
-    """The per-implementation lines, the ratio and the FLOPs/GEMM line shared by the BERT and ALBERT benchmarks."""
-    for impl in ("ours", "hf"):
+    """The per-implementation lines, the ratio of each of ours to HF and the FLOPs/GEMM line shared by the BERT and
+    ALBERT benchmarks (`runs`: "ours", "hf" and any other variant of ours, e.g. "ours-fused")."""
+    width = max(len(impl) for impl in runs)
+    for impl in runs:
         useful = median[impl] * d.train_flops_per_token / 1e9
         each = ", ".join(f"{r['tokens_per_s']:,.0f}" for r in runs[impl])
-        print(f"  {impl:<5} {median[impl]:>10,.0f} tokens/s  (runs: {each})  peak extra memory "
+        print(f"  {impl:<{width}} {median[impl]:>10,.0f} tokens/s  (runs: {each})  peak extra memory "
               f"{memory[impl]:,.0f} MiB  useful model GFLOP/s {useful:,.1f}")
-    print(f"  ratio ours / HF: {median['ours'] / median['hf']:.2f}x tokens/s, "
-          f"{memory['ours'] / memory['hf']:.2f}x peak extra memory")
+    for impl in (i for i in runs if i != "hf"):
+        print(f"  ratio {impl} / HF: {median[impl] / median['hf']:.2f}x tokens/s, "
+              f"{memory[impl] / memory['hf']:.2f}x peak extra memory")
     print(f"  training FLOPs/token: {d.train_flops_per_token / 1e6:,.1f} M with MLM logits at masked positions, "
           f"{d.dense_head_train_flops_per_token / 1e6:,.1f} M at every position (HF's work); GEMM calibration "
           f"[4096 x {hidden}] x [{hidden} x {4 * hidden}]: {gemm:,.1f} GFLOP/s")
