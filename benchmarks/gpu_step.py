@@ -7,22 +7,27 @@ by side in one run: tokens/s, MFU against the GPU's peak dense bf16 FLOP/s, and 
     python benchmarks/gpu_step.py --peak-tflops 989.4              # a GPU the peak table does not know
     python benchmarks/gpu_step.py --all                            # the goals of issue 31 (under 8 minutes)
 
---all measures the cases of ALL_CASES, each goal printed next to its figure (met / not met):
-- BERT-base at 128 tokens, 64 sequences (8,192 tokens a step, the protocol's default batch): >= 35 % MFU;
-- BERT-base at 128 tokens, 256 sequences (32,768 tokens: configs/bert-base.yaml's batch_size): >= 45 % MFU;
+--all measures the cases of ALL_CASES, in this order (a run cut short by its time budget loses the last rows; the
+first case is the one measured least so far), each goal printed next to its figure (met / not met):
 - ModernBERT-base (configs/modernbert-base.yaml's model) at 1,024 tokens, 24 sequences (the recipe's micro-batch
   per process, batch_size 4,608 / 8 processes / grad_accumulation 24) with 308 predictions a row: >= 40 % MFU;
+- BERT-base at 128 tokens, 256 sequences (32,768 tokens: configs/bert-base.yaml's batch_size): >= 45 % MFU;
+- BERT-base at 128 tokens, 64 sequences (8,192 tokens a step, the protocol's default batch): >= 35 % MFU;
 - ours compiled >= 1.5x transformers' same-size model (BertForPreTraining / ModernBertForMaskedLM, sdpa,
   eager) at the same batch.
-Each case runs three implementations, each in a fresh subprocess, one after the other: `ours` (eager, the recipe's
-default: sparse MLM head with boolean gather), `ours-compiled` (the GPU step of pretrain.compile with
+Each case runs its implementations (CASE_IMPLS), each in a fresh subprocess, one after the other: `ours` (eager,
+the recipe's default: sparse MLM head with boolean gather), `ours-compiled` (the GPU step of pretrain.compile with
 pretrain.static_shapes: torch.compile'd model and loss, MLM logits at every prediction slot, no host read in the
-step) and `hf`. All of them: bf16 autocast, fp32 master weights, fused AdamW (training/optim.py's choice on CUDA,
+step), for ModernBERT first `ours-compiled-unpad` (its recipe's GPU step: the same with pretrain.unpad, the real
+tokens only through the varlen FlashAttention kernel, the local layers' window in the kernel instead of a [T, T]
+mask; the packing reads the token count once a step) and `hf`. All of them: bf16 autocast, fp32 master weights,
+fused AdamW (training/optim.py's choice on CUDA,
 given to transformers too: the optimiser is not what is compared), clip, zero_grad; a step reads nothing back.
 --warmup steps (compilation included) then --windows timed windows of --window-steps steps; the median window's
-tokens/s is reported, with every window's. Duration on one H200 (measured 2026-11-30): ~6.5 minutes (9
-subprocesses; inductor compiles BERT-base twice (two batch shapes) and ModernBERT-base once, 30-66 s each cold,
-less with a warm TORCHINDUCTOR_CACHE_DIR; the timed steps themselves take seconds). A failed or hung measurement
+tokens/s is reported, with every window's. Duration on one H200 (measured 2026-11-30, before the unpadded row):
+~6.5 minutes for 9 subprocesses (inductor compiled BERT-base twice (two batch shapes) and ModernBERT-base once,
+30-66 s each cold, less with a warm TORCHINDUCTOR_CACHE_DIR; the timed steps themselves take seconds); the
+unpadded ModernBERT row adds a tenth, with its own compilation (~1-1.5 minutes, not measured yet). A failed or hung measurement
 (--worker-timeout) is reported and the others still run; --json keeps each row as it is measured.
 
 The protocol is benchmarks/pretrain_step.py's, with its batches and its timing loop (imported): each measurement
@@ -89,11 +94,15 @@ FAMILY_DIMS = {
     "modernbert": (768, 22, 12, 1152, 50368),  # configs/modernbert-base.yaml (intermediate = each GeGLU half)
 }
 ALL_CASES: tuple[tuple[str, str, int, int, int, float], ...] = (
-    ("bert-base", "bert", 128, 64, 20, 0.35),
-    ("bert-base", "bert", 128, 256, 20, 0.45),
     ("modernbert-base", "modernbert", 1024, 24, 308, 0.40),
+    ("bert-base", "bert", 128, 256, 20, 0.45),
+    ("bert-base", "bert", 128, 64, 20, 0.35),
 )
-ALL_IMPLS = ("ours", "ours-compiled", "hf")
+ALL_IMPLS = ("ours", "ours-compiled", "ours-compiled-unpad", "hf")
+# each family's implementations in --all, in the order measured (ModernBERT's recipe trains unpadded)
+CASE_IMPLS = {"bert": ("ours", "ours-compiled", "hf"),
+              "modernbert": ("ours", "ours-compiled-unpad", "ours-compiled", "hf")}
+COMPILED_IMPLS = ("ours-compiled", "ours-compiled-unpad")
 RATIO_GOAL = 1.5
 TINY_DIMS = {"bert": (32, 1, 2, 64, 200), "modernbert": (32, 3, 2, 48, 256)}  # the CPU smoke test's
 
@@ -233,8 +242,9 @@ def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], s
         inputs = (data["input_ids"], data["token_type_ids"], data["attention_mask"], data["masked_positions"],
                   data["masked_labels"], nsp)
         attention = "sdpa"
-        if impl == "ours-compiled":  # what build_model does for pretrain.compile + pretrain.static_shapes
+        if impl in COMPILED_IMPLS:  # what build_model does for pretrain.compile + pretrain.static_shapes (+ unpad)
             model.static_shapes = True
+            model.unpad_by_default = impl == "ours-compiled-unpad"
             model.compile(**({} if compile_mode == "default" else {"mode": compile_mode}))
 
         def forward() -> torch.Tensor:
@@ -312,41 +322,43 @@ def case_flops(family: str, dims: tuple[int, int, int, int, int], seq_len: int, 
 def format_all_table(rows: list[dict], peak_flops: float | None) -> str:
     """--all's results: a line per (case, implementation) with tokens/s (median window), MFU and its goal, peak
     memory and the windows; a line per case with ours-compiled / ours and ours-compiled / HF against the ratio
-    goal. A row: label, seq_len, batch, impl, tokens_per_s, windows, peak_gpu_mib, warmup_s, flops_per_token,
-    mfu_goal."""
+    goal (each compiled implementation, unpadded ModernBERT's too). A row: label, seq_len, batch, impl, tokens_per_s,
+    windows, peak_gpu_mib, warmup_s, flops_per_token, mfu_goal."""
     def verdict(value: float | None, goal: float) -> str:
         return "n/a" if value is None else ("met" if value >= goal else "NOT met")
 
-    lines = [f"  {'case':<16}{'seq':>5}{'batch':>6}  {'impl':<14}{'tokens/s':>12}{'MFU':>8}  {'goal':<17}"
+    lines = [f"  {'case':<16}{'seq':>5}{'batch':>6}  {'impl':<20}{'tokens/s':>12}{'MFU':>8}  {'goal':<17}"
              f"{'peak GiB':>9}{'warm-up s':>10}   windows (tokens/s)"]
     by_case: dict[tuple, dict[str, dict]] = {}
     for row in rows:
         share = mfu(row["tokens_per_s"], row["flops_per_token"], peak_flops)
         goal = ""
-        if row["impl"] == "ours-compiled":
+        if row["impl"] in COMPILED_IMPLS:
             goal = f">= {100 * row['mfu_goal']:.0f} % {verdict(share, row['mfu_goal'])}"
         memory = "n/a" if row["peak_gpu_mib"] is None else f"{row['peak_gpu_mib'] / 1024:.2f}"
         by_case.setdefault((row["label"], row["seq_len"], row["batch"]), {})[row["impl"]] = row
-        lines.append(f"  {row['label']:<16}{row['seq_len']:>5}{row['batch']:>6}  {row['impl']:<14}"
+        lines.append(f"  {row['label']:<16}{row['seq_len']:>5}{row['batch']:>6}  {row['impl']:<20}"
                      f"{row['tokens_per_s']:>12,.0f}{'n/a' if share is None else f'{100 * share:.1f} %':>8}  "
                      f"{goal:<17}{memory:>9}{row['warmup_s']:>10.1f}   "
                      + ", ".join(f"{r:,.0f}" for r in row["windows"]))
     for (label, seq, batch), impls in by_case.items():
         text = f"  {label} {seq} x {batch}:"
-        compiled = impls.get("ours-compiled")
-        if compiled and "ours" in impls:
-            text += f" compiled / eager {compiled['tokens_per_s'] / impls['ours']['tokens_per_s']:.2f}x;"
-        if compiled and "hf" in impls:
-            ratio = compiled["tokens_per_s"] / impls["hf"]["tokens_per_s"]
-            text += f" ours-compiled / HF {ratio:.2f}x (goal >= {RATIO_GOAL}x {verdict(ratio, RATIO_GOAL)})"
-            if compiled["peak_gpu_mib"] and impls["hf"]["peak_gpu_mib"]:
-                text += f", {compiled['peak_gpu_mib'] / impls['hf']['peak_gpu_mib']:.2f}x peak memory"
-        lines.append(text + f"; {next(iter(impls.values()))['flops_per_token'] / 1e9:.3f} G training FLOPs/token")
+        for name in COMPILED_IMPLS:
+            compiled = impls.get(name)
+            if compiled and "ours" in impls:
+                text += f" {name} / eager {compiled['tokens_per_s'] / impls['ours']['tokens_per_s']:.2f}x;"
+            if compiled and "hf" in impls:
+                ratio = compiled["tokens_per_s"] / impls["hf"]["tokens_per_s"]
+                text += f" {name} / HF {ratio:.2f}x (goal >= {RATIO_GOAL}x {verdict(ratio, RATIO_GOAL)})"
+                if compiled["peak_gpu_mib"] and impls["hf"]["peak_gpu_mib"]:
+                    text += f", {compiled['peak_gpu_mib'] / impls['hf']['peak_gpu_mib']:.2f}x peak memory"
+                text += ";"
+        lines.append(text + f" {next(iter(impls.values()))['flops_per_token'] / 1e9:.3f} G training FLOPs/token")
     return "\n".join(lines)
 
 
 def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
-    """Every ALL_CASES case x ALL_IMPLS, each measurement in a fresh subprocess (its own peak memory, its own
+    """Every ALL_CASES case x its CASE_IMPLS, each measurement in a fresh subprocess (its own peak memory, its own
     compilation), one after the other on the same GPU. A worker that fails or outlasts --worker-timeout is reported
     and the others still run (a lent GPU's minutes are too few to lose the whole table to one case); returns the
     rows and the failures. With --json, each row is appended to that file as it is measured (JSON lines), so a run
@@ -354,7 +366,9 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     rows, failures = [], []
     for index, (label, family, seq, batch, predictions, goal) in enumerate(ALL_CASES):
         credited, _ = case_flops(family, FAMILY_DIMS[family], seq, predictions)
-        for impl in ALL_IMPLS:
+        for impl in CASE_IMPLS[family]:
+            if impl == "ours-compiled-unpad" and args.compile_mode != "default":
+                continue  # as pretrain.compile_mode refuses pretrain.unpad: a packed shape per batch, a graph each
             command = [sys.executable, os.path.abspath(__file__), "--worker-case", str(index), "--worker", impl,
                        "--warmup", str(args.warmup), "--windows", str(args.windows), "--window-steps",
                        str(args.window_steps), "--compile-mode", args.compile_mode]
@@ -432,7 +446,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="peak dense bf16 TFLOP/s of the GPU (default: from its name, PEAK_BF16_TFLOPS)")
     parser.add_argument("--all", action="store_true",
-                        help="the issue-31 goals: ALL_CASES x (ours, ours-compiled, hf), goals printed (see above)")
+                        help="the issue-31 goals: ALL_CASES x CASE_IMPLS, goals printed (see above)")
     parser.add_argument("--windows", type=int, default=3, help="--all: timed windows per measurement (median)")
     parser.add_argument("--window-steps", type=int, default=10, help="--all: steps per timed window")
     parser.add_argument("--compile-mode", default="default",
@@ -442,7 +456,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="--all: seconds one measurement (its subprocess, compilation included) may take")
     parser.add_argument("--json", default=None,
                         help="--all: append each measured row to this file as a JSON line as soon as it is measured")
-    parser.add_argument("--worker", choices=["ours", "hf", "ours-compiled"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=list(ALL_IMPLS), help=argparse.SUPPRESS)
     parser.add_argument("--worker-case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.all and (args.windows < 3 or args.window_steps < 1):

@@ -1,5 +1,6 @@
 """The GPU step on CUDA (issue 31): pretrain.compile with pretrain.static_shapes trains to the eager loss curve in
-bf16 and compiles nothing after the first step; the trainer's step reads nothing back from the device (deferred
+bf16 and compiles nothing after the first step (ModernBERT unpadded, its recipe's step: nothing after the first
+change of the packed token count); the trainer's step reads nothing back from the device (deferred
 reads with fused AdamW: checked with torch.cuda.set_sync_debug_mode("error"), which raises on any synchronising
 call); fused AdamW matches the foreach kernels and the foreach LAMB matches its loop; pretrain.compile_mode
 reduce-overhead (CUDA graphs) keeps the values the trainer reads later: with 1 and 2 micro-batches a step, 30 steps
@@ -62,6 +63,31 @@ def test_compiled_step_on_cuda_follows_the_eager_curve_without_recompiling(run_f
     assert eager[-1]["loss"] < eager[0]["loss"]
     counts = [m["compiled_graphs"] for m in compiled]
     assert counts == [counts[0]] * len(counts), counts  # everything compiled in the first window's first step
+    torch.compiler.reset()
+
+
+def test_compiled_unpadded_modernbert_on_cuda_follows_the_eager_curve(run_factory):
+    # configs/modernbert-base.yaml's GPU step: compile + static_shapes + unpad (the varlen kernel, the local layers'
+    # window in it) on rows of varied length; the packed token count changes, so one recompilation with it symbolic
+    from training.models.modernbert.model import ModernBertSettings
+
+    model_cfg = ModelConfig(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=96, max_position_embeddings=32,
+                            type_vocab_size=1, hidden_dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5,
+                            modernbert=ModernBertSettings(global_attn_every_n_layers=3, local_attention=8))
+    runs = {name: run_factory(name, max_seq_len=24, min_seq_len=10, train_rows=128, heldout_rows=8)
+            for name in ("eager-unpad", "compiled-unpad")}
+    cfg = PretrainConfig(objective="modernbert_mlm", batch_size=16, max_steps=8, warmup_steps=2, learning_rate=2e-3,
+                         log_every=2, save_every=4, seed=5, static_shapes=True, unpad=True, device="cuda")
+    pretrain(model_cfg, cfg, runs["eager-unpad"])
+    pretrain(model_cfg, cfg.model_copy(update={"compile": True}), runs["compiled-unpad"])
+    eager, compiled = _metrics(runs["eager-unpad"]), _metrics(runs["compiled-unpad"])
+    assert [m["step"] for m in compiled] == [m["step"] for m in eager] == [2, 4, 6, 8]
+    for e, c in zip(eager, compiled):
+        assert c["tokens"] == e["tokens"] and c["skipped_steps"] == 0
+        for key in ("loss", "mlm_loss"):
+            assert c[key] == pytest.approx(e[key], rel=2e-2), (key, e, c)
+    counts = [m["compiled_graphs"] for m in compiled]
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts  # nothing compiled after the first shape change
     torch.compiler.reset()
 
 

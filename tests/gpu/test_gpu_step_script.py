@@ -1,9 +1,9 @@
 """benchmarks/gpu_step.py without a GPU, so that the script cannot rot where CI has none (runs everywhere, no
 `cuda` marker): its arguments and cases, the peak table by device name, the MFU and the results table, the
 message it exits with when torch sees no CUDA device, one real step of both implementations (ours and
-transformers') through its measurement function on the CPU at a tiny shape, and --all's case list (BERT-base and
-ModernBERT-base, ours eager / ours compiled / transformers) at tiny shapes on the CPU with its goals table (the
-compiled implementation under the slow mark: inductor on the CPU)."""
+transformers') through its measurement function on the CPU at a tiny shape, and --all's case list (ModernBERT-base
+and BERT-base, ours eager / ours compiled (ModernBERT also unpadded) / transformers) at tiny shapes on the CPU with
+its goals table (the compiled implementations under the slow mark: inductor on the CPU)."""
 
 from __future__ import annotations
 
@@ -113,8 +113,10 @@ def test_all_cases_and_goals(gpu_step):
     args = gpu_step.parse_args(["--all"])
     assert args.all and args.windows == 3 and args.compile_mode == "default"
     assert [(c[0], c[2], c[3], c[5]) for c in gpu_step.ALL_CASES] == [
-        ("bert-base", 128, 64, 0.35), ("bert-base", 128, 256, 0.45), ("modernbert-base", 1024, 24, 0.40)]
-    assert 256 * 128 == 32_768 and gpu_step.ALL_IMPLS == ("ours", "ours-compiled", "hf")
+        ("modernbert-base", 1024, 24, 0.40), ("bert-base", 128, 256, 0.45), ("bert-base", 128, 64, 0.35)]
+    assert gpu_step.CASE_IMPLS == {"bert": ("ours", "ours-compiled", "hf"),
+                                   "modernbert": ("ours", "ours-compiled-unpad", "ours-compiled", "hf")}
+    assert set(gpu_step.ALL_IMPLS) == {i for impls in gpu_step.CASE_IMPLS.values() for i in impls}
     for bad in (["--all", "--windows", "2"], ["--all", "--window-steps", "0"], ["--compile-mode", "fast"]):
         with pytest.raises(SystemExit):
             gpu_step.parse_args(bad)
@@ -146,11 +148,16 @@ def test_the_all_case_list_runs_at_a_tiny_shape_on_the_cpu(gpu_step, one_thread)
         gpu_step.measure_case("other", "bert", gpu_step.TINY_DIMS["bert"], 32, 2, 4, 0, 3, 1, device="cpu")
 
     compiled = [{**row, "impl": "ours-compiled", "tokens_per_s": 2 * row["tokens_per_s"]} for row in rows[::2]]
-    table = gpu_step.format_all_table(rows + compiled, 1e9).splitlines()
+    unpadded = [{**rows[0], "impl": "ours-compiled-unpad", "tokens_per_s": 3 * rows[0]["tokens_per_s"]}]
+    table = gpu_step.format_all_table(rows + compiled + unpadded, 1e9).splitlines()
     assert table[0].split()[:6] == ["case", "seq", "batch", "impl", "tokens/s", "MFU"]
-    assert sum(">= 45 %" in line for line in table) == 1 and sum(">= 40 %" in line for line in table) == 1
+    # ModernBERT's goal on both of its compiled rows
+    assert sum(">= 45 %" in line for line in table) == 1 and sum(">= 40 %" in line for line in table) == 2
     summary = [line for line in table if "ours-compiled / HF" in line]
-    assert len(summary) == 3 and all("compiled / eager 2.00x" in line and "goal >= 1.5x" in line for line in summary)
+    assert len(summary) == 3 and all("ours-compiled / eager 2.00x" in line and "goal >= 1.5x" in line
+                                     for line in summary)
+    assert "ours-compiled-unpad / eager 3.00x" in summary[0] and "ours-compiled-unpad / HF" in summary[0]
+    assert not any("unpad" in line for line in summary[1:])
 
 
 @pytest.mark.slow
@@ -164,6 +171,38 @@ def test_the_compiled_implementation_runs_on_the_cpu(gpu_step, one_thread):
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
+def test_the_unpadded_compiled_modernbert_runs_on_the_cpu(gpu_step, one_thread):
+    # ModernBERT's recipe step (compile + static_shapes + unpad) through the reference attention on the CPU; the
+    # varlen kernel itself is CUDA's (tests/gpu/test_modernbert_cuda.py)
+    row = gpu_step.measure_case("ours-compiled-unpad", "modernbert", gpu_step.TINY_DIMS["modernbert"], 32, 2, 4,
+                                warmup=1, windows=3, window_steps=1, device="cpu", local_attention=8)
+    assert row["impl"] == "ours-compiled-unpad" and row["tokens_per_s"] > 0 and len(row["windows"]) == 3
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+
+def test_other_compile_modes_leave_the_unpadded_row_out(gpu_step, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    measured = []
+
+    def fake_run(command, **kwargs):
+        measured.append(command[command.index("--worker") + 1])
+        row = {"impl": measured[-1], "attention": "sdpa", "windows": [1.0, 2.0, 3.0], "tokens_per_s": 2.0,
+               "warmup_s": 0.5, "peak_gpu_mib": None, "parameters": 7}
+        return SimpleNamespace(returncode=0, stdout=json.dumps(row) + "\n", stderr="")
+
+    monkeypatch.setattr(gpu_step.subprocess, "run", fake_run)
+    gpu_step.run_all(gpu_step.parse_args(["--all", "--compile-mode", "reduce-overhead"]))
+    assert "ours-compiled-unpad" not in measured and len(measured) == 9
+    measured.clear()
+    gpu_step.run_all(gpu_step.parse_args(["--all"]))
+    assert measured[:4] == ["ours", "ours-compiled-unpad", "ours-compiled", "hf"] and len(measured) == 10
+
+
 def test_a_failed_measurement_leaves_the_others_and_rows_are_kept_as_measured(gpu_step, monkeypatch, tmp_path):
     # a lent GPU's minutes are few: one failing or hanging worker must not cost the rest of the table
     import json
@@ -172,9 +211,9 @@ def test_a_failed_measurement_leaves_the_others_and_rows_are_kept_as_measured(gp
 
     def fake_run(command, **kwargs):
         impl, case = command[command.index("--worker") + 1], int(command[command.index("--worker-case") + 1])
-        if impl == "ours-compiled" and case == 0:
+        if impl == "ours-compiled" and case == 2:
             return SimpleNamespace(returncode=1, stdout="", stderr="inductor: something broke")
-        if impl == "hf" and case == 2:
+        if impl == "hf" and case == 0:
             raise subprocess.TimeoutExpired(command, kwargs["timeout"])
         row = {"impl": impl, "attention": "sdpa", "windows": [1.0, 2.0, 3.0], "tokens_per_s": 2.0 + case,
                "warmup_s": 0.5, "peak_gpu_mib": 1024.0, "parameters": 7}
@@ -184,9 +223,9 @@ def test_a_failed_measurement_leaves_the_others_and_rows_are_kept_as_measured(gp
     out = tmp_path / "rows.jsonl"
     args = gpu_step.parse_args(["--all", "--json", str(out), "--worker-timeout", "5"])
     rows, failures = gpu_step.run_all(args)
-    assert len(rows) == 7 and len(failures) == 2
-    assert "bert-base 128 x 64 ours-compiled: exit 1" in failures[0] and "something broke" in failures[0]
-    assert "modernbert-base 1024 x 24 hf: no result within --worker-timeout 5 s" in failures[1]
+    assert len(rows) == 8 and len(failures) == 2  # 4 + 3 + 3 measurements
+    assert "modernbert-base 1024 x 24 hf: no result within --worker-timeout 5 s" in failures[0]
+    assert "bert-base 128 x 64 ours-compiled: exit 1" in failures[1] and "something broke" in failures[1]
     kept = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["label"], r["batch"], r["impl"]) for r in kept] == [(r["label"], r["batch"], r["impl"]) for r in rows]
     table = gpu_step.format_all_table(rows, 1e15)  # the table still prints with the holes

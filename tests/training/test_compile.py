@@ -2,7 +2,9 @@
 loss curve, for the tiny twins of BERT (mlm_nsp) and ModernBERT (modernbert_mlm, local and global layers), in one
 process and under DDP with 2 gloo ranks; after the first step (the warm-up, where the forward and backward graphs
 are compiled) it compiles nothing again on the recipe's shapes (`compiled_graphs` in metrics.jsonl stays flat);
-it writes the same checkpoint layout; compile is part of the resume fingerprint (with dropout on, inductor draws
+it writes the same checkpoint layout; ModernBERT unpadded (pretrain.unpad, configs/modernbert-base.yaml's GPU step)
+on rows of varied length follows the unpadded eager curve and recompiles once, when the packed token count first
+changes; compile is part of the resume fingerprint (with dropout on, inductor draws
 its own dropout masks, so a compiled run follows another sample path than an eager one).
 
 The shapes: rows of one length (every recipe's rows fill max_seq_len but a few) with pretrain.static_shapes, the
@@ -106,3 +108,27 @@ def test_compile_is_part_of_the_resume_fingerprint(tiny_run):
     pretrain(TINY, cfg, tiny_run, stop_after=1)
     with pytest.raises(ContractError, match="pretrain.compile \\(checkpoint False, now True\\)"):
         pretrain(TINY, cfg.model_copy(update={"compile": True}), tiny_run)
+
+
+@pytest.mark.slow
+def test_compiled_modernbert_unpadded_on_rows_of_varied_length_trains_to_the_eager_losses(run_factory):
+    # configs/modernbert-base.yaml's GPU step: pretrain.unpad (real tokens only, varlen attention with the local
+    # layers' window) with compile and static_shapes; rows of varied length, so the packed token count changes
+    # from batch to batch
+    eager_run, compiled_run = (run_factory(name, max_seq_len=24, min_seq_len=10, train_rows=64, heldout_rows=8)
+                               for name in ("eager-unpad", "compiled-unpad"))
+    cfg = CFG.model_copy(update={"objective": "modernbert_mlm", "unpad": True, "max_steps": 6})
+    pretrain(TINY_MODERN, cfg, eager_run)
+    pretrain(TINY_MODERN, cfg.model_copy(update={"compile": True}), compiled_run)
+
+    compiled, eager = _metrics(compiled_run), _metrics(eager_run)
+    assert len({m["tokens"] for m in eager}) > 1  # the packed shapes did change
+    for e, c in zip(eager, compiled, strict=True):
+        assert c["step"] == e["step"] and c["tokens"] == e["tokens"]
+        assert abs(c["loss"] - e["loss"]) < TOLERANCE and abs(c["mlm_loss"] - e["mlm_loss"]) < TOLERANCE, (e, c)
+    # the first change of the packed token count recompiles once with it symbolic (step 2); nothing after that.
+    # Observed on torch 2.13 CPU: 5 graphs, then 10 (the packing's nonzero and its longest-row read split the
+    # forward; the static-shape gather of the masked rows keeps the head and loss in one graph)
+    counts = [m["compiled_graphs"] for m in compiled]
+    assert counts[0] >= 1 and counts[1:] == [counts[1]] * (len(counts) - 1) and counts[1] <= 2 * counts[0], counts
+    torch.compiler.reset()

@@ -136,6 +136,29 @@ def test_pretraining_unpadded_equals_padded_loss_logits_and_gradients(overrides)
     _assert_close_grads(_grads(model, padded["loss"]), _grads(model, unpadded["loss"]))
 
 
+def test_static_shapes_unpadded_gathers_every_slot_with_the_same_loss_and_gradients():
+    # pretrain.static_shapes with pretrain.unpad (the compiled GPU step of configs/modernbert-base.yaml): logits at
+    # all B * P prediction slots, no boolean indexing, the loss of the real slots alone
+    torch.manual_seed(0)
+    model = BertForPreTraining(_config()).train()
+    ids, types, mask = _batch()
+    positions, labels = _masks(LENGTHS)
+    positions[0, 2] = 3  # an ignored slot whose position is padding (row 0 has one token): reads packed row 0
+    nsp = torch.tensor([0, 1, 1, 0, 1])
+    sparse = model(ids, types, mask, positions, labels, nsp, unpad=True)
+    model.static_shapes = True
+    fixed = model(ids, types, mask, positions, labels, nsp, unpad=True)
+    padded_fixed = model(ids, types, mask, positions, labels, nsp)
+    assert fixed["mlm_logits"].shape == (labels.numel(), 60)
+    assert torch.allclose(fixed["mlm_logits"][labels.reshape(-1) != -100], sparse["mlm_logits"], atol=TOL, rtol=0)
+    for other in (sparse, padded_fixed):
+        for key in ("loss", "mlm_loss", "nsp_loss"):
+            assert torch.allclose(fixed[key], other[key], atol=TOL, rtol=0), key
+        assert int(fixed["mlm_count"]) == int(other["mlm_count"]) == int((labels != -100).sum())
+        assert int(fixed["mlm_correct"]) == int(other["mlm_correct"])
+    _assert_close_grads(_grads(model, fixed["loss"]), _grads(model, padded_fixed["loss"]))
+
+
 def test_masked_positions_map_to_the_packed_rows_of_the_same_tokens():
     ids, _, mask = _batch()
     positions, labels = _masks(LENGTHS)

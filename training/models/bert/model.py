@@ -26,7 +26,7 @@ from ..core.embeddings import BertEmbeddings
 from ..core.encoder import Encoder
 from ..core.fused_loss import fused_linear_cross_entropy
 from ..core.heads import MaskedLMHead, NextSentenceHead, Pooler
-from ..core.varlen import encode_unpadded, gather_masked_packed
+from ..core.varlen import encode_unpadded, gather_masked_packed, gather_masked_packed_fixed
 
 IGNORE_INDEX = -100
 
@@ -162,7 +162,8 @@ class BertForPreTraining(nn.Module):
             unpad = self.unpad_by_default
         if unpad:
             states, layout = self.bert(input_ids, token_type_ids, attention_mask, unpad="packed")
-            masked_hidden, labels = gather_masked_packed(states[-1], layout, masked_positions, masked_labels)
+            gather = gather_masked_packed_fixed if self.static_shapes else gather_masked_packed
+            masked_hidden, labels = gather(states[-1], layout, masked_positions, masked_labels)
             hidden = layout.gather(states[-1], torch.zeros_like(input_ids[:, :1]))  # [B, 1, H]: [CLS] for the pooler
         elif self.static_shapes:
             hidden = self.bert(input_ids, token_type_ids, attention_mask)
@@ -177,7 +178,7 @@ class BertForPreTraining(nn.Module):
                 self.mlm_head.transform(masked_hidden), decoder, self.mlm_head.bias, labels, IGNORE_INDEX)
         else:
             mlm_logits = self.mlm_head(masked_hidden, decoder)
-            mlm_loss, mlm_correct, count_tensor = self._mlm_loss(mlm_logits, labels, unpad)
+            mlm_loss, mlm_correct, count_tensor = self._mlm_loss(mlm_logits, labels)
         nsp_logits = self.nsp_head(self.bert.pooler(hidden)) if self.config.sentence_head else None
         nsp_loss = (F.cross_entropy(nsp_logits.float(), nsp_labels)
                     if nsp_labels is not None and nsp_logits is not None else None)
@@ -192,10 +193,10 @@ class BertForPreTraining(nn.Module):
             "mlm_count": count_tensor,
         }
 
-    def _mlm_loss(self, mlm_logits: torch.Tensor, labels: torch.Tensor, unpad: bool):
+    def _mlm_loss(self, mlm_logits: torch.Tensor, labels: torch.Tensor):
         """-> (mean cross-entropy over the labelled rows, correct, count) from the logits."""
         valid = labels != IGNORE_INDEX
-        if self.static_shapes and not unpad:
+        if self.static_shapes:
             # mean over the real slots without a data-dependent shape or branch (0 when there are none)
             per_slot = F.cross_entropy(mlm_logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="none")
             count_tensor = valid.sum()

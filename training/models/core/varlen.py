@@ -171,3 +171,14 @@ def gather_masked_packed(packed: torch.Tensor, layout: PackedSequences, masked_p
     [M]), in the same row-major (batch, then position) order."""
     real = masked_labels != ignore_index
     return packed.index_select(0, layout.packed_index(masked_positions)[real]), masked_labels[real]
+
+
+def gather_masked_packed_fixed(packed: torch.Tensor, layout: PackedSequences, masked_positions: torch.Tensor,
+                               masked_labels: torch.Tensor):
+    """Static-shape `gather_masked_packed` (pretrain.static_shapes with pretrain.unpad): the packed rows at all
+    B * P prediction slots [B*P, H] and their labels [B*P], `ignore_index` on padding slots. A padding slot whose
+    position is itself padding reads packed row 0 and is ignored by the loss. No boolean indexing: the head's shapes
+    depend only on [B, P], so the compiled step keeps the head and loss in one graph and does not wait for the
+    device there (the packing itself still reads the token count, see PackedSequences.from_attention_mask)."""
+    rows = layout.packed_index(masked_positions).clamp(min=0)
+    return packed.index_select(0, rows.reshape(-1)), masked_labels.reshape(-1)
