@@ -27,8 +27,12 @@ given to transformers too: the optimiser is not what is compared), clip, zero_gr
 tokens/s is reported, with every window's. Duration on one H200 (measured 2026-11-30, before the unpadded row):
 ~6.5 minutes for 9 subprocesses (inductor compiled BERT-base twice (two batch shapes) and ModernBERT-base once,
 30-66 s each cold, less with a warm TORCHINDUCTOR_CACHE_DIR; the timed steps themselves take seconds); the
-unpadded ModernBERT row adds a tenth, with its own compilation (~1-1.5 minutes, not measured yet). A failed or hung measurement
-(--worker-timeout) is reported and the others still run; --json keeps each row as it is measured.
+unpadded ModernBERT row adds a tenth, with its own compilation (~1-1.5 minutes, not measured yet). A failed or
+hung measurement (--worker-timeout) is reported and the others still run; --json keeps each row as it is measured.
+--profile-steps N (scripts/gpu_check.sh passes 3) profiles N more steps of each of ours after its windows: the
+GPU time of a step by kernel and by kind of work (matrix products, attention, inductor's Triton kernels, the
+optimiser, copies, the rest), printed as each row is measured and kept in its JSON row, so that a lent GPU's one
+run also says where the time goes that the MFU goals miss.
 
 The protocol is benchmarks/pretrain_step.py's, with its batches and its timing loop (imported): each measurement
 in a fresh subprocess, ours and HF alternating for --repeats rounds, the median tokens/s reported with the ratio.
@@ -210,10 +214,12 @@ OBJECTIVES = {"bert": "mlm_nsp", "modernbert": "modernbert_mlm"}
 
 def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], seq_len: int, batch: int,
                  predictions: int, warmup: int, windows: int, window_steps: int, device: str = "cuda",
-                 compile_mode: str = "default", local_attention: int = 128) -> dict:
+                 compile_mode: str = "default", local_attention: int = 128, profile_steps: int = 0) -> dict:
     """One --all measurement in this process: `warmup` steps (compilation included), then `windows` timed windows
     of `window_steps` steps; tokens/s of each window, peak GPU memory, and the warm-up's seconds. On the CPU (the
-    smoke test) the autocast context is fp32 and there is no GPU memory to report."""
+    smoke test) the autocast context is fp32 and there is no GPU memory to report. `profile_steps` > 0: after the
+    windows, that many more steps under torch.profiler, whose device time (CPU time without a GPU) by kernel and by
+    kind of work is returned as `profile` (see `profile_summary`)."""
     import time
 
     import torch
@@ -303,9 +309,76 @@ def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], s
             step()
         sync()
         rates.append(window_steps * batch * seq_len / (time.perf_counter() - started))
-    return {"impl": impl, "attention": attention, "windows": rates, "tokens_per_s": statistics.median(rates),
-            "warmup_s": warmup_s, "peak_gpu_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None,
-            "parameters": sum(p.numel() for p in params)}
+    out = {"impl": impl, "attention": attention, "windows": rates, "tokens_per_s": statistics.median(rates),
+           "warmup_s": warmup_s, "peak_gpu_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None,
+           "parameters": sum(p.numel() for p in params)}
+    if profile_steps > 0:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=activities) as prof:
+            for _ in range(profile_steps):
+                step()
+            sync()
+        out["profile"] = profile_summary(prof.key_averages(), profile_steps, cuda)
+    return out
+
+
+# kinds of work in a step, by the names of CUDA kernels (cuBLAS / CUTLASS GEMMs, FlashAttention and the
+# memory-efficient attention, inductor's Triton kernels) and of the CPU's aten operators; the first match wins
+KERNEL_KINDS: tuple[tuple[str, str], ...] = (
+    ("attention", r"flash|fmha|attention|attn"),
+    ("matmul", r"gemm|cutlass|xmma|cublas|sm\d+_|ampere_|hopper|aten::(mm|addmm|addmm_|bmm|baddbmm|linear)$"),
+    ("optimizer and clipping", r"adam|lamb|multi_tensor|foreach|norm_kernel"),
+    ("triton (inductor's fused element-wise and reductions)", r"triton"),
+    ("copies and fills", r"copy|memcpy|memset|fill|cat|index|scatter|gather|embedding"),
+)
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    for kind, pattern in KERNEL_KINDS:
+        if re.search(pattern, lowered):
+            return kind
+    return "other element-wise and reductions"
+
+
+def profile_summary(events, steps: int, cuda: bool, top: int = 25) -> dict:
+    """torch.profiler's key averages of `steps` steps -> {steps, clock ("device" or "cpu"), ms_per_step (the kernels'
+    summed self time per step), kinds: {kind: share of that time}, top: [[name, ms per step, calls per step], ...]}.
+    On CUDA only the kernels count (their self time on the GPU; the CPU-side operators that launched them would count
+    the same work twice); without a GPU, the operators' self CPU time."""
+    rows = []
+    for event in events:
+        if cuda:
+            if getattr(event.device_type, "name", str(event.device_type)) != "CUDA":
+                continue
+            micros = getattr(event, "self_device_time_total", None)
+            if micros is None:
+                micros = event.self_cuda_time_total
+        else:
+            micros = event.self_cpu_time_total
+        if micros > 0:
+            rows.append((event.key, micros / 1e3 / steps, event.count / steps))
+    total = sum(ms for _, ms, _ in rows) or 1.0
+    kinds: dict[str, float] = {}
+    for name, ms, _ in rows:
+        kind = kernel_kind(name)
+        kinds[kind] = kinds.get(kind, 0.0) + ms / total
+    rows.sort(key=lambda row: -row[1])
+    return {"steps": steps, "clock": "device" if cuda else "cpu", "ms_per_step": total,
+            "kinds": dict(sorted(kinds.items(), key=lambda item: -item[1])),
+            "top": [[name[:120], round(ms, 4), round(calls, 2)] for name, ms, calls in rows[:top]]}
+
+
+def format_profile(row: dict, top: int = 12) -> str:
+    """A measured row's `profile` as text: the kinds of work with their shares, then the costliest kernels."""
+    summary = row["profile"]
+    lines = [f"  profile of {row['label']} {row['seq_len']} x {row['batch']} {row['impl']}: "
+             f"{summary['ms_per_step']:.2f} ms of {summary['clock']} time a step over {summary['steps']} steps; "
+             + ", ".join(f"{kind} {100 * share:.1f} %" for kind, share in summary["kinds"].items())]
+    lines += [f"    {ms:9.3f} ms {calls:7.1f}x  {name}" for name, ms, calls in summary["top"][:top]]
+    return "\n".join(lines)
 
 
 def case_flops(family: str, dims: tuple[int, int, int, int, int], seq_len: int, predictions: int,
@@ -372,6 +445,8 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
             command = [sys.executable, os.path.abspath(__file__), "--worker-case", str(index), "--worker", impl,
                        "--warmup", str(args.warmup), "--windows", str(args.windows), "--window-steps",
                        str(args.window_steps), "--compile-mode", args.compile_mode]
+            if impl.startswith("ours"):
+                command += ["--profile-steps", str(args.profile_steps)]
             try:
                 out = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ),
                                      timeout=args.worker_timeout)
@@ -391,6 +466,8 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
                     handle.write(json.dumps(row) + "\n")
             print(f"  measured {label} {seq} x {batch} {impl}: {measured['tokens_per_s']:,.0f} tokens/s "
                   f"(warm-up {measured['warmup_s']:.0f} s)", flush=True)
+            if "profile" in row:
+                print(format_profile(row), flush=True)
     return rows, failures
 
 
@@ -452,6 +529,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile-mode", default="default",
                         choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"],
                         help="--all: torch.compile mode of ours-compiled (pretrain.compile uses the default)")
+    parser.add_argument("--profile-steps", type=int, default=0,
+                        help="--all: after the timed windows, profile this many more steps of each of ours "
+                             "(device time by kernel and by kind of work, printed and kept in --json)")
     parser.add_argument("--worker-timeout", type=float, default=300.0,
                         help="--all: seconds one measurement (its subprocess, compilation included) may take")
     parser.add_argument("--json", default=None,
@@ -459,6 +539,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker", choices=list(ALL_IMPLS), help=argparse.SUPPRESS)
     parser.add_argument("--worker-case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.profile_steps < 0:
+        parser.error("--profile-steps must be >= 0")
     if args.all and (args.windows < 3 or args.window_steps < 1):
         parser.error("--all needs --windows >= 3 and --window-steps >= 1")
     if args.batch is not None and args.batch < 1:
@@ -486,7 +568,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker_case is not None:  # one --all measurement: --worker IMPL --worker-case INDEX
         label, family, seq, batch, predictions, _ = ALL_CASES[args.worker_case]
         print(json.dumps(measure_case(args.worker, family, FAMILY_DIMS[family], seq, batch, predictions,
-                                      args.warmup, args.windows, args.window_steps, compile_mode=args.compile_mode)))
+                                      args.warmup, args.windows, args.window_steps, compile_mode=args.compile_mode,
+                                      profile_steps=args.profile_steps)))
         return
     if args.worker:  # one measurement: --worker IMPL --shape S --seq N (one each)
         shape, seq, batch, predictions = cases(args)[0]

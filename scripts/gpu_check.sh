@@ -27,7 +27,7 @@ export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
 cat "$out/machine.txt"
 
 bench_budget=$((budget * 62 / 100))
-timeout "$bench_budget" "$python" benchmarks/gpu_step.py --all --json "$out/gpu_all.jsonl" 2>&1 | tee "$out/gpu_all.log"
+timeout "$bench_budget" "$python" benchmarks/gpu_step.py --all --profile-steps 3 --json "$out/gpu_all.jsonl" 2>&1 | tee "$out/gpu_all.log"
 echo "gpu_check: gpu_step --all exit ${PIPESTATUS[0]} after ${SECONDS} s" | tee -a "$out/gpu_all.log"
 
 left=$((budget - SECONDS - 15))

@@ -203,6 +203,64 @@ def test_other_compile_modes_leave_the_unpadded_row_out(gpu_step, monkeypatch):
     assert measured[:4] == ["ours", "ours-compiled-unpad", "ours-compiled", "hf"] and len(measured) == 10
 
 
+def test_all_asks_every_worker_of_ours_for_its_profile(gpu_step, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        impl = command[command.index("--worker") + 1]
+        row = {"impl": impl, "attention": "sdpa", "windows": [1.0, 2.0, 3.0], "tokens_per_s": 2.0, "warmup_s": 0.5,
+               "peak_gpu_mib": None, "parameters": 7}
+        if "--profile-steps" in command:
+            row["profile"] = {"steps": 3, "clock": "device", "ms_per_step": 2.0, "kinds": {"matmul": 1.0},
+                              "top": [["gemm", 2.0, 1.0]]}
+        return SimpleNamespace(returncode=0, stdout=json.dumps(row) + "\n", stderr="")
+
+    monkeypatch.setattr(gpu_step.subprocess, "run", fake_run)
+    rows, _ = gpu_step.run_all(gpu_step.parse_args(["--all", "--profile-steps", "3"]))
+    for command, row in zip(commands, rows):
+        impl = command[command.index("--worker") + 1]
+        assert ("--profile-steps" in command) == impl.startswith("ours") == ("profile" in row)
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "matmul"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>", "matmul"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", "matmul"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>, true>", "attention"),
+    ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "attention"),
+    ("triton_per_fused_native_layer_norm_native_layer_norm_backward_3",
+     "triton (inductor's fused element-wise and reductions)"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>",
+     "optimizer and clipping"),
+    ("Memcpy HtoD (Pageable -> Device)", "copies and fills"),
+    ("aten::mm", "matmul"),
+    ("aten::gelu_backward", "other element-wise and reductions"),
+])
+def test_kernels_are_sorted_into_kinds_of_work(gpu_step, name, kind):
+    assert gpu_step.kernel_kind(name) == kind
+
+
+def test_a_profiled_measurement_says_where_the_step_time_goes(gpu_step, one_thread):
+    row = gpu_step.measure_case("ours", "bert", gpu_step.TINY_DIMS["bert"], 32, 2, 4, warmup=1, windows=3,
+                                window_steps=1, device="cpu", profile_steps=2)
+    profile = row["profile"]
+    assert profile["steps"] == 2 and profile["clock"] == "cpu" and profile["ms_per_step"] > 0
+    assert sum(profile["kinds"].values()) == pytest.approx(1.0) and profile["kinds"]["matmul"] > 0
+    names = [name for name, _, _ in profile["top"]]
+    assert "aten::mm" in names and len(names) <= 25
+    assert [ms for _, ms, _ in profile["top"]] == sorted((ms for _, ms, _ in profile["top"]), reverse=True)
+    text = gpu_step.format_profile({**row, "label": "bert-base", "seq_len": 32, "batch": 2}).splitlines()
+    assert text[0].startswith("  profile of bert-base 32 x 2 ours:") and "matmul" in text[0] and len(text) == 13
+    assert "profile" not in gpu_step.measure_case("ours", "bert", gpu_step.TINY_DIMS["bert"], 32, 2, 4, warmup=0,
+                                                  windows=3, window_steps=1, device="cpu")
+    with pytest.raises(SystemExit):
+        gpu_step.parse_args(["--all", "--profile-steps", "-1"])
+
+
 def test_a_failed_measurement_leaves_the_others_and_rows_are_kept_as_measured(gpu_step, monkeypatch, tmp_path):
     # a lent GPU's minutes are few: one failing or hanging worker must not cost the rest of the table
     import json
