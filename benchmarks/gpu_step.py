@@ -316,11 +316,14 @@ def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], s
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        with profile(activities=activities) as prof:
-            for _ in range(profile_steps):
-                step()
-            sync()
-        out["profile"] = profile_summary(prof.key_averages(), profile_steps, cuda)
+        try:
+            with profile(activities=activities) as prof:
+                for _ in range(profile_steps):
+                    step()
+                sync()
+            out["profile"] = profile_summary(prof.key_averages(), profile_steps, cuda)
+        except Exception as err:  # the row is measured already: a profiler that fails must not cost it
+            out["profile_error"] = f"{type(err).__name__}: {err}"[:500]
     return out
 
 
@@ -468,6 +471,8 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
                   f"(warm-up {measured['warmup_s']:.0f} s)", flush=True)
             if "profile" in row:
                 print(format_profile(row), flush=True)
+            elif "profile_error" in row:
+                print(f"  profile of {label} {seq} x {batch} {impl} failed: {row['profile_error']}", flush=True)
     return rows, failures
 
 

@@ -261,6 +261,20 @@ def test_a_profiled_measurement_says_where_the_step_time_goes(gpu_step, one_thre
         gpu_step.parse_args(["--all", "--profile-steps", "-1"])
 
 
+def test_a_failing_profiler_keeps_the_measured_row(gpu_step, one_thread, monkeypatch):
+    import torch.profiler
+
+    class Broken:
+        def __init__(self, **kwargs):
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(torch.profiler, "profile", Broken)
+    row = gpu_step.measure_case("ours", "bert", gpu_step.TINY_DIMS["bert"], 32, 2, 4, warmup=0, windows=3,
+                                window_steps=1, device="cpu", profile_steps=2)
+    assert row["tokens_per_s"] > 0 and "profile" not in row
+    assert row["profile_error"] == "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"
+
+
 def test_a_failed_measurement_leaves_the_others_and_rows_are_kept_as_measured(gpu_step, monkeypatch, tmp_path):
     # a lent GPU's minutes are few: one failing or hanging worker must not cost the rest of the table
     import json
