@@ -21,8 +21,8 @@ pretrain.static_shapes: torch.compile'd model and loss, MLM logits at every pred
 step), for ModernBERT first `ours-compiled-unpad` (its recipe's GPU step: the same with pretrain.unpad, the real
 tokens only through the varlen FlashAttention kernel, the local layers' window in the kernel instead of a [T, T]
 mask; the packing reads the token count once a step) and `hf`. All of them: bf16 autocast, fp32 master weights,
-fused AdamW (training/optim.py's choice on CUDA,
-given to transformers too: the optimiser is not what is compared), clip, zero_grad; a step reads nothing back.
+fused AdamW (training/optim.py's choice on CUDA, given to transformers too: the optimiser is not what is compared),
+clip, zero_grad; a step reads nothing back.
 --warmup steps (compilation included) then --windows timed windows of --window-steps steps; the median window's
 tokens/s is reported, with every window's. Duration on one H200 (measured 2026-11-30, before the unpadded row):
 ~6.5 minutes for 9 subprocesses (inductor compiled BERT-base twice (two batch shapes) and ModernBERT-base once,
@@ -448,7 +448,7 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
             command = [sys.executable, os.path.abspath(__file__), "--worker-case", str(index), "--worker", impl,
                        "--warmup", str(args.warmup), "--windows", str(args.windows), "--window-steps",
                        str(args.window_steps), "--compile-mode", args.compile_mode]
-            if impl.startswith("ours"):
+            if impl.startswith("ours") and args.profile_steps:
                 command += ["--profile-steps", str(args.profile_steps)]
             try:
                 out = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ),
