@@ -130,6 +130,16 @@ class PretrainConfig(StrictModel):
                         "varlen attention on CUDA, exact SDPA on CPU; ModernBERT's local layers keep their window); "
                         "pays off when batches hold much padding. For the architectures that declare it: BERT "
                         "(RoBERTa, ALBERT) and ModernBERT; refused for the others when the recipe loads")
+    # not resume-neutral: the projections run on other rows (rounding) and dropout masks are drawn over all slots
+    unpad_layout: Literal["packed", "fixed"] = Field(
+        "packed", description="unpad: how the tokens are laid out (training/models/core/varlen.py). packed = the "
+        "real tokens alone: no FLOP on padding, but the token count and longest row are read on the host every "
+        "forward and the shapes change with each batch. fixed = every slot of the [batch, length] grid, each row's "
+        "padding a sequence of its own: attention is still the varlen kernel (ModernBERT's window in it, no mask), "
+        "the projections also run on the padding, and in exchange nothing is read on the host and every shape "
+        "depends on the batch shape alone, so the compiled step is one graph and can run as CUDA graphs "
+        "(compile_mode reduce-overhead). For batches with little padding (packed rows, as ModernBERT's recipe "
+        "has); needs unpad")
     length_buckets: list[int] | None = Field(
         None, description="pad every batch to the smallest of these lengths that holds its longest instance, and "
         "group instances of one bucket into the same batches (in windows of bucket_window batches; the order still "
@@ -158,8 +168,8 @@ class PretrainConfig(StrictModel):
         "default", description="compile: torch.compile's mode. default = inductor's kernels, launched one by one. "
         "reduce-overhead = the compiled forward and backward replayed as CUDA graphs, one launch each: pays at short "
         "steps (H200, BERT-base: 14.8 % -> 28.1 % MFU at 64 x 128 tokens a step, nothing at 256 x 128; "
-        "benchmarks/RESULTS.md); needs static_shapes, not with unpad or batch_size_ramp (a new shape every step "
-        "would record a graph every step); the trainer copies what it keeps past a micro-step out of the graphs' "
+        "benchmarks/RESULTS.md); needs static_shapes, not with unpad's packed layout or batch_size_ramp (a new shape "
+        "every step would record a graph every step); the trainer copies what it keeps past a micro-step out of the graphs' "
         "memory (docs/gpu-step.md); on the CPU inductor skips CUDA graphs and it trains as default. "
         "max-autotune-no-cudagraphs = inductor autotunes its kernels (minutes per shape; not measured). Needs "
         "compile: true; a mode other than default is not implemented with stacking")
@@ -232,6 +242,9 @@ class PretrainConfig(StrictModel):
             if self.compile or self.stacking is not None:
                 raise ValueError("pretrain.parallelism fsdp is not implemented with pretrain.compile or "
                                  "pretrain.stacking; turn them off or use parallelism ddp")
+        if self.unpad_layout != "packed" and not self.unpad:
+            raise ValueError(f"pretrain.unpad_layout {self.unpad_layout} is a layout of pretrain.unpad, which is off: "
+                             f"set unpad: true, or leave unpad_layout packed")
         if self.compile_mode != "default":
             problem = self._compile_mode_problem()
             if problem:
@@ -259,10 +272,10 @@ class PretrainConfig(StrictModel):
                     f"compiled anew in the default mode); use compile_mode default")
         if mode != "reduce-overhead":
             return None
-        if self.unpad:
-            return ("pretrain.compile_mode reduce-overhead (CUDA graphs) runs without pretrain.unpad: packing reads "
-                    "the real tokens' count on the host every forward and gives each batch its own shapes (a graph "
-                    "recorded per step); use compile_mode default with unpad")
+        if self.unpad and self.unpad_layout == "packed":
+            return ("pretrain.compile_mode reduce-overhead (CUDA graphs) runs without pretrain.unpad's packed "
+                    "layout: packing reads the real tokens' count on the host every forward and gives each batch its "
+                    "own shapes (a graph recorded per step); use unpad_layout fixed, or compile_mode default")
         if not self.static_shapes:
             return ("pretrain.compile_mode reduce-overhead (CUDA graphs) needs pretrain.static_shapes: true: without "
                     "it the masked-token gather reads a data-dependent count on the host every step and each count "
@@ -286,4 +299,6 @@ class PretrainConfig(StrictModel):
             del fields["freeze_encoder_steps"]  # keys and fingerprints of runs started before it stay valid
         if self.compile_mode == "default":  # added later too, left out alike
             del fields["compile_mode"]
+        if self.unpad_layout == "packed":  # added later too, left out alike
+            del fields["unpad_layout"]
         return fields

@@ -87,22 +87,24 @@ def compile_model(model: torch.nn.Module, cfg: PretrainConfig) -> None:
     changing sizes symbolic (automatic dynamic shapes), so full-length rows (every recipe's batches at
     max_seq_len) or a few length buckets compile once or twice and never again; the trainer writes the number of
     graphs compiled so far to metrics.jsonl (`compiled_graphs`) to show it. Left to the recipe: without
-    pretrain.static_shapes the sparse MLM head's boolean gather (data-dependent size) splits the graph and reads
-    the number of masked tokens back every step, and pretrain.unpad packs the real tokens with `nonzero` (one host
-    read per forward) - both logged here. Mode: pretrain.compile_mode. "default" (model.compile(), as before the
-    option): no CUDA graphs and no max-autotune. "reduce-overhead": CUDA graphs, which need one static shape and no
-    host read in the step (PretrainConfig refuses it without static_shapes, with unpad or a batch ramp) and pay
-    where a step is short enough for launch overhead to matter; each replay overwrites what the previous one
-    returned, so the trainer marks every micro-step's start and copies what it keeps (TrainerSettings.cudagraphs,
-    training/trainer.py). "max-autotune-no-cudagraphs": minutes of autotuning per shape. benchmarks/gpu_step.py
-    --compile-mode measures the modes on its own step."""
+    pretrain.static_shapes the sparse MLM head's boolean gather (data-dependent size) splits the graph and reads the
+    number of masked tokens back every step, and pretrain.unpad's packed layout packs the real tokens with `nonzero`
+    (one host read per forward; unpad_layout fixed reads nothing) - both logged here. Mode: pretrain.compile_mode.
+    "default" (model.compile(), as before the option): no CUDA graphs and no max-autotune. "reduce-overhead": CUDA
+    graphs, which need one static shape and no host read in the step (PretrainConfig refuses it without
+    static_shapes, with unpad's packed layout or a batch ramp) and pay where a step is short enough for launch
+    overhead to matter; each replay overwrites what the previous one returned, so the trainer marks every
+    micro-step's start and copies what it keeps (TrainerSettings.cudagraphs, training/trainer.py).
+    "max-autotune-no-cudagraphs": minutes of autotuning per shape. benchmarks/gpu_step.py --compile-mode measures
+    the modes on its own step."""
     if not cfg.static_shapes and not cfg.unpad:
         logger.info("pretrain.compile without pretrain.static_shapes: the masked-token gather has a data-dependent "
                     "size, so the compiled step is split there and waits for the device once per step; "
                     "pretrain.static_shapes: true keeps it in one graph")
-    if cfg.unpad:
+    if cfg.unpad and cfg.unpad_layout == "packed":
         logger.info("pretrain.compile with pretrain.unpad: the packing of the real tokens (nonzero, longest row) is "
-                    "read on the host once per forward; the packed shapes become symbolic after the first change")
+                    "read on the host once per forward; the packed shapes become symbolic after the first change "
+                    "(pretrain.unpad_layout fixed reads nothing and keeps one shape)")
     match_inductor()
     if cfg.compile_mode == "default":
         model.compile()
@@ -119,6 +121,7 @@ def build_model(data: TrainingData, cfg: PretrainConfig, device: torch.device, d
     # each declared by the architecture (Architecture.supports, refused otherwise by training/recipe_checks.py)
     if cfg.unpad:
         model.unpad_by_default = True
+        model.unpad_layout = cfg.unpad_layout
     if cfg.static_shapes:
         model.static_shapes = True
     if cfg.fused_mlm_loss:

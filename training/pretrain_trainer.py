@@ -49,6 +49,7 @@ def trainer_settings(model_cfg: ModelConfig, cfg: PretrainConfig, data: Training
         peak_flops=cfg.peak_flops * spmd_devices if cfg.peak_flops else None,  # SPMD: one process, several devices
         static_width=xla_width if device.type == "xla" else None,
         cudagraphs=cfg.compile and cfg.compile_mode == "reduce-overhead",
+        real_tokens_first=cfg.unpad and cfg.unpad_layout == "fixed",
         tracking=cfg.tracking.target(paths.out / TENSORBOARD_DIR, f"{paths.run_dir.resolve().name}/pretrain"))
 
 

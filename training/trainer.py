@@ -127,6 +127,19 @@ class Window:
                       "loss_steps": dict(state.get("loss_steps", {k: state["steps"] for k in state["sums"]}))})
 
 
+def check_real_tokens_first(batch: dict[str, torch.Tensor], step: int) -> dict[str, torch.Tensor]:
+    """`batch` itself if every row of its (host) attention_mask holds its real tokens first, padding at the end,
+    as pretrain.unpad_layout fixed needs (training/models/core/varlen.py); ValueError naming the step and row
+    otherwise."""
+    mask = batch["attention_mask"]
+    rising = (mask[:, 1:] > mask[:, :-1]).any(1)
+    if bool(rising.any()):
+        row = int(rising.nonzero()[0, 0])
+        raise ValueError(f"step {step + 1}: row {row} of the batch has a real token after padding; "
+                         f"pretrain.unpad_layout fixed needs the real tokens first (use unpad_layout packed)")
+    return batch
+
+
 def is_compiled(module: torch.nn.Module) -> bool:
     """`module.compile()` was called on it (pretrain.compile, training/pretrain_model.py)."""
     return getattr(module, "_compiled_call_impl", None) is not None
@@ -476,6 +489,8 @@ class Trainer:
             from . import xla
 
             return xla.device_batches(host, self.device, self.settings.static_width, self.batches.pad_id)
+        if self.settings.real_tokens_first:
+            host = (check_real_tokens_first(batch, step) for step, batch in enumerate(host, start))
         return ((batch, int(batch["attention_mask"].sum())) for batch in host)
 
     def _log(self) -> None:

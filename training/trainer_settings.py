@@ -47,6 +47,10 @@ class TrainerSettings:
     """the model runs under CUDA graphs (pretrain.compile_mode reduce-overhead), whose every replay overwrites what
     the previous one returned: each micro-step starts a new replay and the trainer copies what it keeps past the
     micro-step (its scalars, the gradients summed over micro-steps) into tensors of its own (training/trainer.py)"""
+    real_tokens_first: bool = False
+    """every batch row must hold its real tokens first, padding at the end (pretrain.unpad_layout fixed, whose
+    layout the device builds without checking it): the trainer checks each batch's attention_mask on the host,
+    where it already is, and stops at the first row that breaks it"""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "log_every", "grad_accumulation"):

@@ -6,8 +6,10 @@ call); fused AdamW matches the foreach kernels and the foreach LAMB matches its 
 reduce-overhead (CUDA graphs) keeps the values the trainer reads later: with 1 and 2 micro-batches a step, 30 steps
 whose losses are read every 10 steps (deferred reads, the values kept across 10 replays) give the averages of the
 same run read after every step, and follow the default mode's curve; the graphs are recorded once and replayed
-(torch.cuda.CUDAGraph captures / replays counted) and nothing is compiled after step 1. Not yet run on a GPU when
-written (no device was lent): its first `make test-gpu` is its first check.
+(torch.cuda.CUDAGraph captures / replays counted) and nothing is compiled after step 1; the unpadded step in the
+fixed layout (pretrain.unpad_layout fixed) reads nothing back either, where the packed layout does, and runs
+ModernBERT under CUDA graphs on the eager packed curve. Not yet run on a GPU when written (no device was lent):
+its first `make test-gpu` is its first check.
 
 Tolerances: eager and compiled both run under bf16 autocast, where inductor's fusions round differently (bf16 keeps
 8 significant bits, tests/gpu/test_bf16.py): every logged loss of the compiled run within 2 % of the eager run's.
@@ -91,6 +93,32 @@ def test_compiled_unpadded_modernbert_on_cuda_follows_the_eager_curve(run_factor
     torch.compiler.reset()
 
 
+def test_compiled_modernbert_in_the_fixed_layout_replays_as_cuda_graphs_on_the_unpadded_curve(run_factory):
+    # pretrain.unpad_layout fixed: nothing read on the host and shapes of [B, T] alone, so the recipe's unpadded
+    # step runs under CUDA graphs (reduce-overhead), on the eager packed run's curve
+    from training.models.modernbert.model import ModernBertSettings
+
+    model_cfg = ModelConfig(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=96, max_position_embeddings=32,
+                            type_vocab_size=1, hidden_dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5,
+                            modernbert=ModernBertSettings(global_attn_every_n_layers=3, local_attention=8))
+    runs = {name: run_factory(name, max_seq_len=24, min_seq_len=10, train_rows=128, heldout_rows=8)
+            for name in ("eager-packed", "graphs-fixed")}
+    cfg = PretrainConfig(objective="modernbert_mlm", batch_size=16, max_steps=8, warmup_steps=2, learning_rate=2e-3,
+                         log_every=2, save_every=4, seed=5, static_shapes=True, unpad=True, device="cuda")
+    pretrain(model_cfg, cfg, runs["eager-packed"])
+    pretrain(model_cfg, cfg.model_copy(update={"compile": True, "unpad_layout": "fixed",
+                                               "compile_mode": "reduce-overhead"}), runs["graphs-fixed"])
+    eager, compiled = _metrics(runs["eager-packed"]), _metrics(runs["graphs-fixed"])
+    assert [m["step"] for m in compiled] == [m["step"] for m in eager] == [2, 4, 6, 8]
+    for e, c in zip(eager, compiled):
+        assert c["tokens"] == e["tokens"] and c["skipped_steps"] == 0
+        for key in ("loss", "mlm_loss"):
+            assert c[key] == pytest.approx(e[key], rel=2e-2), (key, e, c)
+    counts = [m["compiled_graphs"] for m in compiled]
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts  # at most one recompile (a new batch width)
+    torch.compiler.reset()
+
+
 def _trainer(run, tmp_path, **kwargs) -> tuple[Trainer, PretrainBatches]:
     device = torch.device("cuda")
     batches = PretrainBatches.open(run / "shards", sha256_file(run / "tokenizer" / "tokenizer.json"), 16, seed=0)
@@ -119,6 +147,24 @@ def test_the_cuda_step_reads_nothing_back(run_factory, tmp_path):
         torch.cuda.set_sync_debug_mode("default")
     assert isinstance(out["loss"], torch.Tensor) and out["loss"].is_cuda  # still on the device
     assert torch.isfinite(out["loss"]).item()
+    # the unpadded step in the fixed layout reads nothing either; the packed layout's packing does (nonzero)
+    ragged = run_factory("sync-ragged", max_seq_len=24, min_seq_len=10)
+    for layout in ("fixed", "packed"):
+        trainer, batches = _trainer(ragged, tmp_path)
+        trainer.module.unpad_by_default, trainer.module.unpad_layout = True, layout
+        batch_of = pinned(batches.batch)
+        trainer.train_step(batch_of(0))
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            if layout == "fixed":
+                out = trainer.train_step(batch_of(1))
+            else:
+                with pytest.raises(RuntimeError, match="synchroniz"):
+                    trainer.train_step(batch_of(1))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(out["loss"]).item()  # the fixed layout's step, read after the check
     # the per-step read stays where the guard must veto on the host: a spike factor, or LAMB (no device veto)
     assert not _trainer(run, tmp_path, guard=StepGuard(spike_factor=3.0))[0].defer_reads
     assert not _trainer(run, tmp_path, optimizer="lamb")[0].defer_reads

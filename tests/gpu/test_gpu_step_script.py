@@ -115,7 +115,7 @@ def test_all_cases_and_goals(gpu_step):
     assert [(c[0], c[2], c[3], c[5]) for c in gpu_step.ALL_CASES] == [
         ("modernbert-base", 1024, 24, 0.40), ("bert-base", 128, 256, 0.45), ("bert-base", 128, 64, 0.35)]
     assert gpu_step.CASE_IMPLS == {"bert": ("ours", "ours-compiled", "hf"),
-                                   "modernbert": ("ours", "ours-compiled-unpad", "ours-compiled", "hf")}
+                                   "modernbert": ("ours", "ours-compiled-unpad", "ours-compiled-fixed", "hf")}
     assert set(gpu_step.ALL_IMPLS) == {i for impls in gpu_step.CASE_IMPLS.values() for i in impls}
     for bad in (["--all", "--windows", "2"], ["--all", "--window-steps", "0"], ["--compile-mode", "fast"]):
         with pytest.raises(SystemExit):
@@ -148,16 +148,18 @@ def test_the_all_case_list_runs_at_a_tiny_shape_on_the_cpu(gpu_step, one_thread)
         gpu_step.measure_case("other", "bert", gpu_step.TINY_DIMS["bert"], 32, 2, 4, 0, 3, 1, device="cpu")
 
     compiled = [{**row, "impl": "ours-compiled", "tokens_per_s": 2 * row["tokens_per_s"]} for row in rows[::2]]
-    unpadded = [{**rows[0], "impl": "ours-compiled-unpad", "tokens_per_s": 3 * rows[0]["tokens_per_s"]}]
+    unpadded = [{**rows[0], "impl": "ours-compiled-unpad", "tokens_per_s": 3 * rows[0]["tokens_per_s"]},
+                {**rows[0], "impl": "ours-compiled-fixed", "tokens_per_s": 4 * rows[0]["tokens_per_s"]}]
     table = gpu_step.format_all_table(rows + compiled + unpadded, 1e9).splitlines()
     assert table[0].split()[:6] == ["case", "seq", "batch", "impl", "tokens/s", "MFU"]
-    # ModernBERT's goal on both of its compiled rows
-    assert sum(">= 45 %" in line for line in table) == 1 and sum(">= 40 %" in line for line in table) == 2
+    # ModernBERT's goal on each of its compiled rows
+    assert sum(">= 45 %" in line for line in table) == 1 and sum(">= 40 %" in line for line in table) == 3
     summary = [line for line in table if "ours-compiled / HF" in line]
     assert len(summary) == 3 and all("ours-compiled / eager 2.00x" in line and "goal >= 1.5x" in line
                                      for line in summary)
     assert "ours-compiled-unpad / eager 3.00x" in summary[0] and "ours-compiled-unpad / HF" in summary[0]
-    assert not any("unpad" in line for line in summary[1:])
+    assert "ours-compiled-fixed / eager 4.00x" in summary[0] and "ours-compiled-fixed / HF" in summary[0]
+    assert not any("unpad" in line or "fixed" in line for line in summary[1:])
 
 
 @pytest.mark.slow
@@ -172,12 +174,13 @@ def test_the_compiled_implementation_runs_on_the_cpu(gpu_step, one_thread):
 
 
 @pytest.mark.slow
-def test_the_unpadded_compiled_modernbert_runs_on_the_cpu(gpu_step, one_thread):
-    # ModernBERT's recipe step (compile + static_shapes + unpad) through the reference attention on the CPU; the
-    # varlen kernel itself is CUDA's (tests/gpu/test_modernbert_cuda.py)
-    row = gpu_step.measure_case("ours-compiled-unpad", "modernbert", gpu_step.TINY_DIMS["modernbert"], 32, 2, 4,
+@pytest.mark.parametrize("impl", ["ours-compiled-unpad", "ours-compiled-fixed"])
+def test_the_unpadded_compiled_modernbert_runs_on_the_cpu(gpu_step, one_thread, impl):
+    # ModernBERT's recipe step (compile + static_shapes + unpad, packed or fixed layout) through the reference
+    # attention on the CPU; the varlen kernel itself is CUDA's (tests/gpu/test_modernbert_cuda.py)
+    row = gpu_step.measure_case(impl, "modernbert", gpu_step.TINY_DIMS["modernbert"], 32, 2, 4,
                                 warmup=1, windows=3, window_steps=1, device="cpu", local_attention=8)
-    assert row["impl"] == "ours-compiled-unpad" and row["tokens_per_s"] > 0 and len(row["windows"]) == 3
+    assert row["impl"] == impl and row["tokens_per_s"] > 0 and len(row["windows"]) == 3
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -197,10 +200,11 @@ def test_other_compile_modes_leave_the_unpadded_row_out(gpu_step, monkeypatch):
 
     monkeypatch.setattr(gpu_step.subprocess, "run", fake_run)
     gpu_step.run_all(gpu_step.parse_args(["--all", "--compile-mode", "reduce-overhead"]))
-    assert "ours-compiled-unpad" not in measured and len(measured) == 9
+    # the packed layout reads the host and changes shape; the fixed one is what CUDA graphs can replay
+    assert "ours-compiled-unpad" not in measured and "ours-compiled-fixed" in measured and len(measured) == 9
     measured.clear()
     gpu_step.run_all(gpu_step.parse_args(["--all"]))
-    assert measured[:4] == ["ours", "ours-compiled-unpad", "ours-compiled", "hf"] and len(measured) == 10
+    assert measured[:4] == ["ours", "ours-compiled-unpad", "ours-compiled-fixed", "hf"] and len(measured) == 10
 
 
 def test_all_asks_every_worker_of_ours_for_its_profile(gpu_step, monkeypatch):

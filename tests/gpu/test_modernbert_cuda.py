@@ -6,8 +6,10 @@ The windows are made to matter: local_attention 16 (8 columns on either side) on
 a kernel that ignored the window, or counted it differently from the padded mask, would differ far beyond bf16's
 rounding. Tolerances are tests/gpu/test_varlen_cuda.py's (bf16 on both paths): the unpadded outputs and gradients
 within 2 % / 5 % (relative L2) of the padded ones, and no further from the fp32 padded result than the padded bf16
-path itself is (1.5x its error plus a small floor). The CPU tests (tests/training/test_modernbert.py) cover the
-exact reference attention with the window."""
+path itself is (1.5x its error plus a small floor). The fixed layout (pretrain.unpad_layout fixed: every slot a
+row, each row's padding a sequence of its own, empty for the full row of 100 tokens) gives the packed layout's
+states and gradients on the kernel within the same bounds. The CPU tests (tests/training/test_modernbert.py,
+test_varlen.py) cover the exact reference attention with the window and the fixed layout.""" 
 
 from __future__ import annotations
 
@@ -119,3 +121,30 @@ def test_masked_lm_loss_unpadded_on_the_kernel_equals_padded_within_bf16(kernel_
     assert padded["mlm_count"] == unpadded["mlm_count"] == int((labels != -100).sum())
     assert torch.isfinite(unpadded["loss"])
     assert unpadded["loss"].item() == pytest.approx(padded["loss"].item(), rel=1e-2)
+
+
+def test_the_fixed_layout_on_the_kernel_equals_the_packed_one(kernel_calls):
+    """Every slot through the kernel, each row's padding a sequence of its own (cu_seqlens of 2B + 1 entries, one
+    of them an empty sequence: the full row of 100 tokens) and max_seqlen the batch width: the real tokens' states
+    and the gradients of the packed layout, within bf16's rounding; padding rows finite."""
+    model = _model()
+    ids, mask = _batch()
+    readout = torch.randn(128, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
+    real = mask.bool()
+    results = {}
+    for layout in ("packed", "fixed"):
+        model.zero_grad(set_to_none=True)
+        with autocast_context(ids.device, True):
+            states, packed = model.bert(ids, None, mask, unpad=layout)
+            last = packed.unpack(states[-1])
+            loss = (last.float() * readout).sum(-1)[real].mean()
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.bert.parameters() if p.grad is not None])
+        results[layout] = ([packed.unpack(s)[real].float() for s in states], grads, states)
+    assert kernel_calls == [(-1, -1), (WINDOW, WINDOW), (WINDOW, WINDOW)] * 2
+    (packed_states, packed_grads, _), (fixed_states, fixed_grads, raw) = results["packed"], results["fixed"]
+    assert raw[-1].shape[0] == ids.numel() and all(torch.isfinite(s).all() for s in raw)
+    for layer, (f, p) in enumerate(zip(fixed_states, packed_states)):
+        assert _relative(f, p) < 2e-2, (layer, _relative(f, p))
+    assert torch.isfinite(fixed_grads).all()
+    assert _relative(fixed_grads, packed_grads) < 5e-2, _relative(fixed_grads, packed_grads)

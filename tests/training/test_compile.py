@@ -4,7 +4,9 @@ process and under DDP with 2 gloo ranks; after the first step (the warm-up, wher
 are compiled) it compiles nothing again on the recipe's shapes (`compiled_graphs` in metrics.jsonl stays flat);
 it writes the same checkpoint layout; ModernBERT unpadded (pretrain.unpad, configs/modernbert-base.yaml's GPU step)
 on rows of varied length follows the unpadded eager curve and recompiles once, when the packed token count first
-changes; compile is part of the resume fingerprint (with dropout on, inductor draws
+changes, and in the fixed layout (pretrain.unpad_layout fixed, with compile_mode reduce-overhead, which the CPU
+runs as default) follows the same curve with its graphs compiled once per row length; compile is part of the
+resume fingerprint (with dropout on, inductor draws
 its own dropout masks, so a compiled run follows another sample path than an eager one).
 
 The shapes: rows of one length (every recipe's rows fill max_seq_len but a few) with pretrain.static_shapes, the
@@ -29,6 +31,7 @@ from training.config import ModelConfig
 from training.models.modernbert.model import ModernBertSettings
 from training.pretrain_config import PretrainConfig
 from training.pretrain import pretrain
+from training.trainer import compiled_graphs
 
 from .ranks import launch_ranks
 
@@ -131,4 +134,27 @@ def test_compiled_modernbert_unpadded_on_rows_of_varied_length_trains_to_the_eag
     # forward; the static-shape gather of the masked rows keeps the head and loss in one graph)
     counts = [m["compiled_graphs"] for m in compiled]
     assert counts[0] >= 1 and counts[1:] == [counts[1]] * (len(counts) - 1) and counts[1] <= 2 * counts[0], counts
+    torch.compiler.reset()
+
+
+@pytest.mark.slow
+def test_compiled_modernbert_in_the_fixed_layout_trains_to_the_unpadded_eager_losses(run_factory):
+    # pretrain.unpad_layout fixed: every slot kept, each row's padding a sequence of its own; shapes of [B, T] alone
+    # and no host read, so CUDA graphs (reduce-overhead) are allowed with unpad. Same rows as the test above
+    eager_run, fixed_run = (run_factory(name, max_seq_len=24, min_seq_len=10, train_rows=64, heldout_rows=8)
+                            for name in ("eager-packed", "compiled-fixed"))
+    cfg = CFG.model_copy(update={"objective": "modernbert_mlm", "unpad": True, "max_steps": 6})
+    pretrain(TINY_MODERN, cfg, eager_run)
+    before = compiled_graphs()  # the count is the process's: earlier tests' graphs are in it
+    pretrain(TINY_MODERN, cfg.model_copy(update={"compile": True, "unpad_layout": "fixed",
+                                                 "compile_mode": "reduce-overhead"}), fixed_run)
+
+    compiled, eager = _metrics(fixed_run), _metrics(eager_run)
+    for e, c in zip(eager, compiled, strict=True):
+        assert c["step"] == e["step"] and c["tokens"] == e["tokens"]
+        assert abs(c["loss"] - e["loss"]) < TOLERANCE and abs(c["mlm_loss"] - e["mlm_loss"]) < TOLERANCE, (e, c)
+    # one graph for the forward and loss (no break: nothing read on the host), recompiled at most once, when a
+    # batch's longest row (its width T) first changes
+    counts = [m["compiled_graphs"] - before for m in compiled]
+    assert counts[0] == 1 and counts[-1] <= 2 and counts == sorted(counts), counts
     torch.compiler.reset()

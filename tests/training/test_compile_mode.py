@@ -65,6 +65,16 @@ def test_the_config_refuses_a_mode_where_it_cannot_work_in_one_line(settings, me
     assert "\n" not in problem, problem
 
 
+def test_cuda_graphs_take_unpad_in_its_fixed_layout_and_the_layout_needs_unpad():
+    # the fixed layout: shapes of [B, T] alone and no host read, what a CUDA graph replays (varlen.py)
+    fixed = PretrainConfig(batch_size=16, max_steps=100, warmup_steps=1, unpad=True, unpad_layout="fixed", **GRAPHS)
+    assert fixed.trajectory_fields()["unpad_layout"] == "fixed"
+    assert "unpad_layout" not in PretrainConfig(unpad=True).trajectory_fields()  # earlier runs keep their keys
+    with pytest.raises(ValueError, match="pretrain.unpad_layout fixed is a layout of pretrain.unpad, which is off: "
+                                         "set unpad: true, or leave unpad_layout packed"):
+        PretrainConfig(unpad_layout="fixed")
+
+
 def test_the_mode_is_in_the_fingerprint_and_the_default_leaves_earlier_keys_unchanged():
     assert "compile_mode" not in PretrainConfig.RESUME_NEUTRAL
     default = PretrainConfig(compile=True, static_shapes=True)

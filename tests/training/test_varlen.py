@@ -1,6 +1,9 @@
 """The unpadded (varlen) encoder path: the packed layout is right, its attention equals an independent
 block-diagonal attention over the packed tokens, and BertModel / BertForPreTraining give the padded path's
-outputs and gradients (within 1e-5) on batches of very different lengths, with sharing and factorised embeddings."""
+outputs and gradients (within 1e-5) on batches of very different lengths, with sharing and factorised embeddings.
+The fixed layout (pretrain.unpad_layout fixed: every slot kept, each row's padding a sequence of its own) gives
+the packed layout's results, is built from the mask without a host read, and is traced by torch.compile as one
+graph with no data-dependent operation, where the packed layout's has them."""
 
 import pytest
 import torch
@@ -8,6 +11,8 @@ import torch
 from training.data import PretrainBatches
 from training.models.bert.model import BertConfig, BertForPreTraining, BertModel
 from training.models.core.varlen import PackedSequences, _use_varlen_kernel, reference_attention
+from training.models.modernbert.model import ModernBertConfig, ModernBertForMaskedLM
+from training.trainer import check_real_tokens_first
 
 from bertfactory.io import sha256_file
 
@@ -34,7 +39,9 @@ def _batch(lengths=LENGTHS, vocab=60, seed=0):
 
 
 def _grads(model, loss):
-    return {n: g for (n, _), g in zip(model.named_parameters(), torch.autograd.grad(loss, list(model.parameters())))}
+    """Gradients by parameter name (a parameter the loss does not use, as ModernBERT's pooler, is left out)."""
+    grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    return {n: g for (n, _), g in zip(model.named_parameters(), grads) if g is not None}
 
 
 def _assert_close_grads(a, b):
@@ -225,3 +232,136 @@ def test_pretrain_unpad_is_refused_for_other_architectures(run_factory):
     with pytest.raises(ConfigError, match="pretrain.unpad is only implemented for BertForPreTraining"):
         pretrain(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), cfg,
                  run_factory("refused"))
+
+
+# ------------------------------------------------------------------------------------------ the fixed layout
+
+
+def test_fixed_layout_keeps_every_slot_and_gives_each_rows_padding_a_sequence_of_its_own():
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    layout = PackedSequences.from_attention_mask(mask, fixed=True)
+    assert layout.fixed and layout.num_tokens == 15 and layout.max_seqlen == 5
+    # row 0's 3 real tokens, its 2 padding slots, row 1 (full: an empty padding sequence), row 2's 1 and 4
+    assert layout.cu_seqlens.dtype == torch.int32
+    assert layout.cu_seqlens.tolist() == [0, 3, 5, 10, 10, 11, 15]
+    grid = torch.arange(15).view(3, 5) * 10
+    assert torch.equal(layout.pack(grid), grid.reshape(-1))
+    assert torch.equal(layout.unpack(layout.pack(grid)), grid * mask)
+    positions = torch.tensor([[1, 2], [0, 4], [0, 3]])
+    assert layout.packed_index(positions).tolist() == [[1, 2], [5, 9], [10, 13]]  # a padding slot has its own row
+    packed = PackedSequences.from_attention_mask(mask)
+    states = torch.randn(15, 3)
+    real = mask.bool()
+    assert torch.equal(layout.unpack(states)[real], states[real.reshape(-1)])
+    assert torch.equal(packed.unpack(packed.pack(layout.unpack(states))), layout.unpack(states))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fixed_layout_attention_equals_the_packed_one_on_the_real_tokens(causal):
+    _, _, mask = _batch()
+    fixed, packed = (PackedSequences.from_attention_mask(mask, causal=causal, fixed=f) for f in (True, False))
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(fixed.num_tokens, 4, 8, generator=g) for _ in range(3))
+    real = mask.bool().reshape(-1)
+    expected = reference_attention(q[real], k[real], v[real], packed, 0.0)
+    context = reference_attention(q, k, v, fixed, 0.0)
+    assert torch.isfinite(context).all()  # padding rows: values no loss reads, but finite (no NaN in gradients)
+    assert torch.allclose(context[real], expected, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("static_shapes", [False, True])
+@pytest.mark.parametrize("overrides", [{}, {"embedding_size": 16, "share_layers": "all", "num_layer_groups": 2}])
+def test_pretraining_in_the_fixed_layout_equals_the_packed_one(overrides, static_shapes):
+    torch.manual_seed(0)
+    model = BertForPreTraining(_config(**overrides)).train()
+    model.static_shapes = static_shapes
+    ids, types, mask = _batch()
+    positions, labels = _masks(LENGTHS)
+    nsp = torch.tensor([0, 1, 1, 0, 1])
+    results = []
+    for layout in ("packed", "fixed"):
+        model.unpad_layout = layout
+        out = model(ids, types, mask, positions, labels, nsp, unpad=True)
+        results.append((out, _grads(model, out["loss"])))
+    (packed, packed_grads), (fixed, fixed_grads) = results
+    for key in ("loss", "mlm_loss", "nsp_loss", "mlm_logits", "nsp_logits"):
+        assert torch.allclose(packed[key], fixed[key], atol=TOL, rtol=0), key
+    for key in ("mlm_count", "mlm_correct"):
+        assert int(packed[key]) == int(fixed[key]), key
+    _assert_close_grads(packed_grads, fixed_grads)
+
+
+def test_modernbert_in_the_fixed_layout_equals_the_padded_path_with_its_local_window():
+    torch.manual_seed(0)
+    config = ModernBertConfig(vocab_size=60, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=48,
+                              max_position_embeddings=64, local_attention=8, global_attn_every_n_layers=3)
+    model = ModernBertForMaskedLM(config).train()
+    model.static_shapes = True
+    ids, _, mask = _batch()  # rows of 1 to 48 tokens: the window (4 each side) cuts the long ones
+    positions, labels = _masks(LENGTHS)
+    padded = model(ids, None, mask, positions, labels)
+    padded_grads = _grads(model, padded["loss"])
+    model.unpad_layout = "fixed"
+    fixed = model(ids, None, mask, positions, labels, unpad=True)
+    assert torch.allclose(padded["loss"], fixed["loss"], atol=TOL, rtol=0)
+    assert int(padded["mlm_correct"]) == int(fixed["mlm_correct"])
+    _assert_close_grads(padded_grads, _grads(model, fixed["loss"]))
+    with torch.no_grad():
+        states, layout = model.bert(ids, None, mask, unpad="fixed")
+        last = model.bert(ids, None, mask)
+    assert layout.fixed and states[-1].shape == (ids.numel(), 32)
+    assert torch.allclose(layout.unpack(states[-1])[mask.bool()], last[mask.bool()], atol=TOL, rtol=0)
+
+
+class _Traced:
+    """A torch.compile backend that records the operations dynamo traced and runs the graphs eagerly."""
+
+    def __init__(self):
+        self.graphs: list[list[str]] = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append([str(getattr(n.target, "__name__", n.target)) for n in gm.graph.nodes])
+        return gm.forward
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_the_fixed_layout_compiles_to_one_graph_that_reads_nothing_from_the_device():
+    """What makes the fixed layout fit CUDA graphs: the forward and loss trace as one graph (fullgraph), with no
+    data-dependent operation (nonzero, a tensor read as a Python number), and batches of other row lengths reuse
+    it. The packed layout, traced the same way, has them (nonzero; so the check can fail): on CUDA each is a wait
+    for the device inside the step."""
+    import torch._dynamo
+
+    config = ModernBertConfig(vocab_size=60, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=48,
+                              max_position_embeddings=32, local_attention=8, global_attn_every_n_layers=2)
+    data_dependent = {"nonzero", "item", "_local_scalar_dense", "tolist"}
+    traced = {}
+    for layout in ("fixed", "packed"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = ModernBertForMaskedLM(config).train()
+        model.static_shapes, model.unpad_by_default, model.unpad_layout = True, True, layout
+        backend = _Traced()
+        step = torch.compile(model, backend=backend, fullgraph=True)
+        for seed, lengths in enumerate(([24, 10, 17, 24], [12, 24, 24, 9], [20, 20, 11, 24])):
+            ids, _, mask = _batch(lengths, seed=seed)
+            positions, labels = _masks(lengths, seed=seed)
+            batch = dict(input_ids=ids, token_type_ids=None, attention_mask=mask, masked_positions=positions,
+                         masked_labels=labels)
+            out = step(**batch)
+            assert torch.allclose(out["loss"], model(**batch)["loss"], atol=TOL, rtol=0)
+            out["loss"].backward()
+        traced[layout] = backend.graphs
+    assert len(traced["fixed"]) == 1, traced["fixed"]
+    assert not data_dependent & set(traced["fixed"][0])
+    assert data_dependent & {op for graph in traced["packed"] for op in graph}
+
+
+def test_the_trainer_refuses_a_batch_with_real_tokens_after_padding_for_the_fixed_layout():
+    _, _, mask = _batch()
+    batch = {"attention_mask": mask}
+    assert check_real_tokens_first(batch, 0) is batch
+    left_padded = mask.flip(1)
+    with pytest.raises(ValueError, match="^step 8: row 0 of the batch has a real token after padding; "
+                                         "pretrain.unpad_layout fixed needs the real tokens first"):
+        check_real_tokens_first({"attention_mask": left_padded}, 7)

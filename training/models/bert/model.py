@@ -79,7 +79,8 @@ class BertModel(nn.Module):
         with output_hidden_states, (last, (embeddings, layer 1, ..., layer N)). `causal`: each token attends
         only to itself and earlier real tokens (XLM's CLM). position_ids / language_ids: see BertEmbeddings.
         `unpad` (varlen.py): True = run on the real tokens only, same outputs with zeros on padding; "packed" =
-        the same, returning (packed states [embeddings, layer 1, ..., layer N] each [N, H], PackedSequences)."""
+        the same, returning (packed states [embeddings, layer 1, ..., layer N] each [N, H], PackedSequences);
+        "fixed" = as "packed" in the fixed layout (every slot a row, [B*T, H]; PackedSequences.fixed_rows)."""
         if token_type_ids is None or self.config.type_vocab_size == 1:
             # one segment embedding (RoBERTa): every token is segment 0, whatever the batch's segment ids say
             # (pair shards mark segment B with 1)
@@ -88,8 +89,8 @@ class BertModel(nn.Module):
             attention_mask = torch.ones_like(input_ids)
         if unpad:
             states, layout = encode_unpadded(self, input_ids, token_type_ids, attention_mask, position_ids,
-                                             language_ids, causal)
-            if unpad == "packed":
+                                             language_ids, causal, fixed=unpad == "fixed")
+            if unpad in ("packed", "fixed"):
                 return states, layout
             padded = tuple(layout.unpack(x) for x in states)
             return (padded[-1], padded) if output_hidden_states else padded[-1]
@@ -143,6 +144,9 @@ class BertForPreTraining(nn.Module):
             init_bert_weights(self.nsp_head, config.initializer_range)
         # the default of forward's `unpad` (pretrain.unpad sets it; not part of the weights or the config)
         self.unpad_by_default = False
+        # the unpadded path's layout (varlen.py): "packed" (the real tokens) or "fixed" (every slot, padding as
+        # sequences of its own: static shapes, no host read); pretrain.unpad_layout sets it
+        self.unpad_layout = "packed"
         # MLM logits at all B * P prediction slots instead of the N real ones (gather_masked_fixed); the same
         # loss, static shapes (pretrain.static_shapes sets it)
         self.static_shapes = False
@@ -156,12 +160,12 @@ class BertForPreTraining(nn.Module):
         """Returns loss (mlm_loss + nsp_loss, or mlm_loss alone without nsp_labels), mlm_loss, nsp_loss,
         mlm_logits [N, V] at the N real masked positions (None in a training step with `fused_mlm_loss`),
         nsp_logits [B, 2] (None without a sentence head, and then nsp_labels are ignored), mlm_correct and mlm_count.
-        `unpad`: the encoder runs on the real tokens only and the heads read the packed rows (varlen.py);
-        None = `self.unpad_by_default`."""
+        `unpad`: the encoder runs on the real tokens only and the heads read the packed rows (varlen.py, in
+        `self.unpad_layout`); None = `self.unpad_by_default`."""
         if unpad is None:
             unpad = self.unpad_by_default
         if unpad:
-            states, layout = self.bert(input_ids, token_type_ids, attention_mask, unpad="packed")
+            states, layout = self.bert(input_ids, token_type_ids, attention_mask, unpad=self.unpad_layout)
             gather = gather_masked_packed_fixed if self.static_shapes else gather_masked_packed
             masked_hidden, labels = gather(states[-1], layout, masked_positions, masked_labels)
             hidden = layout.gather(states[-1], torch.zeros_like(input_ids[:, :1]))  # [B, 1, H]: [CLS] for the pooler

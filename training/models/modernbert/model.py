@@ -158,7 +158,8 @@ class ModernBertModel(nn.Module):
         """input_ids, attention_mask: [B, T] (mask 1 = real, 0 = pad; token_type_ids are not read) -> last hidden
         [B, T, H]; with output_hidden_states, (last, (embeddings, layer 1, ..., layer L)). position_ids [B, T]
         default to the columns 0..T-1. `unpad`: True = run on the real tokens only, same outputs with zeros on
-        padding; "packed" = the same, returning (packed states, each [N, H], PackedSequences) (varlen.py)."""
+        padding; "packed" = the same, returning (packed states, each [N, H], PackedSequences) (varlen.py); "fixed" =
+        as "packed" in the fixed layout (every slot a row, [B*T, H]; PackedSequences.fixed_rows)."""
         b, t = input_ids.shape
         self._check_length(t)
         if attention_mask is None:
@@ -167,13 +168,13 @@ class ModernBertModel(nn.Module):
             position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
         window = self.config.local_attention // 2
         if unpad:
-            layout = PackedSequences.from_attention_mask(attention_mask)
+            layout = PackedSequences.from_attention_mask(attention_mask, fixed=unpad == "fixed")
             embedded = self.embeddings(layout.pack(input_ids)[None], None)[0]  # [N, H]
             per_layer = self._per_layer(layout.pack(position_ids), layout,
                                         dataclasses.replace(layout, window=window), lambda x: x[:, None])
             layers = self.encoder(embedded, per_layer=per_layer)
             states = [embedded, *layers[:-1], self.final_norm(layers[-1])]
-            if unpad == "packed":
+            if unpad in ("packed", "fixed"):
                 return states, layout
             padded = tuple(layout.unpack(x) for x in states)
             return (padded[-1], padded) if output_hidden_states else padded[-1]
@@ -199,6 +200,7 @@ class ModernBertForMaskedLM(BertForPreTraining):
         self.mlm_head = MaskedLMHead(config.hidden_size, config.vocab_size, config.layer_norm_eps, bias=False)
         init_modernbert_weights(self.mlm_head, config, prefix="mlm_head")
         self.unpad_by_default = False  # pretrain.unpad sets it (see BertForPreTraining)
+        self.unpad_layout = "packed"  # pretrain.unpad_layout sets it (see BertForPreTraining)
         self.static_shapes = False  # pretrain.static_shapes sets it
         self.fused_mlm_loss = False  # pretrain.fused_mlm_loss sets it
 
