@@ -9,6 +9,8 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from training.config import ModelConfig
@@ -35,25 +37,67 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# what rank 0's TCPStore says when another process took the port between free_port() and its bind
+_PORT_TAKEN = ("Address already in use", "EADDRINUSE", "failed to listen", "Failed to bind")
+
+
 def launch_ranks(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int = 2,
-                 stop_after: int | None = None, timeout: float = 600) -> list[dict]:
+                 stop_after: int | None = None, timeout: float = 600, attempts: int = 3) -> list[dict]:
+    """Every rank's summary. free_port() releases the port it found before rank 0 binds it, so another process
+    can take it in between: a launch whose ranks fail on that bind (nothing trained yet) is retried on a new
+    port, up to `attempts` launches; any other failure fails at once."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _launch_once(model, cfg, run, world, stop_after, timeout)
+        except _PortTaken:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(AssertionError):
+    pass
+
+
+def _launch_once(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int, stop_after: int | None,
+                 timeout: float) -> list[dict]:
     port = free_port()
-    procs = []
-    for rank in range(world):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": str(REPO)}
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", _WORKER, model.model_dump_json(), cfg.model_dump_json(), str(run),
-             str(stop_after) if stop_after is not None else "none"],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=timeout)
-            assert proc.returncode == 0, out[-4000:]
-            outputs.append(out)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+    procs, logs = [], []
+    with tempfile.TemporaryDirectory(prefix="ranks-") as log_dir:
+        for rank in range(world):
+            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": str(REPO)}
+            logs.append(open(Path(log_dir) / f"rank{rank}.log", "w+"))  # a file: no pipe fills while we wait
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", _WORKER, model.model_dump_json(), cfg.model_dump_json(), str(run),
+                 str(stop_after) if stop_after is not None else "none"],
+                cwd=REPO, env=env, stdout=logs[-1], stderr=subprocess.STDOUT, text=True))
+        killed: set[int] = set()
+        try:
+            deadline = time.monotonic() + timeout
+            # a rank that fails ends the launch: the others would wait for it (a rendezvous, a collective)
+            while any(proc.poll() is None for proc in procs):
+                if any(proc.returncode not in (None, 0) for proc in procs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        finally:
+            for rank, proc in enumerate(procs):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                    killed.add(rank)
+            outputs = []
+            for log in logs:
+                log.seek(0)
+                outputs.append(log.read())
+                log.close()
+    failed = [(rank, out) for rank, (proc, out) in enumerate(zip(procs, outputs))
+              if proc.returncode != 0 and rank not in killed]
+    if failed:
+        rank, out = failed[0]
+        if any(sign in out for sign in _PORT_TAKEN) and "SUMMARY" not in out:
+            raise _PortTaken(f"port {port} taken before rank 0 bound it:\n{out[-2000:]}")
+        raise AssertionError(f"rank {rank} failed:\n{out[-4000:]}")
+    if killed:
+        raise AssertionError(f"ranks {sorted(killed)} still running after {timeout:g} s:\n{outputs[0][-4000:]}")
     return [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for out in outputs]

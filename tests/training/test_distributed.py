@@ -79,3 +79,33 @@ def test_two_gloo_processes_of_batch_b_train_like_one_process_of_batch_2b(run_fa
     final_two = load_file(str(two_run / "pretrain/final/model.safetensors"))
     assert all(torch.allclose(final_one[k], final_two[k], rtol=1e-4, atol=1e-5) for k in final_one)
     assert (two_run / "pretrain/checkpoints/step-4/training_state.pt").is_file()  # rank 0 saved between barriers
+
+
+def test_the_launcher_retries_a_port_taken_before_rank_0_binds_it(run_factory, monkeypatch):
+    # tests/training/ranks.py: free_port() lets the port go before rank 0's store binds it; a launch that loses it
+    # (here: a port held open by this test) starts again on another, and a real failure still fails
+    import socket
+
+    from . import ranks
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    offered, free_port = [], ranks.free_port
+
+    def taken_first() -> int:
+        offered.append(held.getsockname()[1] if not offered else free_port())
+        return offered[-1]
+
+    monkeypatch.setattr(ranks, "free_port", taken_first)
+    run = run_factory("ports", max_seq_len=24, min_seq_len=24, train_rows=32, heldout_rows=8)
+    tiny = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=32)
+    cfg = PretrainConfig(batch_size=8, max_steps=2, warmup_steps=1, log_every=1, save_every=2, num_threads=1,
+                         device="cpu")
+    try:
+        summaries = ranks.launch_ranks(tiny, cfg, run, world=2, timeout=300)
+        assert [s["world_size"] for s in summaries] == [2, 2] and len(offered) == 2
+        with pytest.raises(AssertionError, match="rank 0 failed"):  # not a port: no retry
+            ranks.launch_ranks(tiny, cfg.model_copy(update={"batch_size": 7}), run, world=2, timeout=300)
+    finally:
+        held.close()
