@@ -68,9 +68,15 @@ def test_compiled_step_on_cuda_follows_the_eager_curve_without_recompiling(run_f
     torch.compiler.reset()
 
 
-def test_compiled_unpadded_modernbert_on_cuda_follows_the_eager_curve(run_factory):
+@pytest.mark.parametrize("compiled_settings", [
     # configs/modernbert-base.yaml's GPU step: compile + static_shapes + unpad (the varlen kernel, the local layers'
-    # window in it) on rows of varied length; the packed token count changes, so one recompilation with it symbolic
+    # window in it) on rows of varied length; the packed token count changes: one recompilation with it symbolic
+    {"compile": True},
+    # pretrain.unpad_layout fixed: nothing read on the host and shapes of [B, T] alone, so the unpadded step runs
+    # under CUDA graphs (reduce-overhead); at most one recompile (a new batch width)
+    {"compile": True, "unpad_layout": "fixed", "compile_mode": "reduce-overhead"},
+], ids=["packed", "fixed-cuda-graphs"])
+def test_compiled_unpadded_modernbert_on_cuda_follows_the_eager_curve(run_factory, compiled_settings):
     from training.models.modernbert.model import ModernBertSettings
 
     model_cfg = ModelConfig(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=96, max_position_embeddings=32,
@@ -80,8 +86,8 @@ def test_compiled_unpadded_modernbert_on_cuda_follows_the_eager_curve(run_factor
             for name in ("eager-unpad", "compiled-unpad")}
     cfg = PretrainConfig(objective="modernbert_mlm", batch_size=16, max_steps=8, warmup_steps=2, learning_rate=2e-3,
                          log_every=2, save_every=4, seed=5, static_shapes=True, unpad=True, device="cuda")
-    pretrain(model_cfg, cfg, runs["eager-unpad"])
-    pretrain(model_cfg, cfg.model_copy(update={"compile": True}), runs["compiled-unpad"])
+    pretrain(model_cfg, cfg, runs["eager-unpad"])  # the packed layout, eager: the reference curve
+    pretrain(model_cfg, cfg.model_copy(update=compiled_settings), runs["compiled-unpad"])
     eager, compiled = _metrics(runs["eager-unpad"]), _metrics(runs["compiled-unpad"])
     assert [m["step"] for m in compiled] == [m["step"] for m in eager] == [2, 4, 6, 8]
     for e, c in zip(eager, compiled):
@@ -90,32 +96,6 @@ def test_compiled_unpadded_modernbert_on_cuda_follows_the_eager_curve(run_factor
             assert c[key] == pytest.approx(e[key], rel=2e-2), (key, e, c)
     counts = [m["compiled_graphs"] for m in compiled]
     assert counts[1:] == [counts[1]] * (len(counts) - 1), counts  # nothing compiled after the first shape change
-    torch.compiler.reset()
-
-
-def test_compiled_modernbert_in_the_fixed_layout_replays_as_cuda_graphs_on_the_unpadded_curve(run_factory):
-    # pretrain.unpad_layout fixed: nothing read on the host and shapes of [B, T] alone, so the recipe's unpadded
-    # step runs under CUDA graphs (reduce-overhead), on the eager packed run's curve
-    from training.models.modernbert.model import ModernBertSettings
-
-    model_cfg = ModelConfig(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=96, max_position_embeddings=32,
-                            type_vocab_size=1, hidden_dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5,
-                            modernbert=ModernBertSettings(global_attn_every_n_layers=3, local_attention=8))
-    runs = {name: run_factory(name, max_seq_len=24, min_seq_len=10, train_rows=128, heldout_rows=8)
-            for name in ("eager-packed", "graphs-fixed")}
-    cfg = PretrainConfig(objective="modernbert_mlm", batch_size=16, max_steps=8, warmup_steps=2, learning_rate=2e-3,
-                         log_every=2, save_every=4, seed=5, static_shapes=True, unpad=True, device="cuda")
-    pretrain(model_cfg, cfg, runs["eager-packed"])
-    pretrain(model_cfg, cfg.model_copy(update={"compile": True, "unpad_layout": "fixed",
-                                               "compile_mode": "reduce-overhead"}), runs["graphs-fixed"])
-    eager, compiled = _metrics(runs["eager-packed"]), _metrics(runs["graphs-fixed"])
-    assert [m["step"] for m in compiled] == [m["step"] for m in eager] == [2, 4, 6, 8]
-    for e, c in zip(eager, compiled):
-        assert c["tokens"] == e["tokens"] and c["skipped_steps"] == 0
-        for key in ("loss", "mlm_loss"):
-            assert c[key] == pytest.approx(e[key], rel=2e-2), (key, e, c)
-    counts = [m["compiled_graphs"] for m in compiled]
-    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts  # at most one recompile (a new batch width)
     torch.compiler.reset()
 
 

@@ -113,22 +113,29 @@ def test_compile_is_part_of_the_resume_fingerprint(tiny_run):
         pretrain(TINY, cfg.model_copy(update={"compile": True}), tiny_run)
 
 
+def _unpadded_runs(run_factory, compiled_settings: dict) -> tuple[list[dict], list[dict], int]:
+    """ModernBERT unpadded (pretrain.unpad) on rows of varied length: the eager packed run and a compiled one with
+    `compiled_settings` -> (eager metrics, compiled metrics, graphs compiled before the compiled run)."""
+    eager_run, compiled_run = (run_factory(name, max_seq_len=24, min_seq_len=10, train_rows=64, heldout_rows=8)
+                               for name in ("eager-unpad", "compiled-unpad"))
+    cfg = CFG.model_copy(update={"objective": "modernbert_mlm", "unpad": True, "max_steps": 6})
+    pretrain(TINY_MODERN, cfg, eager_run)
+    before = compiled_graphs()  # the count is the process's: earlier tests' graphs are in it
+    pretrain(TINY_MODERN, cfg.model_copy(update={"compile": True, **compiled_settings}), compiled_run)
+    eager, compiled = _metrics(eager_run), _metrics(compiled_run)
+    for e, c in zip(eager, compiled, strict=True):
+        assert c["step"] == e["step"] and c["tokens"] == e["tokens"]
+        assert abs(c["loss"] - e["loss"]) < TOLERANCE and abs(c["mlm_loss"] - e["mlm_loss"]) < TOLERANCE, (e, c)
+    return eager, compiled, before
+
+
 @pytest.mark.slow
 def test_compiled_modernbert_unpadded_on_rows_of_varied_length_trains_to_the_eager_losses(run_factory):
     # configs/modernbert-base.yaml's GPU step: pretrain.unpad (real tokens only, varlen attention with the local
     # layers' window) with compile and static_shapes; rows of varied length, so the packed token count changes
     # from batch to batch
-    eager_run, compiled_run = (run_factory(name, max_seq_len=24, min_seq_len=10, train_rows=64, heldout_rows=8)
-                               for name in ("eager-unpad", "compiled-unpad"))
-    cfg = CFG.model_copy(update={"objective": "modernbert_mlm", "unpad": True, "max_steps": 6})
-    pretrain(TINY_MODERN, cfg, eager_run)
-    pretrain(TINY_MODERN, cfg.model_copy(update={"compile": True}), compiled_run)
-
-    compiled, eager = _metrics(compiled_run), _metrics(eager_run)
+    eager, compiled, _ = _unpadded_runs(run_factory, {})
     assert len({m["tokens"] for m in eager}) > 1  # the packed shapes did change
-    for e, c in zip(eager, compiled, strict=True):
-        assert c["step"] == e["step"] and c["tokens"] == e["tokens"]
-        assert abs(c["loss"] - e["loss"]) < TOLERANCE and abs(c["mlm_loss"] - e["mlm_loss"]) < TOLERANCE, (e, c)
     # the first change of the packed token count recompiles once with it symbolic (step 2); nothing after that.
     # Observed on torch 2.13 CPU: 5 graphs, then 10 (the packing's nonzero and its longest-row read split the
     # forward; the static-shape gather of the masked rows keeps the head and loss in one graph)
@@ -140,19 +147,8 @@ def test_compiled_modernbert_unpadded_on_rows_of_varied_length_trains_to_the_eag
 @pytest.mark.slow
 def test_compiled_modernbert_in_the_fixed_layout_trains_to_the_unpadded_eager_losses(run_factory):
     # pretrain.unpad_layout fixed: every slot kept, each row's padding a sequence of its own; shapes of [B, T] alone
-    # and no host read, so CUDA graphs (reduce-overhead) are allowed with unpad. Same rows as the test above
-    eager_run, fixed_run = (run_factory(name, max_seq_len=24, min_seq_len=10, train_rows=64, heldout_rows=8)
-                            for name in ("eager-packed", "compiled-fixed"))
-    cfg = CFG.model_copy(update={"objective": "modernbert_mlm", "unpad": True, "max_steps": 6})
-    pretrain(TINY_MODERN, cfg, eager_run)
-    before = compiled_graphs()  # the count is the process's: earlier tests' graphs are in it
-    pretrain(TINY_MODERN, cfg.model_copy(update={"compile": True, "unpad_layout": "fixed",
-                                                 "compile_mode": "reduce-overhead"}), fixed_run)
-
-    compiled, eager = _metrics(fixed_run), _metrics(eager_run)
-    for e, c in zip(eager, compiled, strict=True):
-        assert c["step"] == e["step"] and c["tokens"] == e["tokens"]
-        assert abs(c["loss"] - e["loss"]) < TOLERANCE and abs(c["mlm_loss"] - e["mlm_loss"]) < TOLERANCE, (e, c)
+    # and no host read, so CUDA graphs (reduce-overhead) are allowed with unpad, on the eager packed curve
+    _, compiled, before = _unpadded_runs(run_factory, {"unpad_layout": "fixed", "compile_mode": "reduce-overhead"})
     # one graph for the forward and loss (no break: nothing read on the host), recompiled at most once, when a
     # batch's longest row (its width T) first changes
     counts = [m["compiled_graphs"] - before for m in compiled]
