@@ -118,7 +118,8 @@ def build_model(data: TrainingData, cfg: PretrainConfig, device: torch.device, d
     model = data.architecture.build(data.arch_config).to(device)
     if cfg.init_from:  # a resumed checkpoint replaces these weights, as it replaces a random init
         warm_start(model, Path(cfg.init_from), data.objective.architecture, tokenizer_sha256, tokenizer_path)
-    # each declared by the architecture (Architecture.supports, refused otherwise by training/recipe_checks.py)
+    # each declared by the architecture (Architecture.supports, refused otherwise by training/recipe_checks.py);
+    # the attributes are capabilities.MODEL_SWITCHES, which a model rebuilt mid-run (stacking) takes over
     if cfg.unpad:
         model.unpad_by_default = True
         model.unpad_layout = cfg.unpad_layout

@@ -43,6 +43,7 @@ from bertfactory.errors import ConfigError, ContractError
 
 from .distributed import unwrap
 from .models.bert.model import BertConfig
+from .models.core.capabilities import MODEL_SWITCHES
 from .models.registry import architecture_of
 from .optim import parameter_groups
 from .stacking_config import StackingConfig
@@ -97,6 +98,9 @@ def stack_layers(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn
         stacked = architecture_of(model).build(new_config)
     stacked.load_state_dict(new_state, strict=True, assign=True)
     stacked.train(model.training)
+    for switch in MODEL_SWITCHES:  # pretrain.unpad, static_shapes, fused_mlm_loss: the run's options stay on
+        if hasattr(model, switch):
+            setattr(stacked, switch, getattr(model, switch))
     return stacked, _stacked_optimizer(model, stacked, optimizer, prefix, modules)
 
 

@@ -81,6 +81,25 @@ def test_new_layers_are_copies_of_their_sources_with_their_own_tensors():
     assert len(set(pointers)) == len(pointers)  # no tensor shared between layers or with the old model
 
 
+def test_the_stacked_model_keeps_the_runs_switches():
+    # pretrain.unpad / unpad_layout / static_shapes / fused_mlm_loss are attributes of the built model, not of its
+    # config or weights: the deeper model must take them over, or the run drops them silently at the first stack
+    from training.models.core.capabilities import MODEL_SWITCHES
+
+    model, optimizer = _trained(_config())
+    switched = {"unpad_by_default": True, "unpad_layout": "fixed", "static_shapes": True, "fused_mlm_loss": True}
+    assert set(switched) == set(MODEL_SWITCHES)
+    for name, value in switched.items():
+        setattr(model, name, value)
+    stacked, stacked_optimizer = stack_layers(model, optimizer)
+    assert {name: getattr(stacked, name) for name in MODEL_SWITCHES} == switched
+    twice, _ = stack_layers(stacked, stacked_optimizer)
+    assert {name: getattr(twice, name) for name in MODEL_SWITCHES} == switched
+    fresh, _ = stack_layers(*_trained(_config()))
+    assert (fresh.unpad_by_default, fresh.unpad_layout, fresh.static_shapes, fresh.fused_mlm_loss) == (
+        False, "packed", False, False)
+
+
 def _layers_twice(model, batch, times):
     """The old model's encoder layers applied `times` times in a row (what stacking `log2(times)` times means)."""
     bert = model.bert

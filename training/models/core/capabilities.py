@@ -21,6 +21,11 @@ STACKING = "stacking"
 FUSED_MLM_LOSS = "fused_mlm_loss"
 CAPABILITIES = frozenset({UNPAD, STATIC_SHAPES, STACKING, FUSED_MLM_LOSS})
 
+# The attributes through which the pretraining stage switches a built model to these options (training/
+# pretrain_model.py `build_model`); not weights, not config. A model rebuilt during a run (progressive stacking's
+# deeper model, training/stacking.py) takes them over from the model it replaces.
+MODEL_SWITCHES = ("unpad_by_default", "unpad_layout", "static_shapes", "fused_mlm_loss")
+
 
 def check_capabilities(owner: str, supports: frozenset[str]) -> None:
     """ValueError naming `owner` (an architecture, a member) when `supports` holds anything but CAPABILITIES."""
