@@ -107,7 +107,7 @@ ALL_CASES: tuple[tuple[str, str, int, int, int, float], ...] = (
 )
 ALL_IMPLS = ("ours", "ours-compiled", "ours-compiled-unpad", "ours-compiled-fixed", "hf")
 # each family's implementations in --all, in the order measured (ModernBERT's recipe trains unpadded; its padded
-# compiled step, 24.3 % MFU on the H200 on 2026-11-30, is left to --impl: the fixed layout replaces it)
+# compiled step, 24.3 % MFU on the H200 on 2026-11-30, is measured alone by --worker-case 0 --worker ours-compiled)
 CASE_IMPLS = {"bert": ("ours", "ours-compiled", "hf"),
               "modernbert": ("ours", "ours-compiled-unpad", "ours-compiled-fixed", "hf")}
 COMPILED_IMPLS = ("ours-compiled", "ours-compiled-unpad", "ours-compiled-fixed")

@@ -169,8 +169,8 @@ class PretrainConfig(StrictModel):
         "reduce-overhead = the compiled forward and backward replayed as CUDA graphs, one launch each: pays at short "
         "steps (H200, BERT-base: 14.8 % -> 28.1 % MFU at 64 x 128 tokens a step, nothing at 256 x 128; "
         "benchmarks/RESULTS.md); needs static_shapes, not with unpad's packed layout or batch_size_ramp (a new shape "
-        "every step would record a graph every step); the trainer copies what it keeps past a micro-step out of the graphs' "
-        "memory (docs/gpu-step.md); on the CPU inductor skips CUDA graphs and it trains as default. "
+        "every step would record a graph every step); the trainer copies what it keeps past a micro-step out of the "
+        "graphs' memory (docs/gpu-step.md); on the CPU inductor skips CUDA graphs and it trains as default. "
         "max-autotune-no-cudagraphs = inductor autotunes its kernels (minutes per shape; not measured). Needs "
         "compile: true; a mode other than default is not implemented with stacking")
     init_from: str | None = Field(None, description="a model directory (e.g. an earlier run's pretrain/final) whose "

@@ -62,10 +62,10 @@ class PackedSequences:
                             fixed: bool = False) -> "PackedSequences":
         """attention_mask [B, T] (1 = real, 0 = padding; padding may sit anywhere, positions keep their column).
         `fixed`: the fixed layout (`fixed_rows`) instead of the real tokens alone."""
-        if attention_mask.dim() != 2:
-            raise ValueError(f"attention_mask must be [B, T], got shape {tuple(attention_mask.shape)}")
         if fixed:
             return cls.fixed_rows(attention_mask, causal)
+        if attention_mask.dim() != 2:
+            raise ValueError(f"attention_mask must be [B, T], got shape {tuple(attention_mask.shape)}")
         real = attention_mask.to(torch.bool)
         lengths = real.sum(1, dtype=torch.int32)
         indices = real.reshape(-1).nonzero().squeeze(1)
