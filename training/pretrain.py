@@ -37,7 +37,7 @@ from .pretrain_summary import log_plan, run_summary
 from .pretrain_trainer import build_trainer
 from .recipe_checks import check_model_and_pretrain
 from .resume import completed_summary, remove_staging_leftovers, resume_or_start
-from .run_checks import check_process_layout
+from .run_checks import check_compiler, check_process_layout
 from .run_fingerprint import run_fingerprint
 from .run_layout import PretrainPaths
 from .stacking import StackingSchedule
@@ -61,6 +61,7 @@ def pretrain(model_cfg: ModelConfig, cfg: PretrainConfig, run_dir: Path, stop_af
         torch.set_num_threads(cfg.num_threads)
     dist, device = from_environment(resolve_device(cfg.device, cfg.xla_cache_dir, cfg.xla_spmd))
     spmd_devices = check_process_layout(cfg, dist, device)
+    check_compiler(cfg, device)
 
     data = open_training_data(model_cfg, cfg, paths, tokenizer_sha256, dist)
     fingerprint = run_fingerprint(model_cfg, cfg, tokenizer_sha256, data.batches)

@@ -2,6 +2,7 @@
 devices, the per-process batch, the shards' sequence lengths. Each raises a ConfigError naming the keys and the fix.
 
     spmd_devices = check_process_layout(cfg, dist, device)     # after training.distributed.from_environment
+    check_compiler(cfg, device)                               # pretrain.compile: the toolchain inductor needs
     check_micro_batches(batches, cfg, dist)                   # after the loader has split the batch over ranks
     width = check_positions(arch_config, batches, manifest)   # the longest sequence the model must hold
 
@@ -9,6 +10,9 @@ What the recipe alone decides is checked when it is loaded (training/pretrain_co
 """
 
 from __future__ import annotations
+
+import os
+import shutil
 
 import torch
 
@@ -60,3 +64,39 @@ def check_positions(arch_config, batches, manifest_path: str) -> int:
             f"(max_seq_len {declared}, longest instance {longest}); raise it to >= {needed}"
         )
     return needed
+
+
+def triton_c_compiler(environ=os.environ, which=shutil.which) -> str | None:
+    """The C compiler Triton builds its kernel launchers with the first time it runs a kernel (CC if set, else gcc,
+    else clang, the order of triton/runtime/build.py); None when there is none."""
+    cc = environ.get("CC")
+    if cc:
+        return which(cc)
+    return which("gcc") or which("clang")
+
+
+def check_compiler(cfg: PretrainConfig, device: torch.device) -> None:
+    """pretrain.compile needs a compiler beside Python: inductor writes C++ kernels on the CPU (g++, or CXX) and
+    Triton kernels on CUDA, whose launchers Triton builds with a C compiler (gcc, clang, or CC). Without one the
+    first step fails deep inside inductor, after the data and the model are loaded; here it is refused at the start
+    in one line (slim container images ship none: infra/docker/Dockerfile.cuda installs gcc and g++)."""
+    if not cfg.compile:
+        return
+    if device.type == "cuda":
+        if triton_c_compiler() is None:
+            cc = os.environ.get("CC")
+            found = f"CC={cc} is not an executable on PATH" if cc else "neither gcc nor clang is on PATH"
+            raise ConfigError(f"pretrain.compile on CUDA needs a C compiler for Triton's kernel launchers, and "
+                              f"{found}: install gcc (apt-get install gcc), set CC, or set pretrain.compile: false")
+    elif device.type == "cpu":
+        from torch._inductor import config as inductor_config
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        from torch._inductor.exc import InvalidCxxCompiler
+
+        try:
+            get_cpp_compiler()
+        except InvalidCxxCompiler:
+            tried = [c for c in inductor_config.cpp.cxx if c is not None]
+            raise ConfigError(f"pretrain.compile on the CPU needs a C++ compiler for inductor's kernels, and none of "
+                              f"{tried} runs: install g++ (apt-get install g++), set CXX, or set pretrain.compile: "
+                              f"false") from None

@@ -1,5 +1,5 @@
 """The `pretrain-gpu` deployment as its pod runs it, on this machine's GPUs: prefect.yaml's entry (flow entrypoint,
-config, overrides `pretrain.device=cuda`) becomes a flow run on a real Prefect server (started as the images start
+config, overrides `pretrain.device=cuda` and the compiled step) becomes a flow run on a real Prefect server (started as the images start
 it), and the GPU pool's command (`job_variables.command`: torchrun --standalone --nnodes=1 --nproc_per_node=gpu
 infra/docker/torchrun_flow_run.py) executes it with one rank per GPU torch sees: rank 0 is the flow run, the others
 join its nccl process group (tests/infra/test_torchrun_flow_run.py runs the same on the CPU with 2 gloo ranks).
@@ -13,6 +13,7 @@ model."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shlex
 import subprocess
 import sys
@@ -63,8 +64,9 @@ async def _flow_run(api: str, deployment: dict, run_dir: Path, overrides: list[s
 
 def test_pretrain_gpu_command_runs_the_flow_on_every_gpu(entrypoint_server, run_factory, ranks, tmp_path):
     deployment = _deployment()
-    assert deployment["parameters"]["overrides"] == ["pretrain.device=cuda"] and deployment["entrypoint"] == \
-        "flows/stages.py:pretrain", deployment
+    assert deployment["parameters"]["overrides"] == ["pretrain.device=cuda", "pretrain.compile=true",
+                                                     "pretrain.static_shapes=true"], deployment
+    assert deployment["entrypoint"] == "flows/stages.py:pretrain", deployment
     command = shlex.split(deployment["work_pool"]["job_variables"]["command"])
     root = _image_root(deployment)
     assert command[0] == "torchrun" and "--nproc_per_node=gpu" in command, command
@@ -91,5 +93,8 @@ def test_pretrain_gpu_command_runs_the_flow_on_every_gpu(entrypoint_server, run_
     assert summary["world_size"] == gpus and summary["steps"] == 4, summary
     assert summary["device"].startswith("cuda"), summary  # cuda (one GPU) or cuda:0 (rank 0 of several)
     assert (run_dir / "pretrain" / "final" / "model.safetensors").is_file()
+    metrics = [json.loads(line) for line in (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    graphs = [m["compiled_graphs"] for m in metrics if "compiled_graphs" in m]
+    assert graphs and graphs[0] >= 1 and graphs[-1] == graphs[0], metrics  # compiled at step 1, never again
     if gpus > 1:
         assert f"rank 0 of {gpus} (nccl)" in log.read_text()

@@ -170,3 +170,18 @@ def test_every_image_carries_the_object_storage_clients(repo):
     bad = subprocess.run([sys.executable, str(script), "--extra", "nope"], cwd=repo, capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode != 0 and "no optional-dependencies group 'nope'" in bad.stderr
+
+
+def test_the_cuda_image_has_the_compilers_torch_compile_needs(repo):
+    """The pretrain-gpu deployment compiles its step (prefect.yaml): Triton builds its launchers with a C compiler
+    and inductor's CPU kernels need a C++ one, which the slim base image lacks (training/run_checks.py)."""
+    import yaml
+
+    gpu = next(d for d in yaml.safe_load((repo / "prefect.yaml").read_text())["deployments"]
+               if d["name"] == "pretrain-gpu")
+    assert "pretrain.compile=true" in gpu["parameters"]["overrides"]
+    runs = [i["value"] for i in _instructions(INFRA / "docker" / "Dockerfile.cuda", "RUN")]
+    installs = [r for r in runs if "apt-get install" in r]
+    assert installs and {"gcc", "g++"} <= set(installs[0].split()), runs
+    torch_install = next(i for i, r in enumerate(runs) if "torch==" in r)
+    assert runs.index(installs[0]) < torch_install  # a layer below the project's, rebuilt only with the base
