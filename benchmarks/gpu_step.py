@@ -27,11 +27,16 @@ step (24.3 % MFU on the H200, 2026-11-30) is no longer in --all (`--worker-case 
 it alone). All of them: bf16 autocast, fp32 master weights, fused AdamW (training/optim.py's choice on CUDA, given
 to transformers too: the optimiser is not what is compared), clip, zero_grad; a step reads nothing back.
 --warmup steps (compilation included) then --windows timed windows of --window-steps steps; the median window's
-tokens/s is reported, with every window's. Duration on one H200 (measured 2026-11-30, before the unpadded rows):
-~6.5 minutes for 9 subprocesses (inductor compiled BERT-base twice (two batch shapes) and ModernBERT-base once,
-30-66 s each cold, less with a warm TORCHINDUCTOR_CACHE_DIR; the timed steps themselves take seconds); now 10:
-ModernBERT's two unpadded rows take the padded one's place and add one, each with its own compilation (~1-1.5
-minutes, not measured yet). A failed or hung measurement (--worker-timeout) is reported and the others still run; --json
+tokens/s is reported, with every window's. Duration on one H200 (measured 2026-11-30, before the unpadded rows
+and the prewarm): ~6.5 minutes for 9 subprocesses, most of it inductor compiling BERT-base twice (two batch shapes)
+and ModernBERT-base once, 30-66 s each, one after the other; the timed steps themselves take seconds. Now 10
+measurements (ModernBERT's two unpadded rows take the padded one's place and add one), and before any is timed the
+four compiled ones are compiled together (--prewarm-jobs, default 4: warm-only workers, nothing timed, ~60 GB of
+GPU memory at once), each leaving its graphs in inductor's caches (FX graph and AOTAutograd caches, forced on; the
+directory is TORCHINDUCTOR_CACHE_DIR or inductor's default), so that each timed measurement loads them instead of
+compiling: on the CPU at the tiny shape, 33-36 s cold (two at once) against 2.5 s loaded, every graph a cache hit
+(`compile_cache` in the row). The table's `prewarm s` is a row's cold warm-up beside the others'. Its duration on a
+GPU is not measured yet. A failed or hung measurement (--worker-timeout) is reported and the others still run; --json
 keeps each row as it is measured. --profile-steps N (scripts/gpu_check.sh passes 3) profiles N more steps of each
 of ours after its windows: the GPU time of a step by kernel and by kind of work (matrix products, attention,
 inductor's Triton kernels, the optimiser, copies, the rest), printed as each row is measured and kept in its JSON
@@ -114,6 +119,13 @@ COMPILED_IMPLS = ("ours-compiled", "ours-compiled-unpad", "ours-compiled-fixed")
 UNPADDED_IMPLS = {"ours-compiled-unpad": "packed", "ours-compiled-fixed": "fixed"}  # pretrain.unpad_layout
 RATIO_GOAL = 1.5
 TINY_DIMS = {"bert": (32, 1, 2, 64, 200), "modernbert": (32, 3, 2, 48, 256)}  # the CPU smoke test's
+# --worker-tiny (hidden; the CPU tests of the subprocess path): every case at these sizes on the CPU, batch
+# TINY_BATCH + the case's index
+TINY_SEQ, TINY_BATCH, TINY_PREDICTIONS, TINY_LOCAL_ATTENTION = 32, 2, 4, 8
+
+
+def _dims(family: str, tiny: bool) -> tuple[int, int, int, int, int]:
+    return TINY_DIMS[family] if tiny else FAMILY_DIMS[family]
 
 
 def peak_for(device_name: str) -> tuple[str, float] | None:
@@ -219,12 +231,15 @@ OBJECTIVES = {"bert": "mlm_nsp", "modernbert": "modernbert_mlm"}
 
 def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], seq_len: int, batch: int,
                  predictions: int, warmup: int, windows: int, window_steps: int, device: str = "cuda",
-                 compile_mode: str = "default", local_attention: int = 128, profile_steps: int = 0) -> dict:
+                 compile_mode: str = "default", local_attention: int = 128, profile_steps: int = 0,
+                 warm_only: bool = False) -> dict:
     """One --all measurement in this process: `warmup` steps (compilation included), then `windows` timed windows
     of `window_steps` steps; tokens/s of each window, peak GPU memory, and the warm-up's seconds. On the CPU (the
     smoke test) the autocast context is fp32 and there is no GPU memory to report. `profile_steps` > 0: after the
     windows, that many more steps under torch.profiler, whose device time (CPU time without a GPU) by kernel and by
-    kind of work is returned as `profile` (see `profile_summary`)."""
+    kind of work is returned as `profile` (see `profile_summary`). `warm_only`: the warm-up alone, which leaves the
+    compiled graphs in inductor's on-disk caches for the measurement that follows (--prewarm-jobs); returns its
+    seconds and the cache counters. A compiled row also reports the caches' hits and misses (`compile_cache`)."""
     import time
 
     import torch
@@ -308,6 +323,9 @@ def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], s
         step()
     sync()
     warmup_s = time.perf_counter() - started
+    cache = compile_cache_counters() if impl in COMPILED_IMPLS else None
+    if warm_only:
+        return {"impl": impl, "warmup_s": warmup_s, "compile_cache": cache}
     rates = []
     for _ in range(windows):
         started = time.perf_counter()
@@ -318,6 +336,8 @@ def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], s
     out = {"impl": impl, "attention": attention, "windows": rates, "tokens_per_s": statistics.median(rates),
            "warmup_s": warmup_s, "peak_gpu_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None,
            "parameters": sum(p.numel() for p in params)}
+    if cache is not None:
+        out["compile_cache"] = cache
     if profile_steps > 0:
         from torch.profiler import ProfilerActivity, profile
 
@@ -331,6 +351,17 @@ def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], s
         except Exception as err:  # the row is measured already: a profiler that fails must not cost it
             out["profile_error"] = f"{type(err).__name__}: {err}"[:500]
     return out
+
+
+def compile_cache_counters() -> dict[str, int]:
+    """This process's hits and misses of inductor's compiled-graph cache (FX graph cache) and of AOTAutograd's
+    cache so far: a measurement after --prewarm-jobs should hit and not miss."""
+    from torch._dynamo.utils import counters
+
+    return {"fx_graph_hits": counters["inductor"]["fxgraph_cache_hit"],
+            "fx_graph_misses": counters["inductor"]["fxgraph_cache_miss"],
+            "autograd_hits": counters["aot_autograd"]["autograd_cache_hit"],
+            "autograd_misses": counters["aot_autograd"]["autograd_cache_miss"]}
 
 
 # kinds of work in a step, by the names of CUDA kernels (cuBLAS / CUTLASS GEMMs, FlashAttention and the
@@ -405,12 +436,13 @@ def format_all_table(rows: list[dict], peak_flops: float | None) -> str:
     """--all's results: a line per (case, implementation) with tokens/s (median window), MFU and its goal, peak
     memory and the windows; a line per case with ours-compiled / ours and ours-compiled / HF against the ratio
     goal (each compiled implementation, unpadded ModernBERT's too). A row: label, seq_len, batch, impl, tokens_per_s,
-    windows, peak_gpu_mib, warmup_s, flops_per_token, mfu_goal."""
+    windows, peak_gpu_mib, warmup_s, flops_per_token, mfu_goal, and prewarm_s where --prewarm-jobs compiled it
+    first (its cold warm-up, beside the others; warmup_s is then the warm-up that loaded the cached graphs)."""
     def verdict(value: float | None, goal: float) -> str:
         return "n/a" if value is None else ("met" if value >= goal else "NOT met")
 
     lines = [f"  {'case':<16}{'seq':>5}{'batch':>6}  {'impl':<20}{'tokens/s':>12}{'MFU':>8}  {'goal':<17}"
-             f"{'peak GiB':>9}{'warm-up s':>10}   windows (tokens/s)"]
+             f"{'peak GiB':>9}{'warm-up s':>10}{'prewarm s':>10}   windows (tokens/s)"]
     by_case: dict[tuple, dict[str, dict]] = {}
     for row in rows:
         share = mfu(row["tokens_per_s"], row["flops_per_token"], peak_flops)
@@ -421,7 +453,8 @@ def format_all_table(rows: list[dict], peak_flops: float | None) -> str:
         by_case.setdefault((row["label"], row["seq_len"], row["batch"]), {})[row["impl"]] = row
         lines.append(f"  {row['label']:<16}{row['seq_len']:>5}{row['batch']:>6}  {row['impl']:<20}"
                      f"{row['tokens_per_s']:>12,.0f}{'n/a' if share is None else f'{100 * share:.1f} %':>8}  "
-                     f"{goal:<17}{memory:>9}{row['warmup_s']:>10.1f}   "
+                     f"{goal:<17}{memory:>9}{row['warmup_s']:>10.1f}"
+                     f"{'-' if row.get('prewarm_s') is None else format(row['prewarm_s'], '.1f'):>10}   "
                      + ", ".join(f"{r:,.0f}" for r in row["windows"]))
     for (label, seq, batch), impls in by_case.items():
         text = f"  {label} {seq} x {batch}:"
@@ -439,46 +472,112 @@ def format_all_table(rows: list[dict], peak_flops: float | None) -> str:
     return "\n".join(lines)
 
 
-def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
-    """Every ALL_CASES case x its CASE_IMPLS, each measurement in a fresh subprocess (its own peak memory, its own
-    compilation), one after the other on the same GPU. A worker that fails or outlasts --worker-timeout is reported
-    and the others still run (a lent GPU's minutes are too few to lose the whole table to one case); returns the
-    rows and the failures. With --json, each row is appended to that file as it is measured (JSON lines), so a run
-    stopped part-way keeps what it measured."""
-    rows, failures = [], []
-    for index, (label, family, seq, batch, predictions, goal) in enumerate(ALL_CASES):
-        credited, _ = case_flops(family, FAMILY_DIMS[family], seq, predictions)
+def measurement_plan(args: argparse.Namespace) -> list[tuple[int, str]]:
+    """--all's measurements in order: (index into ALL_CASES, implementation)."""
+    plan = []
+    for index, (_, family, *_rest) in enumerate(ALL_CASES):
         for impl in CASE_IMPLS[family]:
             if impl == "ours-compiled-unpad" and args.compile_mode != "default":
                 continue  # as pretrain.compile_mode refuses unpad's packed layout: a shape per batch, a graph each
-            command = [sys.executable, os.path.abspath(__file__), "--worker-case", str(index), "--worker", impl,
-                       "--warmup", str(args.warmup), "--windows", str(args.windows), "--window-steps",
-                       str(args.window_steps), "--compile-mode", args.compile_mode]
-            if impl.startswith("ours") and args.profile_steps:
-                command += ["--profile-steps", str(args.profile_steps)]
-            try:
-                out = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ),
-                                     timeout=args.worker_timeout)
-                error = None if out.returncode == 0 else f"exit {out.returncode}:\n{out.stderr[-3000:]}"
-            except subprocess.TimeoutExpired:
-                error = f"no result within --worker-timeout {args.worker_timeout:g} s"
-            if error is not None:
-                failures.append(f"{label} {seq} x {batch} {impl}: {error}")
-                print(f"  FAILED {label} {seq} x {batch} {impl}: {error}", flush=True)
-                continue
-            measured = json.loads(out.stdout.strip().splitlines()[-1])
-            row = {"label": label, "seq_len": seq, "batch": batch, "flops_per_token": credited, "mfu_goal": goal,
-                   **measured}
-            rows.append(row)
-            if args.json:
-                with open(args.json, "a") as handle:
-                    handle.write(json.dumps(row) + "\n")
-            print(f"  measured {label} {seq} x {batch} {impl}: {measured['tokens_per_s']:,.0f} tokens/s "
-                  f"(warm-up {measured['warmup_s']:.0f} s)", flush=True)
-            if "profile" in row:
-                print(format_profile(row), flush=True)
-            elif "profile_error" in row:
-                print(f"  profile of {label} {seq} x {batch} {impl} failed: {row['profile_error']}", flush=True)
+            plan.append((index, impl))
+    return plan
+
+
+def worker_command(args: argparse.Namespace, index: int, impl: str, warm_only: bool = False) -> list[str]:
+    command = [sys.executable, os.path.abspath(__file__), "--worker-case", str(index), "--worker", impl,
+               "--warmup", str(args.warmup), "--windows", str(args.windows), "--window-steps",
+               str(args.window_steps), "--compile-mode", args.compile_mode]
+    if args.worker_tiny:
+        command.append("--worker-tiny")
+    if warm_only:
+        command.append("--warm-only")
+    elif impl.startswith("ours") and args.profile_steps:
+        command += ["--profile-steps", str(args.profile_steps)]
+    return command
+
+
+def worker_env() -> dict[str, str]:
+    # inductor's compiled-graph caches on (the default of recent torch; said explicitly for older images), shared
+    # by every worker through TORCHINDUCTOR_CACHE_DIR or inductor's default /tmp/torchinductor_$USER
+    return {**os.environ, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+
+
+def run_worker(args: argparse.Namespace, index: int, impl: str, warm_only: bool = False) -> tuple[dict | None, str | None]:
+    """One worker subprocess -> (its JSON result, None) or (None, why it failed)."""
+    try:
+        out = subprocess.run(worker_command(args, index, impl, warm_only), capture_output=True, text=True,
+                             env=worker_env(), timeout=args.worker_timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"no result within --worker-timeout {args.worker_timeout:g} s"
+    if out.returncode != 0:
+        return None, f"exit {out.returncode}:\n{out.stderr[-3000:]}"
+    return json.loads(out.stdout.strip().splitlines()[-1]), None
+
+
+def prewarm(args: argparse.Namespace, jobs: list[tuple[int, str]]) -> dict[tuple[int, str], dict]:
+    """Compile every compiled measurement of `jobs` before any is timed, --prewarm-jobs at a time, each in a
+    subprocess that runs the warm-up alone: inductor's compilation is CPU work, a few minutes in all when the rows
+    compile one after the other, and the processes leave their graphs in inductor's caches, from which the timed
+    measurements then load them. Nothing is timed while these run. -> {(index, impl): the warm-only result}; a
+    failed one is printed and left to its measurement, which then compiles for itself."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    compiled = [job for job in jobs if job[1] in COMPILED_IMPLS]
+    if args.prewarm_jobs <= 0 or not compiled:
+        return {}
+    import time
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.prewarm_jobs) as pool:
+        results = list(pool.map(lambda job: run_worker(args, *job, warm_only=True), compiled))
+    warmed = {}
+    for (index, impl), (result, error) in zip(compiled, results):
+        label, _, seq, batch, *_ = ALL_CASES[index]
+        if error is not None:
+            print(f"  prewarm of {label} {seq} x {batch} {impl} failed (its measurement compiles for itself): "
+                  f"{error}", flush=True)
+            continue
+        warmed[(index, impl)] = result
+        print(f"  prewarmed {label} {seq} x {batch} {impl}: warm-up {result['warmup_s']:.0f} s cold", flush=True)
+    print(f"  prewarm: {len(warmed)} of {len(compiled)} compiled measurements, {args.prewarm_jobs} at a time, in "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+    return warmed
+
+
+def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """Every ALL_CASES case x its CASE_IMPLS, each measurement in a fresh subprocess (its own peak memory), one after
+    the other on the same GPU, the compiled ones first compiled concurrently (`prewarm`). A worker that fails or
+    outlasts --worker-timeout is reported and the others still run (a lent GPU's minutes are too few to lose the
+    whole table to one case); returns the rows and the failures. With --json, each row is appended to that file as
+    it is measured (JSON lines), so a run stopped part-way keeps what it measured."""
+    rows, failures = [], []
+    plan = measurement_plan(args)
+    warmed = prewarm(args, plan)
+    for index, impl in plan:
+        label, family, seq, batch, predictions, goal = ALL_CASES[index]
+        if args.worker_tiny:
+            seq, batch, predictions = TINY_SEQ, TINY_BATCH + index, TINY_PREDICTIONS
+        credited, _ = case_flops(family, _dims(family, args.worker_tiny), seq, predictions,
+                                 TINY_LOCAL_ATTENTION if args.worker_tiny else 128)
+        measured, error = run_worker(args, index, impl)
+        if error is not None:
+            failures.append(f"{label} {seq} x {batch} {impl}: {error}")
+            print(f"  FAILED {label} {seq} x {batch} {impl}: {error}", flush=True)
+            continue
+        row = {"label": label, "seq_len": seq, "batch": batch, "flops_per_token": credited, "mfu_goal": goal,
+               **measured}
+        if (index, impl) in warmed:
+            row["prewarm_s"] = warmed[(index, impl)]["warmup_s"]
+        rows.append(row)
+        if args.json:
+            with open(args.json, "a") as handle:
+                handle.write(json.dumps(row) + "\n")
+        print(f"  measured {label} {seq} x {batch} {impl}: {measured['tokens_per_s']:,.0f} tokens/s "
+              f"(warm-up {measured['warmup_s']:.0f} s)", flush=True)
+        if "profile" in row:
+            print(format_profile(row), flush=True)
+        elif "profile_error" in row:
+            print(f"  profile of {label} {seq} x {batch} {impl} failed: {row['profile_error']}", flush=True)
     return rows, failures
 
 
@@ -547,11 +646,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="--all: seconds one measurement (its subprocess, compilation included) may take")
     parser.add_argument("--json", default=None,
                         help="--all: append each measured row to this file as a JSON line as soon as it is measured")
+    parser.add_argument("--prewarm-jobs", type=int, default=4,
+                        help="--all: compile the compiled measurements this many at a time before any is timed "
+                             "(they then load their graphs from inductor's caches); 0 = each compiles in its turn")
     parser.add_argument("--worker", choices=list(ALL_IMPLS), help=argparse.SUPPRESS)
     parser.add_argument("--worker-case", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-tiny", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.profile_steps < 0:
         parser.error("--profile-steps must be >= 0")
+    if args.prewarm_jobs < 0:
+        parser.error("--prewarm-jobs must be >= 0")
     if args.all and (args.windows < 3 or args.window_steps < 1):
         parser.error("--all needs --windows >= 3 and --window-steps >= 1")
     if args.batch is not None and args.batch < 1:
@@ -578,9 +684,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.worker_case is not None:  # one --all measurement: --worker IMPL --worker-case INDEX
         label, family, seq, batch, predictions, _ = ALL_CASES[args.worker_case]
-        print(json.dumps(measure_case(args.worker, family, FAMILY_DIMS[family], seq, batch, predictions,
-                                      args.warmup, args.windows, args.window_steps, compile_mode=args.compile_mode,
-                                      profile_steps=args.profile_steps)))
+        device, local_attention = "cuda", 128
+        if args.worker_tiny:
+            seq, batch, predictions = TINY_SEQ, TINY_BATCH + args.worker_case, TINY_PREDICTIONS
+            device, local_attention = "cpu", TINY_LOCAL_ATTENTION
+        print(json.dumps(measure_case(args.worker, family, _dims(family, args.worker_tiny), seq, batch, predictions,
+                                      args.warmup, args.windows, args.window_steps, device=device,
+                                      compile_mode=args.compile_mode, local_attention=local_attention,
+                                      profile_steps=args.profile_steps, warm_only=args.warm_only)))
         return
     if args.worker:  # one measurement: --worker IMPL --shape S --seq N (one each)
         shape, seq, batch, predictions = cases(args)[0]

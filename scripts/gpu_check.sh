@@ -9,7 +9,8 @@
 # ones, they are installed into /tmp/site and put on PYTHONPATH (and their scripts, e.g. `prefect`, on PATH). The
 # benchmark gets at most 62 % of the budget; the tests get what is left, minus a margin for the logs to be written.
 # One measurement may take 180 s (the slowest so far, ModernBERT compiled, took ~90 s with its compilation), so that a
-# hung worker cannot eat the whole benchmark's share; each of ours is also profiled (--profile-steps 3).
+# hung worker cannot eat the whole benchmark's share; the compiled rows are first compiled four at a time
+# (gpu_step.py --prewarm-jobs, its default), and each of ours is also profiled (--profile-steps 3).
 set -uo pipefail
 budget=${1:-570}
 out=${OUT:?set OUT to the folder the logs go to}

@@ -199,11 +199,11 @@ def test_other_compile_modes_leave_the_unpadded_row_out(gpu_step, monkeypatch):
         return SimpleNamespace(returncode=0, stdout=json.dumps(row) + "\n", stderr="")
 
     monkeypatch.setattr(gpu_step.subprocess, "run", fake_run)
-    gpu_step.run_all(gpu_step.parse_args(["--all", "--compile-mode", "reduce-overhead"]))
+    gpu_step.run_all(gpu_step.parse_args(["--all", "--compile-mode", "reduce-overhead", "--prewarm-jobs", "0"]))
     # the packed layout reads the host and changes shape; the fixed one is what CUDA graphs can replay
     assert "ours-compiled-unpad" not in measured and "ours-compiled-fixed" in measured and len(measured) == 9
     measured.clear()
-    gpu_step.run_all(gpu_step.parse_args(["--all"]))
+    gpu_step.run_all(gpu_step.parse_args(["--all", "--prewarm-jobs", "0"]))
     assert measured[:4] == ["ours", "ours-compiled-unpad", "ours-compiled-fixed", "hf"] and len(measured) == 10
 
 
@@ -224,7 +224,7 @@ def test_all_asks_every_worker_of_ours_for_its_profile(gpu_step, monkeypatch):
         return SimpleNamespace(returncode=0, stdout=json.dumps(row) + "\n", stderr="")
 
     monkeypatch.setattr(gpu_step.subprocess, "run", fake_run)
-    rows, _ = gpu_step.run_all(gpu_step.parse_args(["--all", "--profile-steps", "3"]))
+    rows, _ = gpu_step.run_all(gpu_step.parse_args(["--all", "--profile-steps", "3", "--prewarm-jobs", "0"]))
     for command, row in zip(commands, rows):
         impl = command[command.index("--worker") + 1]
         assert ("--profile-steps" in command) == impl.startswith("ours") == ("profile" in row)
@@ -297,7 +297,7 @@ def test_a_failed_measurement_leaves_the_others_and_rows_are_kept_as_measured(gp
 
     monkeypatch.setattr(gpu_step.subprocess, "run", fake_run)
     out = tmp_path / "rows.jsonl"
-    args = gpu_step.parse_args(["--all", "--json", str(out), "--worker-timeout", "5"])
+    args = gpu_step.parse_args(["--all", "--json", str(out), "--worker-timeout", "5", "--prewarm-jobs", "0"])
     rows, failures = gpu_step.run_all(args)
     assert len(rows) == 8 and len(failures) == 2  # 4 + 3 + 3 measurements
     assert "modernbert-base 1024 x 24 hf: no result within --worker-timeout 5 s" in failures[0]
@@ -306,3 +306,72 @@ def test_a_failed_measurement_leaves_the_others_and_rows_are_kept_as_measured(gp
     assert [(r["label"], r["batch"], r["impl"]) for r in kept] == [(r["label"], r["batch"], r["impl"]) for r in rows]
     table = gpu_step.format_all_table(rows, 1e15)  # the table still prints with the holes
     assert "ours-compiled / HF" in table and "n/a" not in table.splitlines()[1]
+
+
+def _fake_worker(calls, fail_warm=()):
+    """A stand-in for subprocess.run of gpu_step's workers, recording (impl, case, warm-only) per call."""
+    import json
+    from types import SimpleNamespace
+
+    def fake_run(command, **kwargs):
+        impl, case = command[command.index("--worker") + 1], int(command[command.index("--worker-case") + 1])
+        warm = "--warm-only" in command
+        calls.append((impl, case, warm))
+        assert kwargs["env"]["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1" and kwargs["env"]["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "1"
+        if warm and (impl, case) in fail_warm:
+            return SimpleNamespace(returncode=1, stdout="", stderr="out of memory")
+        row = ({"impl": impl, "warmup_s": 40.0 + case, "compile_cache": {}} if warm else
+               {"impl": impl, "attention": "sdpa", "windows": [1.0, 2.0, 3.0], "tokens_per_s": 2.0, "warmup_s": 0.5,
+                "peak_gpu_mib": None, "parameters": 7})
+        return SimpleNamespace(returncode=0, stdout=json.dumps(row) + "\n", stderr="")
+    return fake_run
+
+
+def test_the_compiled_rows_are_compiled_first_and_together(gpu_step, monkeypatch):
+    calls = []
+    monkeypatch.setattr(gpu_step.subprocess, "run", _fake_worker(calls))
+    rows, failures = gpu_step.run_all(gpu_step.parse_args(["--all"]))
+    assert not failures and len(rows) == 10
+    warm = [(impl, case) for impl, case, is_warm in calls if is_warm]
+    # every compiled measurement is warmed, before any measurement, and nothing else is
+    assert sorted(warm) == sorted((r["impl"], case) for case, r in zip([0, 0, 0, 0, 1, 1, 1, 2, 2, 2], rows)
+                                  if r["impl"] in gpu_step.COMPILED_IMPLS)
+    assert len(warm) == 4 and all(is_warm for *_, is_warm in calls[:4])
+    assert [r.get("prewarm_s") is not None for r in rows] == [r["impl"] in gpu_step.COMPILED_IMPLS for r in rows]
+    table = gpu_step.format_all_table(rows, 1e15).splitlines()
+    assert "prewarm s" in table[0] and "40.0" in table[2]  # the unpadded ModernBERT row: cold warm-up of case 0
+
+    calls.clear()
+    gpu_step.run_all(gpu_step.parse_args(["--all", "--prewarm-jobs", "0"]))
+    assert not any(is_warm for *_, is_warm in calls) and len(calls) == 10
+
+
+def test_a_failed_prewarm_leaves_its_measurement_to_compile(gpu_step, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(gpu_step.subprocess, "run", _fake_worker(calls, fail_warm={("ours-compiled", 1)}))
+    rows, failures = gpu_step.run_all(gpu_step.parse_args(["--all"]))
+    assert not failures and len(rows) == 10
+    row = next(r for r in rows if r["impl"] == "ours-compiled" and r["batch"] == 256)
+    assert "prewarm_s" not in row and row["tokens_per_s"] == 2.0
+    assert "prewarm of bert-base 128 x 256 ours-compiled failed (its measurement compiles for itself)" in \
+        capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gpu_step.parse_args(["--all", "--prewarm-jobs", "-1"])
+
+
+@pytest.mark.slow
+def test_a_prewarmed_measurement_loads_its_graphs_from_the_cache(gpu_step, monkeypatch, tmp_path):
+    # the real subprocesses at a tiny shape on the CPU (inductor's C++ kernels; ~1 min cold): the warm-only worker
+    # compiles into a fresh cache directory, the measurement that follows hits that cache and compiles nothing
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    args = gpu_step.parse_args(["--all", "--worker-tiny", "--warmup", "1", "--window-steps", "1",
+                                "--worker-timeout", "600"])
+    warmed = gpu_step.prewarm(args, [(1, "ours-compiled"), (1, "hf")])
+    assert list(warmed) == [(1, "ours-compiled")]  # transformers' eager step has nothing to compile
+    cold = warmed[(1, "ours-compiled")]["compile_cache"]
+    assert cold["fx_graph_misses"] > 0 and cold["fx_graph_hits"] == 0, cold
+    row, error = gpu_step.run_worker(args, 1, "ours-compiled")
+    assert error is None, error
+    assert row["compile_cache"]["fx_graph_hits"] == cold["fx_graph_misses"], (row["compile_cache"], cold)
+    assert row["compile_cache"]["fx_graph_misses"] == 0 and row["tokens_per_s"] > 0, row
