@@ -335,7 +335,8 @@ def measure_case(impl: str, family: str, dims: tuple[int, int, int, int, int], s
         rates.append(window_steps * batch * seq_len / (time.perf_counter() - started))
     out = {"impl": impl, "attention": attention, "windows": rates, "tokens_per_s": statistics.median(rates),
            "warmup_s": warmup_s, "peak_gpu_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None,
-           "parameters": sum(p.numel() for p in params)}
+           "parameters": sum(p.numel() for p in params),
+           "device_name": torch.cuda.get_device_name(dev) if cuda else dev.type}
     if cache is not None:
         out["compile_cache"] = cache
     if profile_steps > 0:
@@ -432,15 +433,77 @@ def case_flops(family: str, dims: tuple[int, int, int, int, int], seq_len: int, 
     return d.train_flops_per_token, d.dense_head_train_flops_per_token
 
 
+def verdict(value: float | None, goal: float) -> str:
+    return "n/a" if value is None else ("met" if value >= goal else "NOT met")
+
+
+def case_ratios(impls: dict[str, dict]) -> list[tuple[str, float | None, float | None, float | None]]:
+    """One case's rows by implementation -> per compiled implementation measured: (name, its tokens/s over ours
+    eager, over transformers', its peak memory over transformers'), None where a row is missing."""
+    out = []
+    for name in COMPILED_IMPLS:
+        if (compiled := impls.get(name)) is None:
+            continue
+        eager, hf = impls.get("ours"), impls.get("hf")
+        memory = (compiled["peak_gpu_mib"] / hf["peak_gpu_mib"]
+                  if hf and compiled["peak_gpu_mib"] and hf["peak_gpu_mib"] else None)
+        out.append((name, compiled["tokens_per_s"] / eager["tokens_per_s"] if eager else None,
+                    compiled["tokens_per_s"] / hf["tokens_per_s"] if hf else None, memory))
+    return out
+
+
+def format_markdown(rows: list[dict], peak_label: str, peak_flops: float | None) -> str:
+    """--all's rows (its --json file) as benchmarks/RESULTS.md's tables: a line per measurement, the ratios per case
+    against the goal, and each profiled row's GPU time by kind of work and its costliest kernels."""
+    names = sorted({row.get("device_name", "?") for row in rows})
+    lines = [f"Device: {', '.join(names)}; peak {peak_label}" + (f" = {peak_flops / 1e12:,.1f} TFLOP/s dense bf16"
+                                                                  if peak_flops else ""), "",
+             "| case | impl | tokens/s | MFU | goal | peak GiB | warm-up s | prewarm s | windows (tokens/s) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    by_case: dict[tuple, dict[str, dict]] = {}
+    for row in rows:
+        key = (row["label"], row["seq_len"], row["batch"])
+        case = "" if key in by_case else f"{row['label']} {row['seq_len']:,} x {row['batch']} " \
+                                          f"({row['seq_len'] * row['batch']:,} tokens)"
+        by_case.setdefault(key, {})[row["impl"]] = row
+        share = mfu(row["tokens_per_s"], row["flops_per_token"], peak_flops)
+        goal = (f">= {100 * row['mfu_goal']:.0f} % {verdict(share, row['mfu_goal'])}"
+                if row["impl"] in COMPILED_IMPLS else "")
+        memory = "n/a" if row["peak_gpu_mib"] is None else f"{row['peak_gpu_mib'] / 1024:.2f}"
+        prewarm_s = "" if row.get("prewarm_s") is None else f"{row['prewarm_s']:.1f}"
+        lines.append(f"| {case} | {row['impl']} | {row['tokens_per_s']:,.0f} | "
+                     f"{'n/a' if share is None else f'{100 * share:.1f} %'} | {goal} | {memory} | "
+                     f"{row['warmup_s']:.1f} | {prewarm_s} | " + " / ".join(f"{r:,.0f}" for r in row["windows"]) + " |")
+    lines.append("")
+    for (label, seq, batch), impls in by_case.items():
+        parts = []
+        for name, vs_eager, vs_hf, memory in case_ratios(impls):
+            text = f"{name}: " + ("" if vs_eager is None else f"{vs_eager:.2f}x eager")
+            if vs_hf is not None:
+                text += (", " if vs_eager is not None else "") + \
+                    f"**{vs_hf:.2f}x** transformers (goal >= {RATIO_GOAL}x {verdict(vs_hf, RATIO_GOAL)})"
+                if memory is not None:
+                    text += f", {memory:.2f}x its peak memory"
+            parts.append(text)
+        if parts:
+            lines.append(f"- {label} {seq:,} x {batch}: " + "; ".join(parts))
+    profiled = [row for row in rows if "profile" in row]
+    for row in profiled:
+        summary = row["profile"]
+        lines += ["", f"{row['label']} {row['seq_len']:,} x {row['batch']} {row['impl']}: {summary['ms_per_step']:.2f} ms "
+                  f"of {summary['clock']} time a step ({summary['steps']} steps profiled): "
+                  + ", ".join(f"{kind} {100 * share:.1f} %" for kind, share in summary["kinds"].items()), "",
+                  "| ms a step | calls a step | kernel |", "|---|---|---|"]
+        lines += [f"| {ms:.3f} | {calls:g} | `{name}` |" for name, ms, calls in summary["top"][:8]]
+    return "\n".join(lines)
+
+
 def format_all_table(rows: list[dict], peak_flops: float | None) -> str:
     """--all's results: a line per (case, implementation) with tokens/s (median window), MFU and its goal, peak
     memory and the windows; a line per case with ours-compiled / ours and ours-compiled / HF against the ratio
     goal (each compiled implementation, unpadded ModernBERT's too). A row: label, seq_len, batch, impl, tokens_per_s,
     windows, peak_gpu_mib, warmup_s, flops_per_token, mfu_goal, and prewarm_s where --prewarm-jobs compiled it
     first (its cold warm-up, beside the others; warmup_s is then the warm-up that loaded the cached graphs)."""
-    def verdict(value: float | None, goal: float) -> str:
-        return "n/a" if value is None else ("met" if value >= goal else "NOT met")
-
     lines = [f"  {'case':<16}{'seq':>5}{'batch':>6}  {'impl':<20}{'tokens/s':>12}{'MFU':>8}  {'goal':<17}"
              f"{'peak GiB':>9}{'warm-up s':>10}{'prewarm s':>10}   windows (tokens/s)"]
     by_case: dict[tuple, dict[str, dict]] = {}
@@ -458,15 +521,13 @@ def format_all_table(rows: list[dict], peak_flops: float | None) -> str:
                      + ", ".join(f"{r:,.0f}" for r in row["windows"]))
     for (label, seq, batch), impls in by_case.items():
         text = f"  {label} {seq} x {batch}:"
-        for name in COMPILED_IMPLS:
-            compiled = impls.get(name)
-            if compiled and "ours" in impls:
-                text += f" {name} / eager {compiled['tokens_per_s'] / impls['ours']['tokens_per_s']:.2f}x;"
-            if compiled and "hf" in impls:
-                ratio = compiled["tokens_per_s"] / impls["hf"]["tokens_per_s"]
-                text += f" {name} / HF {ratio:.2f}x (goal >= {RATIO_GOAL}x {verdict(ratio, RATIO_GOAL)})"
-                if compiled["peak_gpu_mib"] and impls["hf"]["peak_gpu_mib"]:
-                    text += f", {compiled['peak_gpu_mib'] / impls['hf']['peak_gpu_mib']:.2f}x peak memory"
+        for name, vs_eager, vs_hf, memory in case_ratios(impls):
+            if vs_eager is not None:
+                text += f" {name} / eager {vs_eager:.2f}x;"
+            if vs_hf is not None:
+                text += f" {name} / HF {vs_hf:.2f}x (goal >= {RATIO_GOAL}x {verdict(vs_hf, RATIO_GOAL)})"
+                if memory is not None:
+                    text += f", {memory:.2f}x peak memory"
                 text += ";"
         lines.append(text + f" {next(iter(impls.values()))['flops_per_token'] / 1e9:.3f} G training FLOPs/token")
     return "\n".join(lines)
@@ -649,6 +710,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prewarm-jobs", type=int, default=4,
                         help="--all: compile the compiled measurements this many at a time before any is timed "
                              "(they then load their graphs from inductor's caches); 0 = each compiles in its turn")
+    parser.add_argument("--markdown", default=None, metavar="ROWS_JSONL",
+                        help="print the rows of an --all --json file as RESULTS.md's tables (no GPU needed; the "
+                             "peak from the rows' device name, or --peak-tflops)")
     parser.add_argument("--worker", choices=list(ALL_IMPLS), help=argparse.SUPPRESS)
     parser.add_argument("--worker-case", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
@@ -682,6 +746,14 @@ def _no_gpu_reason() -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as handle:
+            rows = [json.loads(line) for line in handle if line.strip()]
+        if not rows:
+            raise SystemExit(f"gpu_step: {args.markdown} holds no measured row")
+        label, peak = resolve_peak(rows[0].get("device_name", "unknown"), args.peak_tflops)
+        print(format_markdown(rows, label, peak))
+        return
     if args.worker_case is not None:  # one --all measurement: --worker IMPL --worker-case INDEX
         label, family, seq, batch, predictions, _ = ALL_CASES[args.worker_case]
         device, local_attention = "cuda", 128

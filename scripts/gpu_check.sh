@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of a session lent a CUDA machine, as one command within a fixed time: issue 31's step figures
-# (benchmarks/gpu_step.py --all) first, then `make test-gpu`'s tests, each log written as it runs.
+# (benchmarks/gpu_step.py --all) first, then `make test-gpu`'s tests, each log written as it runs; the measured rows
+# also as markdown tables (gpu_all.md) for benchmarks/RESULTS.md.
 #
 #   OUT=/some/dir bash scripts/gpu_check.sh [SECONDS]      # default 570: the whole script's budget
 #
@@ -32,6 +33,8 @@ cat "$out/machine.txt"
 bench_budget=$((budget * 62 / 100))
 timeout "$bench_budget" "$python" benchmarks/gpu_step.py --all --profile-steps 3 --worker-timeout 180 --json "$out/gpu_all.jsonl" 2>&1 | tee "$out/gpu_all.log"
 echo "gpu_check: gpu_step --all exit ${PIPESTATUS[0]} after ${SECONDS} s" | tee -a "$out/gpu_all.log"
+# the rows as RESULTS.md's tables (whatever was measured before the budget ran out)
+"$python" benchmarks/gpu_step.py --markdown "$out/gpu_all.jsonl" >"$out/gpu_all.md" 2>&1
 
 left=$((budget - SECONDS - 15))
 if ((left < 60)); then

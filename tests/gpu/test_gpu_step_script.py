@@ -375,3 +375,41 @@ def test_a_prewarmed_measurement_loads_its_graphs_from_the_cache(gpu_step, monke
     assert error is None, error
     assert row["compile_cache"]["fx_graph_hits"] == cold["fx_graph_misses"], (row["compile_cache"], cold)
     assert row["compile_cache"]["fx_graph_misses"] == 0 and row["tokens_per_s"] > 0, row
+
+
+def test_the_rows_of_a_run_become_the_results_tables(gpu_step, monkeypatch, tmp_path, capsys):
+    # what a lent GPU's session pastes into RESULTS.md, made from --all's --json file by the script itself
+    calls = []
+    monkeypatch.setattr(gpu_step.subprocess, "run", _fake_worker(calls))
+    out = tmp_path / "rows.jsonl"
+    rows, _ = gpu_step.run_all(gpu_step.parse_args(["--all", "--json", str(out)]))
+    import json
+
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    kept[1]["profile"] = {"steps": 3, "clock": "device", "ms_per_step": 40.0, "kinds": {"matmul": 0.6, "attention": 0.4},
+                          "top": [["sm90_xmma_gemm_bf16", 20.0, 72.0], ["flash_fwd_kernel", 16.0, 22.0]]}
+    for row in kept:
+        row["device_name"] = "NVIDIA H200"
+        row["tokens_per_s"] = 1e5 if row["impl"] == "ours" else (3e5 if row["impl"] in gpu_step.COMPILED_IMPLS else 2e5)
+        row["peak_gpu_mib"] = 2048.0 if row["impl"] == "hf" else 1024.0
+    out.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    capsys.readouterr()
+    gpu_step.main(["--markdown", str(out)])
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0] == "Device: NVIDIA H200; peak H200 SXM = 989.4 TFLOP/s dense bf16", lines[0]
+    table = [line for line in lines if line.startswith("| ") and not line.startswith("| ms")]
+    assert table[0].startswith("| case | impl | tokens/s | MFU | goal |") and len(table) == 1 + 10 + 2  # + kernels
+    first = table[1].split(" | ")
+    assert first[0] == "| modernbert-base 1,024 x 24 (24,576 tokens)" and first[1] == "ours" and first[2] == "100,000"
+    mfu = 100 * gpu_step.mfu(3e5, kept[1]["flops_per_token"], 989.4e12)
+    assert f"| ours-compiled-unpad | 300,000 | {mfu:.1f} % | >= 40 % NOT met | 1.00 |" in text
+    assert table[2].startswith("|  | ours-compiled-unpad | ")  # the case named once, on its first row
+    ratios = [line for line in lines if line.startswith("- ")]
+    assert len(ratios) == 3 and "ours-compiled-fixed: 3.00x eager, **1.50x** transformers (goal >= 1.5x met), " \
+        "0.50x its peak memory" in ratios[0]
+    assert "ours-compiled-unpad 24,576" not in text and "40.00 ms of device time a step (3 steps profiled): " \
+        "matmul 60.0 %, attention 40.0 %" in text and "| 20.000 | 72 | `sm90_xmma_gemm_bf16` |" in text
+    out.write_text("")
+    with pytest.raises(SystemExit, match="holds no measured row"):
+        gpu_step.main(["--markdown", str(out)])
