@@ -15,7 +15,7 @@
 set -uo pipefail
 budget=${1:-570}
 out=${OUT:?set OUT to the folder the logs go to}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 python=${PYTHON:-python3}
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

@@ -413,3 +413,24 @@ def test_the_rows_of_a_run_become_the_results_tables(gpu_step, monkeypatch, tmp_
     out.write_text("")
     with pytest.raises(SystemExit, match="holds no measured row"):
         gpu_step.main(["--markdown", str(out)])
+
+
+def test_the_gpu_check_script_lints_and_runs_through_without_a_gpu(tmp_path):
+    # scripts/gpu_check.sh is the one command a lent GPU's session runs: it must not fail on its own mistakes there
+    import os
+    import shutil
+    import subprocess
+
+    script = REPO / "scripts" / "gpu_check.sh"
+    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    lint = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout
+    # a budget too small for the tests: the benchmark says why it measured nothing, the markdown step runs, the
+    # tests are skipped with a line saying so, and every log is in OUT
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
+    run = subprocess.run(["bash", str(script), "40"], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "sees no CUDA device" in (tmp_path / "gpu_all.log").read_text()
+    assert "gpu_step --all exit 1" in (tmp_path / "gpu_all.log").read_text()
+    assert (tmp_path / "gpu_all.md").is_file() and "torch" in (tmp_path / "machine.txt").read_text()
+    assert "too little for the tests" in (tmp_path / "test_gpu.log").read_text()
