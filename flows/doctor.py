@@ -4,7 +4,8 @@
 
 Prints the versions of the packages the stages run on (from their metadata: nothing heavy is imported for them),
 the XLA environment (.venv-xla, made by scripts/xla_env.sh), the samples cache, the Prefect API the commands use,
-the devices torch sees, and for each optional path (GPU, XLA, PostgreSQL for a Prefect server, Dataflow) either
+the devices torch sees, and for each optional path (GPU, the compilers pretrain.compile needs, XLA, PostgreSQL for a
+Prefect server, Dataflow) either
 "ready" or what is missing and the command that adds it. It only reads; it always exits 0.
 """
 
@@ -151,6 +152,19 @@ def _dataflow() -> str:
     return "ready (the dataflow preset still needs credentials and preprocess.runner.dataflow.*; docs/runners.md)"
 
 
+def _compile_path(cuda_build: str | None) -> str:
+    """pretrain.compile: whether inductor's compilers are here, for the CPU and, on a CUDA build, for Triton."""
+    from training.run_checks import compiler_problem, triton_c_compiler
+
+    cpu = compiler_problem("cpu")
+    if not cuda_build:
+        return f"missing: {cpu}" if cpu else "ready (CPU: inductor's C++ kernels)"
+    cuda = compiler_problem("cuda")
+    parts = [f"CPU: missing: {cpu}" if cpu else "CPU: inductor's C++ kernels",
+             f"CUDA: missing: {cuda}" if cuda else f"CUDA: Triton, C compiler {triton_c_compiler()}"]
+    return ("missing: " if cpu or cuda else "ready (") + "; ".join(parts) + ("" if cpu or cuda else ")")
+
+
 def report() -> str:
     lines = _section("versions", _versions())
     xla_rows, xla_path = _xla()
@@ -159,8 +173,10 @@ def report() -> str:
     lines += _section("Prefect", _prefect())
     device_rows, gpu_path = _devices()
     lines += _section("devices", device_rows)
-    lines += _section("optional paths", [("GPU", gpu_path), ("XLA", xla_path), ("PostgreSQL", _postgres()),
-                                         ("Dataflow", _dataflow())])
+    import torch
+
+    lines += _section("optional paths", [("GPU", gpu_path), ("pretrain.compile", _compile_path(torch.version.cuda)),
+                                         ("XLA", xla_path), ("PostgreSQL", _postgres()), ("Dataflow", _dataflow())])
     return "\n".join(lines).rstrip() + "\n"
 
 

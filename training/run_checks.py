@@ -11,6 +11,7 @@ What the recipe alone decides is checked when it is loaded (training/pretrain_co
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 
@@ -75,20 +76,24 @@ def triton_c_compiler(environ=os.environ, which=shutil.which) -> str | None:
     return which("gcc") or which("clang")
 
 
-def check_compiler(cfg: PretrainConfig, device: torch.device) -> None:
-    """pretrain.compile needs a compiler beside Python: inductor writes C++ kernels on the CPU (g++, or CXX) and
-    Triton kernels on CUDA, whose launchers Triton builds with a C compiler (gcc, clang, or CC). Without one the
-    first step fails deep inside inductor, after the data and the model are loaded; here it is refused at the start
-    in one line (slim container images ship none: infra/docker/Dockerfile.cuda installs gcc and g++)."""
-    if not cfg.compile:
-        return
-    if device.type == "cuda":
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def compiler_problem(device_type: str) -> str | None:
+    """Why pretrain.compile cannot run on this machine for `device_type` ("cpu" or "cuda"), in one line; None when
+    it can. Inductor writes C++ kernels on the CPU (g++, or CXX) and Triton kernels on CUDA, whose launchers Triton
+    builds with a C compiler the first time it runs one (gcc, clang, or CC)."""
+    if device_type == "cuda":
+        if not triton_installed():
+            return ("pretrain.compile on CUDA needs Triton (torch's CUDA wheels bring it as a dependency), and it is "
+                    "not installed: reinstall torch's CUDA build, or set pretrain.compile: false")
         if triton_c_compiler() is None:
             cc = os.environ.get("CC")
             found = f"CC={cc} is not an executable on PATH" if cc else "neither gcc nor clang is on PATH"
-            raise ConfigError(f"pretrain.compile on CUDA needs a C compiler for Triton's kernel launchers, and "
-                              f"{found}: install gcc (apt-get install gcc), set CC, or set pretrain.compile: false")
-    elif device.type == "cpu":
+            return (f"pretrain.compile on CUDA needs a C compiler for Triton's kernel launchers, and {found}: "
+                    f"install gcc (apt-get install gcc), set CC, or set pretrain.compile: false")
+    elif device_type == "cpu":
         from torch._inductor import config as inductor_config
         from torch._inductor.cpp_builder import get_cpp_compiler
         from torch._inductor.exc import InvalidCxxCompiler
@@ -97,6 +102,14 @@ def check_compiler(cfg: PretrainConfig, device: torch.device) -> None:
             get_cpp_compiler()
         except InvalidCxxCompiler:
             tried = [c for c in inductor_config.cpp.cxx if c is not None]
-            raise ConfigError(f"pretrain.compile on the CPU needs a C++ compiler for inductor's kernels, and none of "
-                              f"{tried} runs: install g++ (apt-get install g++), set CXX, or set pretrain.compile: "
-                              f"false") from None
+            return (f"pretrain.compile on the CPU needs a C++ compiler for inductor's kernels, and none of {tried} "
+                    f"runs: install g++ (apt-get install g++), set CXX, or set pretrain.compile: false")
+    return None
+
+
+def check_compiler(cfg: PretrainConfig, device: torch.device) -> None:
+    """pretrain.compile needs a compiler beside Python (`compiler_problem`). Without one the first step fails deep
+    inside inductor, after the data and the model are loaded; here it is refused at the start in one line (slim
+    container images ship none: infra/docker/Dockerfile.cuda installs gcc and g++)."""
+    if cfg.compile and (problem := compiler_problem(device.type)) is not None:
+        raise ConfigError(problem)

@@ -1,6 +1,7 @@
 """`bertfactory pretrain` with pretrain.compile on a machine without the compiler inductor needs (here: the C++
 compiler of the CPU path, pointed at a path that does not exist) stops at the start of the stage with one line that
-names the option and the fix, and trains nothing; the same run without compile trains (training/run_checks.py)."""
+names the option and the fix, and trains nothing; the same run without compile trains (training/run_checks.py).
+`bertfactory doctor` says the same of this machine."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from torch._inductor import config as inductor_config
 
 from bertfactory.samples import sample_path
 from flows.cli import main
+from training import run_checks
 
 SOTU = ("1790_george_washington_n.txt", "1791_george_washington_n.txt")
 PRETRAIN = {"device": "cpu", "seed": 1, "batch_size": 2, "max_steps": 2, "warmup_steps": 1, "log_every": 1,
@@ -30,3 +32,16 @@ def test_compile_without_a_compiler_is_refused_before_training(tiny_recipe, tmp_
     assert not (run / "pretrain" / "final").exists()
     assert main(["pretrain", str(recipe), "--run-dir", str(run), "--no-prefect"]) == 0
     assert (run / "pretrain" / "final" / "model.safetensors").is_file()
+
+
+def test_doctor_says_what_compile_needs(monkeypatch):
+    from flows import doctor
+
+    assert doctor._compile_path(None) == "ready (CPU: inductor's C++ kernels)"
+    with inductor_config.patch({"cpp.cxx": (None, "/nonexistent/g++")}):
+        assert doctor._compile_path(None).startswith("missing: pretrain.compile on the CPU needs a C++ compiler")
+    monkeypatch.setattr(run_checks, "triton_installed", lambda: True)
+    monkeypatch.setattr(run_checks, "triton_c_compiler", lambda: "/usr/bin/gcc")
+    assert doctor._compile_path("13.0") == "ready (CPU: inductor's C++ kernels; CUDA: Triton, C compiler /usr/bin/gcc)"
+    monkeypatch.setattr(run_checks, "triton_c_compiler", lambda: None)
+    assert "CUDA: missing: pretrain.compile on CUDA needs a C compiler" in doctor._compile_path("13.0")

@@ -31,7 +31,11 @@ def test_the_c_compiler_triton_would_take(environ, present, found):
     assert run_checks.triton_c_compiler(environ, _which(present)) == found
 
 
-def test_cuda_without_a_c_compiler_is_refused_in_one_line(monkeypatch):
+def test_cuda_without_triton_or_a_c_compiler_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(run_checks, "triton_installed", lambda: False)
+    with pytest.raises(ConfigError, match="needs Triton .* and it is not installed"):
+        run_checks.check_compiler(COMPILED, torch.device("cuda"))
+    monkeypatch.setattr(run_checks, "triton_installed", lambda: True)
     monkeypatch.setattr(run_checks, "triton_c_compiler", lambda: None)
     monkeypatch.delenv("CC", raising=False)
     with pytest.raises(ConfigError) as err:
@@ -55,3 +59,4 @@ def test_cpu_without_a_cxx_compiler_is_refused_in_one_line():
 def test_this_machine_has_the_cpu_toolchain():
     # the CPU compile tests (test_compile.py) run here; the check must pass where inductor works
     run_checks.check_compiler(COMPILED, torch.device("cpu"))
+
