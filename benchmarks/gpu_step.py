@@ -119,13 +119,18 @@ COMPILED_IMPLS = ("ours-compiled", "ours-compiled-unpad", "ours-compiled-fixed")
 UNPADDED_IMPLS = {"ours-compiled-unpad": "packed", "ours-compiled-fixed": "fixed"}  # pretrain.unpad_layout
 RATIO_GOAL = 1.5
 TINY_DIMS = {"bert": (32, 1, 2, 64, 200), "modernbert": (32, 3, 2, 48, 256)}  # the CPU smoke test's
-# --worker-tiny (hidden; the CPU tests of the subprocess path): every case at these sizes on the CPU, batch
-# TINY_BATCH + the case's index
-TINY_SEQ, TINY_BATCH, TINY_PREDICTIONS, TINY_LOCAL_ATTENTION = 32, 2, 4, 8
 
 
-def _dims(family: str, tiny: bool) -> tuple[int, int, int, int, int]:
-    return TINY_DIMS[family] if tiny else FAMILY_DIMS[family]
+def case_shape(index: int, tiny: bool) -> dict:
+    """ALL_CASES[index] as measured: family, dims, seq_len, batch, predictions, local_attention, device. `tiny`
+    (--worker-tiny, hidden; the CPU tests of the subprocess path): TINY_DIMS at 32 tokens on the CPU, batch 2 + the
+    case's index."""
+    _, family, seq, batch, predictions, _ = ALL_CASES[index]
+    if tiny:
+        return {"family": family, "dims": TINY_DIMS[family], "seq_len": 32, "batch": 2 + index, "predictions": 4,
+                "local_attention": 8, "device": "cpu"}
+    return {"family": family, "dims": FAMILY_DIMS[family], "seq_len": seq, "batch": batch, "predictions": predictions,
+            "local_attention": 128, "device": "cuda"}
 
 
 def peak_for(device_name: str) -> tuple[str, float] | None:
@@ -615,11 +620,10 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     plan = measurement_plan(args)
     warmed = prewarm(args, plan)
     for index, impl in plan:
-        label, family, seq, batch, predictions, goal = ALL_CASES[index]
-        if args.worker_tiny:
-            seq, batch, predictions = TINY_SEQ, TINY_BATCH + index, TINY_PREDICTIONS
-        credited, _ = case_flops(family, _dims(family, args.worker_tiny), seq, predictions,
-                                 TINY_LOCAL_ATTENTION if args.worker_tiny else 128)
+        label, goal = ALL_CASES[index][0], ALL_CASES[index][-1]
+        shape = case_shape(index, args.worker_tiny)
+        seq, batch = shape["seq_len"], shape["batch"]
+        credited, _ = case_flops(shape["family"], shape["dims"], seq, shape["predictions"], shape["local_attention"])
         measured, error = run_worker(args, index, impl)
         if error is not None:
             failures.append(f"{label} {seq} x {batch} {impl}: {error}")
@@ -755,15 +759,12 @@ def main(argv: list[str] | None = None) -> None:
         print(format_markdown(rows, label, peak))
         return
     if args.worker_case is not None:  # one --all measurement: --worker IMPL --worker-case INDEX
-        label, family, seq, batch, predictions, _ = ALL_CASES[args.worker_case]
-        device, local_attention = "cuda", 128
-        if args.worker_tiny:
-            seq, batch, predictions = TINY_SEQ, TINY_BATCH + args.worker_case, TINY_PREDICTIONS
-            device, local_attention = "cpu", TINY_LOCAL_ATTENTION
-        print(json.dumps(measure_case(args.worker, family, _dims(family, args.worker_tiny), seq, batch, predictions,
-                                      args.warmup, args.windows, args.window_steps, device=device,
-                                      compile_mode=args.compile_mode, local_attention=local_attention,
-                                      profile_steps=args.profile_steps, warm_only=args.warm_only)))
+        shape = case_shape(args.worker_case, args.worker_tiny)
+        print(json.dumps(measure_case(args.worker, shape["family"], shape["dims"], shape["seq_len"], shape["batch"],
+                                      shape["predictions"], args.warmup, args.windows, args.window_steps,
+                                      device=shape["device"], compile_mode=args.compile_mode,
+                                      local_attention=shape["local_attention"], profile_steps=args.profile_steps,
+                                      warm_only=args.warm_only)))
         return
     if args.worker:  # one measurement: --worker IMPL --shape S --seq N (one each)
         shape, seq, batch, predictions = cases(args)[0]

@@ -125,8 +125,9 @@ def test_all_cases_and_goals(gpu_step):
 def _tiny_all(gpu_step, impls, windows=3):
     """The --all case list at tiny shapes on the CPU (the GPU's cases, a few rows of 32 tokens)."""
     rows = []
-    for index, (label, family, _, _, _, goal) in enumerate(gpu_step.ALL_CASES):
-        dims, batch = gpu_step.TINY_DIMS[family], 2 + index  # a batch per case: the table groups by case
+    for index, (label, *_, goal) in enumerate(gpu_step.ALL_CASES):
+        shape = gpu_step.case_shape(index, tiny=True)  # a batch per case: the table groups by case
+        family, dims, batch = shape["family"], shape["dims"], shape["batch"]
         credited, _ = gpu_step.case_flops(family, dims, 32, 4, local_attention=8)
         for impl in impls:
             measured = gpu_step.measure_case(impl, family, dims, 32, batch, 4, warmup=1, windows=windows,
