@@ -435,3 +435,20 @@ def test_the_gpu_check_script_lints_and_runs_through_without_a_gpu(tmp_path):
     assert "gpu_step --all exit 1" in (tmp_path / "gpu_all.log").read_text()
     assert (tmp_path / "gpu_all.md").is_file() and "torch" in (tmp_path / "machine.txt").read_text()
     assert "too little for the tests" in (tmp_path / "test_gpu.log").read_text()
+
+
+@pytest.mark.parametrize("name", ["gpu_wheels.sh", "torch_compat.sh"])
+def test_the_scripts_a_gpu_session_runs_before_its_device_call_lint_clean(name):
+    # gpu_wheels.sh fills .whl/ for gpu_check.sh; torch_compat.sh runs these tests under the lent image's torch.
+    # Both download (PyPI), which tests do not (tests/conftest.py's guard): their runs are recorded in
+    # benchmarks/RESULTS.md, "GPU step with compile"; here, shellcheck and the refusal without arguments
+    import shutil
+    import subprocess
+
+    script = REPO / "scripts" / name
+    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    lint = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout
+    if name == "torch_compat.sh":
+        run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and "usage: bash scripts/torch_compat.sh TORCH_VERSION" in run.stderr
