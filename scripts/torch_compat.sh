@@ -14,8 +14,9 @@
 #   - tests/gpu: benchmarks/gpu_step.py's CPU tests (prewarm and cache hits, markdown, gpu_check.sh's dry run) and
 #     the collection of every CUDA test (those skip without a GPU);
 #   - the compiled step, compile modes, the varlen path, the fused loss and the compiler check (tests/training).
-# Needs .venv (make setup); ~3 GB of wheels the first time (the environment is kept in $TORCH_COMPAT_ROOT, default
-# ${XDG_CACHE_HOME:-~/.cache}/bertfactory/torch-VERSION), then ~8 minutes of tests on 2 cores.
+# Needs .venv (make setup); ~5 GB installed the first time (the environment is kept in $TORCH_COMPAT_ROOT, default
+# ${XDG_CACHE_HOME:-~/.cache}/bertfactory/torch-VERSION), then ~5 minutes of tests on 2 cores (2.5 with inductor's
+# cache warm).
 set -euo pipefail
 version=${1:?usage: bash scripts/torch_compat.sh TORCH_VERSION [PYTEST ARGS...]}
 shift
@@ -24,7 +25,7 @@ cd "$(dirname "$0")/.."
 root=${TORCH_COMPAT_ROOT:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/bertfactory}
 venv="$root/torch-$version"
 if [ ! -f "$venv/.installed" ]; then
-  echo "== torch $version into $venv (first time: its CUDA libraries as wheels, ~3 GB)"
+  echo "== torch $version into $venv (first time: its CUDA libraries as wheels, ~5 GB installed)"
   mkdir -p "$root"
   rm -rf "$venv"
   .venv/bin/python -m venv "$venv"
