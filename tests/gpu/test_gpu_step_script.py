@@ -416,16 +416,22 @@ def test_the_rows_of_a_run_become_the_results_tables(gpu_step, monkeypatch, tmp_
         gpu_step.main(["--markdown", str(out)])
 
 
-def test_the_gpu_check_script_lints_and_runs_through_without_a_gpu(tmp_path):
-    # scripts/gpu_check.sh is the one command a lent GPU's session runs: it must not fail on its own mistakes there
-    import os
+def _assert_shellcheck_clean(script: Path) -> None:
     import shutil
     import subprocess
 
-    script = REPO / "scripts" / "gpu_check.sh"
     shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     lint = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
     assert lint.returncode == 0, lint.stdout
+
+
+def test_the_gpu_check_script_lints_and_runs_through_without_a_gpu(tmp_path):
+    # scripts/gpu_check.sh is the one command a lent GPU's session runs: it must not fail on its own mistakes there
+    import os
+    import subprocess
+
+    script = REPO / "scripts" / "gpu_check.sh"
+    _assert_shellcheck_clean(script)
     # a budget too small for the tests: the benchmark says why it measured nothing, the markdown step runs, the
     # tests are skipped with a line saying so, and every log is in OUT
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
@@ -442,13 +448,10 @@ def test_the_scripts_a_gpu_session_runs_before_its_device_call_lint_clean(name):
     # gpu_wheels.sh fills .whl/ for gpu_check.sh; torch_compat.sh runs these tests under the lent image's torch.
     # Both download (PyPI), which tests do not (tests/conftest.py's guard): their runs are recorded in
     # benchmarks/RESULTS.md, "GPU step with compile"; here, shellcheck and the refusal without arguments
-    import shutil
     import subprocess
 
     script = REPO / "scripts" / name
-    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
-    lint = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
-    assert lint.returncode == 0, lint.stdout
+    _assert_shellcheck_clean(script)
     if name == "torch_compat.sh":
         run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
         assert run.returncode != 0 and "usage: bash scripts/torch_compat.sh TORCH_VERSION" in run.stderr

@@ -69,9 +69,9 @@ def _assert_same_curve(compiled, eager_run, losses):
     # the steps did train (the curves compared are not those of weights that never moved): steps 3 and 4 changed
     # the step-2 checkpoint's weights. Not "the loss fell": over 4 tiny steps it need not, and on torch 2.11
     # (scripts/torch_compat.sh) ModernBERT's eager loss rose from step 1 to 4 where 2.13's fell
-    early, _, _ = load_pretrained(eager_run / "pretrain" / "checkpoints" / "step-2")
-    final, _, _ = load_pretrained(eager_run / "pretrain" / "final")
-    moved = [name for name, weight in final.state_dict().items() if not torch.equal(weight, early.state_dict()[name])]
+    early = load_pretrained(eager_run / "pretrain" / "checkpoints" / "step-2")[0].state_dict()
+    final = load_pretrained(eager_run / "pretrain" / "final")[0].state_dict()
+    moved = [name for name, weight in final.items() if not torch.equal(weight, early[name])]
     assert moved, "no weight changed after step 2"
 
 
