@@ -63,12 +63,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _default_file_mode() -> int:
+def process_umask() -> int:
+    """The process's umask, read where Linux shows it (/proc/self/status) rather than set to 0 and back: that
+    toggle is process-wide, and a thread creating a file or folder in between (the shard cache's downloads run
+    on a pool) would get it world-writable. Elsewhere, the toggle."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o077)  # the toggle's window holds the strictest mask, never 0
+    os.umask(umask)
+    return umask
+
+
+def default_file_mode() -> int:
     """The mode an ordinary open() would give a new file (0o666 minus the umask); mkstemp makes 0o600 files,
     which would leave shards and checkpoints unreadable to the other users of a shared run directory."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    return 0o666 & ~process_umask()
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -77,7 +91,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, _default_file_mode())
+        os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -112,7 +126,7 @@ class AtomicFile:
     def __enter__(self) -> Path:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        os.fchmod(fd, _default_file_mode())
+        os.fchmod(fd, default_file_mode())
         os.close(fd)
         self.tmp = Path(tmp)
         return self.tmp

@@ -29,7 +29,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from . import storage
 from .io import atomic_write_json
@@ -67,7 +67,13 @@ def resolve_run_dir(location: str | os.PathLike, what: str = "run directory", ch
         storage.check_location(url, what)
     work = working_copy_of(url)
     origin = work / ORIGIN
-    if not origin.is_file():
+    recorded = origin_of(work) if origin.is_file() else None
+    if recorded != url:
+        if recorded is not None:
+            # written for another spelling of this place (s3://b//x, before URLs lost their repeated slashes): the
+            # working copy is a cache, so it is re-tied to `url` and its sync record starts afresh
+            logger.warning("%s: working copy %s was tied to %s; now to %s", text, work, recorded, url)
+            (work / LEDGER).unlink(missing_ok=True)
         atomic_write_json(origin, {"url": url})
     return work
 
@@ -144,22 +150,35 @@ class WorkingCopy:
     def pull(self, rels: Iterable[str | Path], missing_ok: bool = True) -> list[str]:
         """Download each file the run location has, unless the local copy is the one last synced with the object
         as it is now (another machine may have replaced it since: its version is compared, one HEAD request);
-        returns the relative paths present locally afterwards."""
+        returns the relative paths present locally afterwards.
+
+        A local file changed since it was last synced, whose object the run location still has as it was then, is
+        newer work that never went up (a push that failed): it is kept, and still unpublished (`unpublished`).
+        Only when the object changed too (another machine pushed since) does the run location win."""
         ledger, done, present = self._ledger(), {}, []
         for rel in rels:
             rel = Path(rel).as_posix()
             local = self.root / rel
             remote = self.remote(rel)
             version = storage.object_version(remote)
+            entry = ledger.get(rel)
+            synced = local.is_file() and entry is not None and entry[:2] == self._stamp(local)
+            changed_here = local.is_file() and entry is not None and not synced
             if version is None:
                 if not missing_ok:
                     raise storage.StorageError(f"{remote}: not found in the run location")
-                if local.is_file() and rel in ledger:
+                if synced:
                     local.unlink()  # removed from the run location since it was last synced
+                if changed_here:
+                    present.append(rel)
                 continue
-            entry = ledger.get(rel)
-            if not (local.is_file() and entry is not None and entry[:2] == self._stamp(local)
-                    and entry[2:] == [version]):
+            if changed_here and entry[2:] == [version]:
+                present.append(rel)  # written here since the last sync, not yet pushed: the newer copy
+                continue
+            if changed_here:
+                logger.warning("%s: changed here and in the run location since the last sync; taking the run "
+                               "location's copy", local)
+            if not (synced and entry[2:] == [version]):
                 try:
                     storage.download_file(remote, local)
                 except FileNotFoundError:  # deleted between the HEAD and the GET
@@ -168,6 +187,15 @@ class WorkingCopy:
             present.append(rel)
         self._record(done)
         return present
+
+    def unpublished(self, rel: str | Path) -> bool:
+        """Whether the local file differs from what was last synced with the run location (or never was)."""
+        rel = Path(rel).as_posix()
+        local = self.root / rel
+        if not local.is_file():
+            return False
+        entry = self._ledger().get(rel)
+        return entry is None or entry[:2] != self._stamp(local)
 
     def pull_tree(self, rel: str | Path, exclude: tuple[str, ...] = ()) -> list[str]:
         """Every file under `rel` in the run location (but those under an `exclude` prefix), pulled."""
@@ -180,27 +208,43 @@ class WorkingCopy:
 
     # -- push ----------------------------------------------------------------------------------------------------
 
-    def push(self, rels: Iterable[str | Path]) -> int:
-        """Upload each existing local file that changed since it was last synced; returns how many went up."""
-        ledger, done = self._ledger(), {}
+    def _changed(self, rels: Iterable[str | Path], ledger: dict[str, list]) -> list[str]:
+        """The existing local files among `rels` that changed since they were last synced."""
+        out = []
         for rel in rels:
             rel = Path(rel).as_posix()
             local = self.root / rel
-            if not local.is_file():
-                continue
-            stamp = self._stamp(local)
-            if (ledger.get(rel) or [])[:2] == stamp:
-                continue
-            storage.upload_file(local, self.remote(rel))
-            done[rel] = stamp + [storage.object_version(self.remote(rel))]
+            if local.is_file() and (ledger.get(rel) or [])[:2] != self._stamp(local):
+                out.append(rel)
+        return out
+
+    def push(self, rels: Iterable[str | Path]) -> int:
+        """Upload each existing local file that changed since it was last synced; returns how many went up."""
+        ledger, done = self._ledger(), {}
+        for rel in self._changed(rels, ledger):
+            storage.upload_file(self.root / rel, self.remote(rel))
+            done[rel] = self._stamp(self.root / rel) + [storage.object_version(self.remote(rel))]
         self._record(done)
         return len(done)
 
+    def unmark(self, rels: Iterable[str | Path]) -> None:
+        """Delete commit objects from the run location (and forget them here, so that the next push sends them
+        again) before the files they vouch for change: a reader never trusts a half-replaced set."""
+        rels = [Path(rel).as_posix() for rel in rels]
+        for rel in rels:
+            storage.delete(self.remote(rel))
+        ledger = self._ledger()
+        kept = {k: v for k, v in ledger.items() if k not in rels}
+        if len(kept) != len(ledger):
+            atomic_write_json(self.root / LEDGER, kept)
+
     def push_tree(self, rel: str | Path, last: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
-                  mirror: bool = False) -> int:
+                  mirror: bool = False, keep: Iterable[str] = ()) -> int:
         """Upload the files under `rel`; the names in `last` (relative to `rel`) after every other file, so that
-        they commit the rest. `mirror`: afterwards delete remote files under `rel` that are gone locally (before
-        the `last` files go up, so that a reader never sees a committed set with stale files in it)."""
+        they commit the rest: when any other file goes up, the run location's copies of `last` are deleted first
+        (unmark). `mirror`: afterwards delete remote files under `rel` that are gone locally, but those named in
+        `keep` (paths relative to the root: outputs the run location alone holds, as a run's shards), before the
+        `last` files go up, so that a reader never sees a committed set with stale files in it."""
         rel = Path(rel).as_posix()
         base = self.root / rel
         if not base.is_dir():
@@ -213,9 +257,12 @@ class WorkingCopy:
                        if not any(part.startswith(".") for part in f.relative_to(rel).parts))
         files = [f for f in files if not any(f.startswith(prefix) for prefix in exclude)]
         final = [f"{rel}/{name}" for name in last]
-        count = self.push([f for f in files if f not in final])
+        changed = self._changed([f for f in files if f not in final], self._ledger())
+        if changed and final:
+            self.unmark(final)
+        count = self.push(changed)
         if mirror:
-            local = set(files)
+            local = set(files) | set(keep)
             for name in storage.list_files(self.remote(rel)):
                 full = f"{rel}/{name}"
                 if full not in local and not any(full.startswith(prefix) for prefix in exclude):
@@ -226,6 +273,9 @@ class WorkingCopy:
         """Push a finished directory (a checkpoint), then its marker object: a reader trusts it only with the
         marker (complete_dirs)."""
         rel = Path(rel).as_posix()
+        if self._changed([p.relative_to(self.root) for p in (self.root / rel).rglob("*") if p.is_file()],
+                         self._ledger()):
+            storage.delete(self.remote(f"{rel}/{MARKER}"))  # a directory saved again: no old marker over new files
         self.push_tree(rel)
         storage.write_bytes(self.remote(f"{rel}/{MARKER}"), b"")
 
@@ -279,6 +329,26 @@ def publish_checkpoint(directory: str | os.PathLike, pruned: Iterable[str | os.P
         wc.delete_tree(rel)
 
 
+def remote_complete_dirs(directory: str | os.PathLike) -> list[str]:
+    """The names of the marked directories under `directory`'s place in its run location; [] for a local path."""
+    wc = WorkingCopy.of(directory)
+    if wc is None:
+        return []
+    return wc.complete_dirs(Path(directory).resolve().relative_to(wc.root).as_posix())
+
+
+def read_remote_json(path: str | os.PathLike) -> Any:
+    """The run location's copy of `path` (a file under a working copy, present here or not), parsed; None when it is
+    missing there, unreadable as JSON, or `path` is local."""
+    url = remote_of(path)
+    if url is None:
+        return None
+    try:
+        return json.loads(storage.read_bytes(url))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def publish_files(paths: Iterable[str | os.PathLike]) -> None:
     """Files just written under a working copy go up to the run location now, in the order given (the last can
     commit the others), instead of at their stage's end: they outlive this machine. No-op for a local run."""
@@ -312,9 +382,23 @@ def localize(location: str | os.PathLike, what: str = "model directory") -> Path
     return work
 
 
-def publish_local_dir(local: str | os.PathLike, url: str) -> None:
-    """Upload a finished local directory (an export, an import) to `url`, its marker object last."""
+def publish_local_dir(local: str | os.PathLike, url: str, replace: bool = False) -> None:
+    """Upload a finished local directory (an export, an import) to `url`: config.json after every other file (a
+    reader that finds it, as `localize` does, finds the whole directory), the marker object last. `replace`: what
+    `url` held goes, its config.json and marker first (so it is never taken for a directory while mixed), then the
+    files the new directory lacks."""
     local = Path(local)
-    for path in sorted(p for p in local.rglob("*") if p.is_file()):
-        storage.upload_file(path, storage.join(url, path.relative_to(local).as_posix()))
+    files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    commit = [name for name in files if name == "config.json"]
+    if replace:
+        for name in (MARKER, "config.json"):
+            storage.delete(storage.join(url, name))
+    for name in files:
+        if name not in commit:
+            storage.upload_file(local / name, storage.join(url, name))
+    if replace:
+        for name in sorted(set(storage.list_files(url)) - set(files) - {MARKER}):
+            storage.delete(storage.join(url, name))
+    for name in commit:
+        storage.upload_file(local / name, storage.join(url, name))
     storage.write_bytes(storage.join(url, MARKER), b"")

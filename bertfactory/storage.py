@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .io import default_file_mode
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://(.*)$")
 
@@ -69,13 +70,15 @@ def local_path(location: str | os.PathLike) -> Path:
 
 
 def normalize(url: str) -> str:
-    """`url` with a lower-case scheme, gcs:// spelled gs://, no trailing slash."""
+    """`url` with a lower-case scheme, gcs:// spelled gs://, no repeated or trailing slash (s3://b//runs/x would
+    otherwise be another prefix, the key "/runs/x", behind the same working copy as s3://b/runs/x)."""
     m = _URL.match(url)
     if not m:
         return url
     scheme = m.group(1).lower()
     scheme = SCHEMES.get(scheme, (scheme,))[0] if scheme in SCHEMES else scheme
-    return f"{scheme}://{m.group(2).rstrip('/')}"
+    rest = m.group(2) if scheme == "file" else re.sub("/{2,}", "/", m.group(2))
+    return f"{scheme}://{rest.rstrip('/')}"
 
 
 def join(location: str, *parts: str) -> str:
@@ -315,7 +318,7 @@ def download_file(url: str, local: str | os.PathLike, sha256: str | None = None)
     local.parent.mkdir(parents=True, exist_ok=True)
     fs, path = filesystem(url)
     fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".part", dir=local.parent)
-    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would keep a shared cache from the node's other users
+    os.fchmod(fd, default_file_mode())  # mkstemp's 0600 would keep a shared cache from the node's other users
     os.close(fd)
     try:
         try:
@@ -398,12 +401,6 @@ def invalidate(url: str) -> None:
     """Forget cached listings under `url` (fsspec caches directory listings per instance)."""
     fs, path = filesystem(url)
     fs.invalidate_cache(path)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _sha256(path: str | os.PathLike) -> str:

@@ -32,6 +32,7 @@ pretrain.max_steps extends the run, and a change that alters steps already train
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -354,32 +355,31 @@ def _localize_shards(url: str) -> Path:
     return wc.root / name
 
 
-def _local_output(out: str, overwrite: bool):
-    """(the local directory a command writes, the URL it is published to afterwards or None): an output URL is
-    checked first, written to a temporary directory, then uploaded whole with its marker last."""
-    from bertfactory.storage import StorageError, check_location, delete, list_files
-
+@contextlib.contextmanager
+def _output_dir(out: str, overwrite: bool):
+    """The local directory a command writes: `out` itself, or for an output URL (checked first) a temporary
+    directory, uploaded once the command succeeded (config.json after the other files, its marker last; with
+    --overwrite what the URL held is replaced only then, never before the new output exists) and removed either
+    way."""
     if not is_url(out):
-        return Path(out), None
+        yield Path(out)
+        return
+    import shutil
     import tempfile
 
+    from bertfactory.run_location import publish_local_dir
+    from bertfactory.storage import StorageError, check_location, list_files
+
     check_location(out, "output directory")
-    if list_files(out):
-        if not overwrite:
-            raise StorageError(f"{out} is not empty; choose a new location or pass --overwrite to replace it")
-        delete(out, recursive=True)
-    return Path(tempfile.mkdtemp(prefix="bertfactory-out-")) / "out", out
-
-
-def _publish_output(local: Path, url: str | None) -> None:
-    if url is not None:
-        import shutil
-
-        from bertfactory.run_location import publish_local_dir
-
-        publish_local_dir(local, url)
-        shutil.rmtree(local.parent, ignore_errors=True)
-        print(f"published {url}")
+    if list_files(out) and not overwrite:
+        raise StorageError(f"{out} is not empty; choose a new location or pass --overwrite to replace it")
+    scratch = Path(tempfile.mkdtemp(prefix="bertfactory-out-"))
+    try:
+        yield scratch / "out"
+        publish_local_dir(scratch / "out", out, replace=True)
+        print(f"published {out}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _cmd_export(args) -> int:
@@ -390,14 +390,13 @@ def _cmd_export(args) -> int:
     source = localize(args.checkpoint)  # a URL: checked, its model files pulled into the working copy
     if not (source / "config.json").is_file() and (source / "pretrain" / "final" / "config.json").is_file():
         source = source / "pretrain" / "final"  # a run directory: its trained model
-    local_out, out_url = _local_output(args.out, args.overwrite)
-    out = export_to_hf(source, local_out, overwrite=args.overwrite, layout=args.layout)
-    hf_class = read_json_file(out / "config.json", f"no config.json in {out}")["architectures"][0]
-    auto = "AutoModel" if hf_class.endswith("Model") else \
-        f"AutoModelFor{'MaskedLM' if 'MaskedLM' in hf_class else 'PreTraining'}"
-    print(f"exported {args.checkpoint} -> {args.out} (transformers {hf_class}; load with transformers.{auto}"
-          f".from_pretrained({str(out if out_url is None else args.out)!r}))")
-    _publish_output(out, out_url)
+    with _output_dir(args.out, args.overwrite) as local_out:
+        out = export_to_hf(source, local_out, overwrite=args.overwrite, layout=args.layout)
+        hf_class = read_json_file(out / "config.json", f"no config.json in {out}")["architectures"][0]
+        auto = "AutoModel" if hf_class.endswith("Model") else \
+            f"AutoModelFor{'MaskedLM' if 'MaskedLM' in hf_class else 'PreTraining'}"
+        print(f"exported {args.checkpoint} -> {args.out} (transformers {hf_class}; load with transformers.{auto}"
+              f".from_pretrained({str(args.out if is_url(args.out) else out)!r}))")
     return 0
 
 
@@ -405,11 +404,10 @@ def _cmd_import_hf(args) -> int:
     from bertfactory.run_location import localize
     from training.hf import import_from_hf
 
-    local_out, out_url = _local_output(args.out, args.overwrite)
-    result = import_from_hf(localize(args.hf_dir, "Hugging Face directory"), local_out, seed=args.seed,
-                            overwrite=args.overwrite, treat_as=args.treat_as, drop=tuple(args.drop))
-    print(f"imported {args.hf_dir} ({result.architecture}) -> {args.out if out_url else result.path}")
-    _publish_output(local_out, out_url)
+    with _output_dir(args.out, args.overwrite) as local_out:
+        result = import_from_hf(localize(args.hf_dir, "Hugging Face directory"), local_out, seed=args.seed,
+                                overwrite=args.overwrite, treat_as=args.treat_as, drop=tuple(args.drop))
+        print(f"imported {args.hf_dir} ({result.architecture}) -> {args.out if is_url(args.out) else result.path}")
     if result.dropped:
         print(f"left out: {', '.join(result.dropped)}")
     if result.initialised:

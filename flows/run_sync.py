@@ -38,6 +38,7 @@ _PUSH: dict[str, list[tuple[str, tuple[str, ...], bool]]] = {
     "tapt": [("tapt", (), False)],
 }
 _CHECKPOINTS = "pretrain/checkpoints"
+_FINAL = "pretrain/final"
 # a task's finished fine-tuning runs: pushed as each is written and removed from the run location once the task's part
 # is there (evaluation/run_cache.py), so never part of the stage's own push
 _EVAL_RUNS = "eval/parts/runs/"
@@ -86,14 +87,20 @@ def remote_shards(run_dir: Path) -> dict[str, int]:
 
 
 def pull_state(stage: str, run_dir: Path) -> bool | None:
-    """The stage's stamps and the outputs is_fresh fingerprints (not shards: stamps.is_fresh checks the run
-    location's listing for them). Returns whether the run location has the stage's stamp (None: a local run)."""
+    """The stage's stamps and, when the run location has the stage's stamp, the outputs is_fresh fingerprints (not
+    shards: stamps.is_fresh checks the run location's listing for them). Without that stamp the run location's
+    outputs are not committed (a push that died half-way) and are left there. Returns whether the run location has
+    the stage's stamp as the working copy has it (None: a local run; False also when the stamp here is newer work
+    that never went up)."""
     wc = working_copy(run_dir)
     if wc is None:
         return None
     stamp = f".bertfactory/{stage}.json"
-    present = wc.pull([stamp, f".bertfactory/{stage}.started.json", *stamps.STAGES[stage].outputs])
-    return stamp in present  # present: the run location has it now
+    present = wc.pull([stamp, f".bertfactory/{stage}.started.json"])
+    published = stamp in present and not wc.unpublished(stamp)
+    if published:
+        wc.pull(stamps.STAGES[stage].outputs)
+    return published
 
 
 def set_aside(stage: str, run_dir: Path, why: str) -> None:
@@ -127,7 +134,10 @@ def after_begin(stage: str, run_dir: Path, step: int | None = None) -> None:
     if not secondary_rank():
         wc.push([f".bertfactory/{stage}.started.json"])
     if stage == "pretrain":
-        wc.pull_tree("pretrain", exclude=(f"{_CHECKPOINTS}/",))
+        # final/config.json goes up after the rest of final/ (_PUSH): without it the run location's final/ is a
+        # push that died half-way, never a result to keep or extend
+        committed = storage.exists(wc.remote(f"{_FINAL}/config.json"))
+        wc.pull_tree("pretrain", exclude=(f"{_CHECKPOINTS}/",) + (() if committed else (f"{_FINAL}/",)))
         complete = wc.complete_dirs(_CHECKPOINTS)
         if not secondary_rank():
             _drop_unpublished_checkpoints(wc, set(complete))
@@ -168,15 +178,17 @@ def _drop_unpublished_checkpoints(wc, complete: set[str]) -> None:
 
 
 def push_outputs(stage: str, run_dir: Path) -> None:
-    """After the stage finished (its stamp written locally): outputs, then the stamp."""
+    """After the stage finished (its stamp written locally): outputs, then the stamp. A mirrored directory keeps in
+    the run location the outputs the stamp vouches for that the working copy does not hold (shards are never
+    pulled, and a working copy's files may be deleted: it is a cache)."""
     wc = working_copy(run_dir)
     if wc is None or secondary_rank():
         return
+    vouched = stamps.recorded_outputs(Path(run_dir), stage)
     for directory, last, mirror in _PUSH.get(stage, []):
-        wc.push_tree(directory, last=last, mirror=mirror, exclude=_EXCLUDE.get(stage, ()))
+        wc.push_tree(directory, last=last, mirror=mirror, exclude=_EXCLUDE.get(stage, ()), keep=vouched)
     wc.push([f".bertfactory/{stage}.json"])
     logger.info("%s: published to %s", stage, wc.url)
-
 
 
 def localize_recipe(recipe):

@@ -296,3 +296,12 @@ def recorded_run(run_dir: Path, stage: str) -> dict:
 def recorded_summary(run_dir: Path, stage: str) -> dict:
     path = _stamp_path(run_dir, stage)
     return json.loads(path.read_text()).get("summary", {}) if path.is_file() else {}
+
+
+def recorded_outputs(run_dir: Path, stage: str) -> set[str]:
+    """The outputs (paths relative to the run directory) the stage's stamp vouches for; empty without a stamp."""
+    path = _stamp_path(run_dir, stage)
+    try:
+        return set(json.loads(path.read_text()).get("outputs", {})) if path.is_file() else set()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return set()

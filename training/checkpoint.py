@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 
 from bertfactory.errors import ContractError
 from bertfactory.io import publish_dir, read_json_file, sha256_file
-from bertfactory.run_location import publish_checkpoint
+from bertfactory.run_location import publish_checkpoint, read_remote_json, remote_complete_dirs
 
 from .fsdp import is_sharded, load_full_model_state
 from .models.registry import architecture_of, get_architecture
@@ -295,15 +295,48 @@ def save_checkpoint(checkpoints_dir: Path, step: int, model: torch.nn.Module, co
         if best is None or old_step != best[0]:
             shutil.rmtree(old)
             pruned.append(old)
+    pruned += _pruned_elsewhere(checkpoints_dir, keep_last, keep_best_by)
     publish_checkpoint(final, pruned, also=also)
     return final
+
+
+def _pruned_elsewhere(checkpoints_dir: Path, keep_last: int, keep_best_by: str | None) -> list[Path]:
+    """The checkpoints the run location holds and this working copy does not (saved on an earlier machine: a
+    resumed run pulls only the one it resumes from) that the same rule prunes, over both together: all but the
+    newest `keep_last` and the best by `keep_best_by` (its metric read from each one's config.json there). [] for a
+    local run."""
+    elsewhere = remote_complete_dirs(checkpoints_dir)
+    local = {p.name for _, p in list_checkpoints(checkpoints_dir)}
+    remote_only = sorted((int(m.group(1)), name) for name in elsewhere
+                         if (m := _STEP_DIR.match(name)) and name not in local)
+    if not remote_only:
+        return []
+    steps = sorted([step for step, _ in list_checkpoints(checkpoints_dir)] + [step for step, _ in remote_only])
+    kept = set(steps[-keep_last:])
+    if keep_best_by:
+        values = [(step, _recorded_metric(directory, keep_best_by)) for step, directory in
+                  list_checkpoints(checkpoints_dir)]
+        values += [(step, _metric_of(read_remote_json(Path(checkpoints_dir) / name / CONFIG_FILE), keep_best_by))
+                   for step, name in remote_only]
+        scored = [(value, step) for step, value in values if value is not None]
+        if scored:
+            higher_is_better = keep_best_by.endswith("_acc")
+            kept.add(max(scored)[1] if higher_is_better else min(scored, key=lambda vs: (vs[0], -vs[1]))[1])
+    return [Path(checkpoints_dir) / name for step, name in remote_only if step not in kept]
 
 
 def _recorded_metric(directory: Path, metric: str) -> float | None:
     try:
         doc = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return _metric_of(doc, metric)
+
+
+def _metric_of(doc: Any, metric: str) -> float | None:
+    try:
         value = doc["training"]["metrics"][metric]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
     return float(value) if isinstance(value, (int, float)) and value == value else None  # NaN is never best
 

@@ -77,3 +77,22 @@ def test_decode_utf8_names_the_file_line_and_byte():
     assert decode_utf8("a\nbé\n".encode(), "x.txt") == "a\nbé\n"
     with pytest.raises(InputError, match=r"^x\.txt:3: not valid UTF-8 \(invalid start byte at byte 4\); a hint$"):
         decode_utf8(b"a\nb\n\xffc\n", "x.txt", hint="; a hint")
+
+
+def test_the_umask_is_read_without_setting_it(monkeypatch):
+    # setting it to 0 and back is process-wide: a thread creating a folder in between got it world-writable
+    import os
+
+    from bertfactory.io import default_file_mode, process_umask
+
+    expected = os.umask(0o027)
+    try:
+        def refuse(mask):
+            raise AssertionError("os.umask called")
+
+        monkeypatch.setattr(os, "umask", refuse)
+        assert process_umask() == 0o027
+        assert default_file_mode() == 0o640
+    finally:
+        monkeypatch.undo()
+        os.umask(expected)
