@@ -79,6 +79,12 @@ def process_umask() -> int:
     return umask
 
 
+def apply_umask(path: str | os.PathLike) -> None:
+    """Give a file written by a library that creates it 0o600 (safetensors' save_file) the mode an ordinary open()
+    gives: weights readable by the other users of a shared run directory, like every other file of it."""
+    os.chmod(path, default_file_mode())
+
+
 def default_file_mode() -> int:
     """The mode an ordinary open() would give a new file (0o666 minus the umask); mkstemp makes 0o600 files,
     which would leave shards and checkpoints unreadable to the other users of a shared run directory."""

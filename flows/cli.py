@@ -52,12 +52,19 @@ DEBUG_HELP = ("debug logging, and a traceback for user errors too, with Prefect'
 
 def _prefect_environment() -> None:
     """Defaults that make a local run work on a fresh machine with no Prefect server: an ephemeral API with
-    analytics off and a generous start-up timeout (slow 2-core machines), and our loggers in the flow logs."""
+    analytics off and a generous start-up timeout (slow 2-core machines), and our loggers in the flow logs. A
+    configured API that does not answer is refused here, in one line, before anything runs."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "preprocessing,training,evaluation,distillation,bertfactory,flows")
     os.environ.setdefault("PREFECT_UI_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+    from .prefect_api import api_problem
+
+    if problem := api_problem():
+        from bertfactory.errors import ConfigError
+
+        raise ConfigError(problem)
 
 
 def _flow_location(location: str, run_dir: Path) -> str:
@@ -170,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="show a shard directory's manifest and one decoded instance with its masks")
     p.add_argument("shard_dir", help="a shards directory (RUN/shards) or a run directory")
     p.add_argument("--split", default="train", help="train or heldout (default train)")
-    p.add_argument("--index", type=int, default=0, help="row to decode (default 0)")
+    p.add_argument("--index", type=int, default=0, help="row to decode (default 0; -1 the last)")
     p.add_argument("--variant", type=int, default=0, help="mask variant to show (default 0)")
 
     # the members' transformers classes and layouts: training/hf's table (torch-free), built from their rows
@@ -441,6 +448,8 @@ def _cmd_stages(args) -> int:
         stages = recipe_stages(recipe)  # a tapt section adds its stage first (flows/tapt.py)
     else:
         stages = (args.command,)
+    if not args.no_prefect:
+        _prefect_environment()
     run_dir.mkdir(parents=True, exist_ok=True)
     if args.no_prefect:
         from .lock import run_dir_lock
@@ -449,7 +458,6 @@ def _cmd_stages(args) -> int:
         with run_dir_lock(run_dir, args.command):
             results = {s: run_stage(s, recipe, run_dir, force=force) for s in stages}
     else:
-        _prefect_environment()
         if args.command == "run":
             from .pipeline import pipeline
 

@@ -38,6 +38,12 @@ def cmd_distill(args) -> int:
 
     run_dir = resolve_run_dir(args.run_dir)  # a URL: checked, then its working copy (docs/cluster.md)
     if args.prefect:
+        from .prefect_api import api_problem
+
+        if problem := api_problem():
+            from bertfactory.errors import ConfigError
+
+            raise ConfigError(problem)
         result = distill(args.config, args.run_dir if run_dir != Path(args.run_dir) else str(run_dir), args.overrides)
     else:
         with run_dir_lock(run_dir, "distill"):

@@ -102,11 +102,20 @@ def _samples() -> list[tuple[str, str]]:
 def _prefect() -> list[tuple[str, str]]:
     from prefect.settings import get_current_settings
 
+    from .prefect_api import configured_api_url
+
     settings = get_current_settings()
-    url = settings.api.url
+    url = configured_api_url()
     database = settings.server.database.connection_url
-    rows = [("API", url or "none set: each command starts a temporary local server (ephemeral API, a SQLite "
-             "database in PREFECT_HOME)"), ("PREFECT_HOME", str(settings.home))]
+    if url:
+        from .prefect_api import unreachable
+
+        reason = unreachable(url, timeout=5.0)
+        shown = f"{url} (does not answer: {reason}; start it, or unset PREFECT_API_URL)" if reason else f"{url} (answers)"
+    else:
+        shown = "none set: each command starts a temporary local server (ephemeral API, a SQLite database in " \
+                "PREFECT_HOME)"
+    rows = [("API", shown), ("PREFECT_HOME", str(settings.home))]
     if not url:
         rows.append(("database", "PostgreSQL" if database and "postgresql" in database.get_secret_value()
                      else "SQLite"))

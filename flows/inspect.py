@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from bertfactory.errors import ContractError
+from bertfactory.errors import ContractError, InputError
 from bertfactory.io import sha256_file
 from preprocessing.shards import MANIFEST_NAME, ShardSet, read_manifest
 
@@ -52,6 +52,10 @@ def inspect_shards(path: Path, split: str = "train", index: int = 0, variant: in
         out.append(f"split {name}: {info.rows:,} rows, {info.tokens:,} tokens, {len(info.shards)} shard(s)")
     if len(shards) == 0:
         return "\n".join(out + [f"(split {split} is empty)"])
+    if not -len(shards) <= index < len(shards):
+        raise InputError(f"--index {index}: split {split} of {directory} has {len(shards):,} rows (indices 0 to "
+                         f"{len(shards) - 1:,}, or -1 for the last)")
+    index %= len(shards)
     inst = shards.instance(index, variant)
     if shards.k == 0:  # dynamic masking: the masks the training loader draws for this row in epoch `variant`
         from training.data import dynamic_masker, masked_at_read_time

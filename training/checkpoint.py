@@ -32,7 +32,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertfactory.errors import ContractError
-from bertfactory.io import publish_dir, read_json_file, sha256_file
+from bertfactory.io import apply_umask, publish_dir, read_json_file, sha256_file
 from bertfactory.run_location import publish_checkpoint, read_remote_json, remote_complete_dirs
 
 from .fsdp import is_sharded, load_full_model_state
@@ -101,6 +101,7 @@ def _write_model_files(staging: Path, model: torch.nn.Module, config: Any, token
     source = model.state_dict() if weights is None else weights
     state = {k: v.detach().to("cpu").contiguous() for k, v in source.items()}
     save_file(state, str(staging / MODEL_FILE), metadata={"format": "pt"})  # one key: safetensors orders metadata keys randomly
+    apply_umask(staging / MODEL_FILE)
     shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
     doc = {
         "format": FORMAT,

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from bertfactory.errors import ConfigError
+
 from .config import ModelConfig
 from .flops import RELATIVE_OBJECTIVES, Term, dense_head_train_flops, estimate_flops
 from .models.registry import get_architecture
@@ -69,7 +71,9 @@ def describe(model_cfg: ModelConfig, vocab_size: int, seq_len: int, predicted_fr
     if not 0.0 < predicted_fraction <= 1.0:
         raise ValueError(f"predicted_fraction must be in (0, 1] (got {predicted_fraction})")
     if objective not in RELATIVE_OBJECTIVES and seq_len > model_cfg.max_position_embeddings:
-        raise ValueError(f"seq_len {seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}")
+        raise ConfigError(f"preprocess.instances.max_seq_len {seq_len} exceeds model.max_position_embeddings="
+                          f"{model_cfg.max_position_embeddings}: raise model.max_position_embeddings to >= {seq_len} "
+                          "or lower max_seq_len")
     total, embedding = count_parameters(model_cfg, vocab_size, objective)
     est = estimate_flops(model_cfg, objective, vocab_size, seq_len, predicted_fraction, rows_per_batch,
                          memory_across_batches=memory_across_batches)

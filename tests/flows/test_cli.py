@@ -86,6 +86,13 @@ def test_describe_prints_counts_without_building_weights(capsys):
     assert "the same with MLM logits at every token" in out
 
 
+def test_describe_refuses_sequences_longer_than_the_positions_in_one_line(capsys):
+    assert main(["describe", LOCAL, "--set", "model.max_position_embeddings=64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: preprocess.instances.max_seq_len 128 exceeds model.max_position_embeddings=64: raise "
+                   "model.max_position_embeddings to >= 128 or lower max_seq_len"), err
+
+
 def test_export_to_hf_and_import_hf_round_trip(tmp_path, capsys):
     import json
 

@@ -47,3 +47,14 @@ def test_a_missing_tokenizer_file_is_refused_naming_it(shard_run, tmp_path, caps
     assert main(["inspect", str(run / "shards")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "tokenizer" in err and "does not exist" in err, err
+
+
+def test_a_row_past_the_split_is_refused_in_one_line_and_minus_one_is_the_last(shard_run, capsys):
+    capsys.readouterr()
+    assert main(["inspect", str(shard_run), "--index", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: --index 100000: split train of "), err
+    assert "rows (indices 0 to" in err
+    rows = int(err.split(" has ")[1].split(" rows")[0].replace(",", ""))
+    assert main(["inspect", str(shard_run), "--index", "-1"]) == 0
+    assert f"train[{rows - 1}]" in capsys.readouterr().out

@@ -145,3 +145,24 @@ def test_fields_added_after_a_checkpoint_compare_equal_at_their_default():
     changed = {"model": {"hidden_size": 128, "share_layers": "all"}, "pretrain": {"seed": 1, "compile": False}}
     assert fingerprint_diff(saved, changed, defaults=defaults) == ["model.share_layers (checkpoint '<absent>', now 'all')"]
     assert fingerprint_diff(saved, now) != []  # without defaults every new field is a difference
+
+
+def test_saved_weights_are_as_readable_as_every_other_file(tiny_run, tmp_path):
+    # safetensors creates its file 0600: on a shared run directory the other users could read everything but the
+    # weights
+    import os
+
+    from training.hf import export_to_hf
+
+    old = os.umask(0o022)
+    try:
+        model = BertForPreTraining(CONFIG)
+        tok = tiny_run / "tokenizer" / "tokenizer.json"
+        saved = [save_checkpoint(tmp_path / "ckpts", 1, model, CONFIG, tok, {}, {"version": 1}, keep_last=1),
+                 save_pretrained(model, CONFIG, tok, tmp_path / "final")]
+        saved.append(export_to_hf(saved[1], tmp_path / "hf"))
+        for directory in saved:
+            modes = {p.name: oct(p.stat().st_mode & 0o777) for p in directory.iterdir() if p.is_file()}
+            assert set(modes.values()) == {"0o644"}, (directory, modes)
+    finally:
+        os.umask(old)

@@ -2,6 +2,8 @@
 
 import pytest
 
+from bertfactory.errors import ConfigError
+
 from training.config import ModelConfig
 from training.describe import count_parameters, describe, meta_model
 from training.flops import estimate_flops
@@ -41,7 +43,7 @@ def test_flops_formula_by_hand_and_the_sparse_head_saving():
     assert sum(t.forward + t.backward for t in d.flops_terms) == d.train_flops_per_token
     saving = 1 - d.train_flops_per_token / d.dense_head_train_flops_per_token
     assert 0.15 < saving < 0.2  # BERT-base: predicting only at masked positions saves ~18 % of the step
-    with pytest.raises(ValueError, match="seq_len 1024 exceeds"):
+    with pytest.raises(ConfigError, match="max_seq_len 1024 exceeds model.max_position_embeddings=512: raise"):
         describe(ModelConfig(), 30522, 1024, 0.15)
 
 

@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertfactory.errors import ContractError, InputError
-from bertfactory.io import atomic_write_json, publish_dir, read_json_file
+from bertfactory.io import apply_umask, atomic_write_json, publish_dir, read_json_file
 from bertfactory.tokens import role_tokens_of_file
 
 from ..checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir, load_pretrained,
@@ -84,6 +84,7 @@ def write_hf_files(directory: Path, state: Mapping[str, torch.Tensor], hf_config
     """model.safetensors, tokenizer.json, config.json and tokenizer_config.json into `directory` (fsynced)."""
     directory.mkdir(parents=True, exist_ok=True)
     save_file(dict(state), str(directory / MODEL_FILE), metadata={"format": "pt"})
+    apply_umask(directory / MODEL_FILE)
     shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
     for name in (MODEL_FILE, TOKENIZER_FILE):
         _fsync_file(directory / name)
