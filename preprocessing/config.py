@@ -18,6 +18,7 @@ from bertfactory.config import StrictModel
 
 from .dedup_config import DedupConfig
 from .filters import FiltersConfig
+from .langcodes import normalise_lang_code
 from .langid import LangIdConfig
 from .sources.parallel import ParallelOptions
 from .sources.text import TextOptions
@@ -84,6 +85,14 @@ class CorpusConfig(StrictModel):
         "source's language or a code in corpus.lang is kept, `auto` detects nothing): documents are only split into "
         "sentences, empty ones dropped and a repeated identity quarantined (duplicate_key). For comparisons on equal "
         "work with tools that tokenise text as it is (benchmarks/corpus_throughput.py)")
+
+    @model_validator(mode="after")
+    def _lang_is_a_code(self) -> "CorpusConfig":
+        # a word (`english`) used to be stored as the corpus' language and matched no filter or langid code
+        if self.lang not in (None, "auto") and normalise_lang_code(self.lang) is None:
+            raise ValueError(f"lang {self.lang!r} is not a language code: give an ISO 639 code or tag (en, eng, "
+                             "en-US), auto to detect each document's, or null to leave it unknown")
+        return self
 
     @model_validator(mode="after")
     def _raw_keeps_no_dedup_index(self) -> "CorpusConfig":

@@ -32,3 +32,14 @@ def test_impossible_values_are_refused(data, key):
     with pytest.raises(ConfigError) as err:
         validate(PreprocessConfig, data, "recipe.yaml: preprocess")
     assert key in str(err.value)
+
+
+@pytest.mark.parametrize("lang", ["en", "eng", "en-US", "zh_Hans", "yue", "auto", None])
+def test_corpus_lang_takes_codes_auto_and_null(lang):
+    assert CorpusConfig(lang=lang).lang == lang
+
+
+@pytest.mark.parametrize("lang", ["english", "English language", "", "e"])
+def test_corpus_lang_refuses_what_is_not_a_code(lang):
+    with pytest.raises(ValueError, match=f"lang {lang!r} is not a language code: give an ISO 639 code"):
+        CorpusConfig(lang=lang)
