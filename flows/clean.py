@@ -9,6 +9,9 @@ storage also the run location's lease, taken through this machine's working copy
 clean of that run directory holds it, here or on another machine, it is refused in the one line naming the holder
 and deletes nothing. A stage moves outputs aside and reads them under that lock, so none is deleted meanwhile.
 Without --yes it only lists, unlocked.
+
+A local directory that is not a run directory (none of the stamps or stage outputs of docs/run-directory.md, no
+replaced folder), or one that does not exist, is refused in one `error:` line before anything is written there.
 """
 
 from __future__ import annotations
@@ -18,6 +21,17 @@ from pathlib import Path
 from bertfactory import storage
 from bertfactory.errors import InputError
 from bertfactory.replaced import delete_replaced, is_replaced, replaced_outputs
+
+
+# what only a run directory holds at its top (docs/run-directory.md): the stamps and lock every stage under a flow
+# writes, and the stages' output folders (a run written by run_preprocess alone has no .bertfactory/)
+RUN_ENTRIES = (".bertfactory/", "tokenizer/", "shards/", "pretrain/", "eval/", "distill/", "corpora/", "continued/")
+
+
+def is_run_directory(path: Path) -> bool:
+    """Whether the local directory `path` is a run directory: one of RUN_ENTRIES, or a replaced output folder."""
+    return (any((path / entry).is_dir() for entry in RUN_ENTRIES)
+            or any(is_replaced(child.name) for child in path.iterdir()))
 
 
 def _size(path: Path) -> int:
@@ -50,6 +64,9 @@ def cmd_clean(args) -> int:
         local_root = Path(location)
         if not local_root.is_dir():
             raise InputError(f"{location}: no such run directory")
+        if not is_run_directory(local_root):  # refused before the lock: it would leave .bertfactory/lock there
+            raise InputError(f"{location}: not a run directory (it holds none of {', '.join(RUN_ENTRIES)} nor a "
+                             f"replaced output folder; docs/run-directory.md): nothing of it is cleaned")
     if not args.yes:
         return _clean(location, url, local_root, delete=False)
     from .lock import run_dir_lock

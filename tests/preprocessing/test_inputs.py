@@ -61,3 +61,61 @@ def test_what_matches_nothing_or_twice_is_named(tmp_path):
     (tmp_path / "a.txt").write_text("x")
     with pytest.raises(InputError, match="listed twice"):
         expand_inputs(_corpus("text", tmp_path / "a.txt", tmp_path))
+
+
+def _tree(root, *names):
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"{name}\n")
+
+
+def test_a_directory_leaves_out_every_path_under_a_hidden_folder(tmp_path, caplog):
+    """docs/sources.md: hidden files are left out, at any depth below the directory (a git checkout's hooks and
+    objects are not corpus); a hidden folder above the directory given does not count."""
+    d = tmp_path / ".work" / "good3"
+    _tree(d, "a.txt", ".git/hooks/x.sample", ".git/objects/ab/cdef", ".hidden/a.txt", ".DS_Store",
+          "sub/b.txt", "sub/.cache/c.txt")
+    with caplog.at_level("INFO", logger="preprocessing.inputs"):
+        files = expand_inputs(_corpus("text", d))
+    assert [f.location for f in files] == [str(d / "a.txt"), str(d / "sub/b.txt")]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "preprocessing.inputs"]  # one line says it
+    assert line.startswith(f"{d}: left out 4 hidden path(s) (.DS_Store, .git/, .hidden/, ...)"), line
+    # only the hidden ones: nothing logged for a directory without any
+    caplog.clear()
+    with caplog.at_level("INFO", logger="preprocessing.inputs"):
+        assert [f.location for f in expand_inputs(_corpus("text", d / "sub"))] == [str(d / "sub/b.txt")]
+        assert [f.location for f in expand_inputs(_corpus("text", d / "sub/b.txt"))] == [str(d / "sub/b.txt")]
+    assert len(caplog.records) == 1 and "1 hidden path(s) (.cache/)" in caplog.records[0].getMessage()
+    # a hidden file named explicitly is read as given
+    assert [f.name for f in expand_inputs(_corpus("text", d / ".hidden/a.txt"))] == [str(d / ".hidden/a.txt")]
+    # what counts is the path below the directory given: a hidden directory named as the input is read
+    assert [f.location for f in expand_inputs(_corpus("text", d / ".hidden"))] == [str(d / ".hidden/a.txt")]
+    # a directory of hidden paths only holds no input
+    with pytest.raises(InputError, match="input directory holds no files"):
+        _tree(tmp_path / "dots", ".a", ".b/c.txt")
+        expand_inputs(_corpus("text", tmp_path / "dots"))
+
+
+def test_a_url_directory_leaves_out_hidden_paths_and_run_directories():
+    fs = fsspec.filesystem("memory")
+    for name in ("a.txt", ".git/hooks/x.sample", ".hidden/a.txt", "sub/.cache/c.txt", "sub/b.txt",
+                 "run/.bertfactory/lock", "run/shards/manifest.json"):
+        fs.pipe(f"/hiddenurl/{name}", name.encode())
+    files = expand_inputs(_corpus("text", "memory://hiddenurl/"))
+    assert [f.location for f in files] == ["memory:///hiddenurl/a.txt", "memory:///hiddenurl/sub/b.txt"]
+
+
+def test_a_run_directory_inside_the_input_directory_is_not_read(tmp_path, monkeypatch, caplog):
+    """`cd corpus && bertfactory preprocess --input . --out run`: the run's lock, stamps and outputs are no corpus,
+    so a rerun finds the same inputs (and the same stage key) as the first run."""
+    _tree(tmp_path, "a.txt", "b/c.txt")
+    before = [f.location for f in expand_inputs(_corpus("text", tmp_path))]
+    _tree(tmp_path, "run/.bertfactory/lock", "run/.bertfactory/preprocess.started.json", "run/shards/manifest.json",
+          "run/tokenizer/tokenizer.json", "run/pretrain.replaced-20260101T000000Z-3f2a9c0d1e2b/x.txt",
+          "b/old-run/.bertfactory/preprocess.json", "b/old-run/shards/train/part-00000.arrow")
+    with caplog.at_level("INFO", logger="preprocessing.inputs"):
+        assert [f.location for f in expand_inputs(_corpus("text", tmp_path))] == before
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line == f"{tmp_path}: left out 2 run directories (b/old-run/, run/): not corpus"
+    monkeypatch.chdir(tmp_path)
+    assert [f.location for f in expand_inputs(_corpus("text", "."))] == ["a.txt", "b/c.txt"]
