@@ -45,6 +45,14 @@ def unchanged_through(old: Mapping, new: Mapping) -> int:
     return last
 
 
+def branch_step(fields: Mapping) -> int:
+    """The last step that every longer run of this schedule shares with it (pretrain trajectory fields): where a
+    wsd schedule's decay starts, the end of a constant one, the end of the warmup of those that stretch with
+    max_steps. A checkpoint there continues exactly into any raised max_steps."""
+    longer = {**fields, "max_steps": 2 * int(fields["max_steps"]) + 1}
+    return unchanged_through(fields, longer)
+
+
 def differing_fields(old: Mapping, new: Mapping, prefix: str = "") -> list[str]:
     """Dotted names of the fields whose values differ between two nested dicts."""
     out = []

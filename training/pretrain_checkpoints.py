@@ -1,5 +1,6 @@
-"""What a pretraining run saves: a resumable checkpoint every pretrain.save_every steps (the trainer's step-end
-callback, which also applies progressive stacking) and, at the end, final/ with summary.json and the loss curve.
+"""What a pretraining run saves: a resumable checkpoint every pretrain.save_every steps and where a raised max_steps
+would branch off (a wsd schedule's decay start; the trainer's step-end callback, which also applies progressive
+stacking) and, at the end, final/ with summary.json and the loss curve.
 
     saver = RunSaver(paths, cfg, dist, fingerprint, stacking, model, arch_config)
     trainer.train(on_step_end=saver.on_step_end)
@@ -20,6 +21,7 @@ import torch
 from bertfactory.io import atomic_write_json, content_hash
 
 from .checkpoint import save_checkpoint, save_pretrained
+from .extend import branch_step
 from .distributed import DistContext
 from .fsdp import full_model_state, is_sharded
 from .loss_curve import write_loss_curve
@@ -41,6 +43,11 @@ class RunSaver:
         self.stacking = stacking
         self.model = model
         self.arch_config = arch_config
+        # the end of a wsd schedule's stable phase (of a constant one: the last step): a raised max_steps continues
+        # exactly from a checkpoint there, so one is written even off the save_every cadence. Not for schedules
+        # that stretch with max_steps, whose shared steps end with the warmup (a checkpoint that early saves nothing)
+        branch = branch_step(cfg.trajectory_fields())
+        self.branch_step = branch if cfg.warmup_steps < branch <= cfg.max_steps else None
 
     def adopt(self, trainer: Trainer) -> None:
         """Take the trainer's model (and the depth its config records) after stacking replaced it."""
@@ -52,10 +59,12 @@ class RunSaver:
                 "fingerprint_sha256": content_hash(self.fingerprint), "metrics": dict(trainer.last_metrics)}
 
     def on_step_end(self, trainer: Trainer) -> None:
-        """Stack when due, then write a checkpoint every save_every steps (not at max_steps: final/ is written)."""
+        """Stack when due, then write a checkpoint every save_every steps and at the branch step (the last one any
+        longer run shares), but not at max_steps when nothing longer continues from there (final/ is written)."""
         if self.stacking.stack_if_due(trainer):  # progressive stacking: the deeper model replaces the trainer's
             self.adopt(trainer)
-        if trainer.step % self.cfg.save_every or trainer.step >= self.cfg.max_steps:
+        due = trainer.step % self.cfg.save_every == 0 and trainer.step < self.cfg.max_steps
+        if not (due or trainer.step == self.branch_step):
             return
         self.dist.barrier()  # every rank has finished the step before rank 0 snapshots it
         sharded = is_sharded(self.model)  # FSDP: every rank takes part in gathering the full state

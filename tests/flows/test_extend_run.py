@@ -82,14 +82,15 @@ def _pretrain(recipe, run, *extra) -> int:
 def test_extending_12_to_20_steps_gives_the_straight_20_step_weights(preprocessed, tmp_path, capsys, caplog):
     recipe, run = _copy(preprocessed, tmp_path)
     assert _pretrain(recipe, run) == 0
-    assert sorted(p.name for p in (run / "pretrain/checkpoints").iterdir()) == ["step-10", "step-5"]
+    # every 5 steps, and step 11: where the wsd decay starts, the last step any longer run shares
+    assert sorted(p.name for p in (run / "pretrain/checkpoints").iterdir()) == ["step-10", "step-11", "step-5"]
     twelve = _weights(run)
     before = _files(run)
     caplog.clear()
     assert _pretrain(recipe, run, "--set", "pretrain.max_steps=20") == 0
     log = caplog.text
-    assert "removing" not in log and "extending the run from its checkpoint at step 10" in log, log
-    assert "resuming from step 10" in log, log
+    assert "removing" not in log and "extending the run from its checkpoint at step 11" in log, log
+    assert "resuming from step 11" in log, log
     # the 12-step model is kept beside the new one, and no file of the 12-step run is gone
     kept = [p for p in (run / "pretrain").iterdir() if p.name.startswith("final.replaced-")]
     assert len(kept) == 1 and kept[0].name.endswith("-step12"), kept
@@ -187,7 +188,8 @@ def test_a_linear_schedule_extends_with_extend_through_prefect(preprocessed, tmp
 
 def test_a_longer_run_without_a_checkpoint_to_continue_keeps_the_old_one_aside(preprocessed, tmp_path, caplog):
     recipe, run = _copy(preprocessed, tmp_path)
-    rare = ["--set", "pretrain.save_every=100"]  # result-neutral: no checkpoint in a 12-step run
+    # save_every is result-neutral: no checkpoint in a 12-step run of a schedule that stretches with max_steps
+    rare = ["--set", "pretrain.save_every=100", "--set", "pretrain.schedule=linear"]
     assert _pretrain(recipe, run, *rare) == 0
     assert not (run / "pretrain/checkpoints").exists() or not any((run / "pretrain/checkpoints").iterdir())
     before = _files(run)
@@ -219,13 +221,14 @@ def test_only_result_deciding_settings_are_in_the_pretrain_key(preprocessed):
 def test_a_wsd_run_extends_from_before_its_decay_and_sets_the_decayed_checkpoints_aside(preprocessed, tmp_path,
                                                                                          caplog, capsys):
     recipe, run = _copy(preprocessed, tmp_path)
-    half = ["--set", "pretrain.wsd_decay_fraction=0.5"]  # 12 steps: decay from step 6, so step-10 decayed
+    half = ["--set", "pretrain.wsd_decay_fraction=0.5"]  # 12 steps: decay after step 6, so step-10 decayed
     assert _pretrain(recipe, run, *half) == 0
+    assert sorted(p.name for p in (run / "pretrain/checkpoints").iterdir()) == ["step-10", "step-5", "step-6"]
     caplog.clear()
     assert _pretrain(recipe, run, *half, "--set", "pretrain.max_steps=20") == 0
-    assert "extending the run from its checkpoint at step 5" in caplog.text, caplog.text
+    assert "extending the run from its checkpoint at step 6" in caplog.text, caplog.text
     moved = [p for p in (run / "pretrain/checkpoints").iterdir() if p.name.startswith("step-10.replaced-")]
-    assert len(moved) == 1 and moved[0].name.endswith("-before5"), moved
+    assert len(moved) == 1 and moved[0].name.endswith("-before6"), moved
     straight = tmp_path / "straight"
     shutil.copytree(preprocessed[1], straight)
     assert _pretrain(recipe, straight, *half, "--set", "pretrain.max_steps=20") == 0
@@ -235,3 +238,20 @@ def test_a_wsd_run_extends_from_before_its_decay_and_sets_the_decayed_checkpoint
     assert main(["clean", str(run)]) == 0
     out = capsys.readouterr().out
     assert str(moved[0]) in out and "final.replaced-" in out, out
+
+
+def test_a_wsd_run_without_a_checkpoint_on_its_cadence_extends_from_its_decay_start(preprocessed, tmp_path, caplog):
+    """The README's first steps: a short run (save_every beyond it) made longer continues exactly from the step
+    where its decay started, not from scratch: the run writes that one checkpoint off the cadence."""
+    recipe, run = _copy(preprocessed, tmp_path)
+    rare = ["--set", "pretrain.save_every=100"]
+    assert _pretrain(recipe, run, *rare) == 0
+    assert sorted(p.name for p in (run / "pretrain/checkpoints").iterdir()) == ["step-11"]
+    caplog.clear()
+    assert _pretrain(recipe, run, *rare, "--set", "pretrain.max_steps=20") == 0
+    assert "extending the run from its checkpoint at step 11" in caplog.text, caplog.text
+    straight = tmp_path / "straight"
+    shutil.copytree(preprocessed[1], straight)
+    assert _pretrain(recipe, straight, *rare, "--set", "pretrain.max_steps=20") == 0
+    extended, reference = _weights(run), _weights(straight)
+    assert all(torch.equal(extended[k], reference[k]) for k in reference)

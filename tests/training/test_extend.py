@@ -3,6 +3,7 @@ their learning rates under the new budget, or the user says --extend."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from training.extend import is_extension, resumable_step, unchanged_through
@@ -107,3 +108,18 @@ def test_run_pretrain_extends_refuses_or_continues_with_extend(tiny_run):
     assert [m["step"] for m in lines] == [4, 8, 12, 16, 20]
     assert lines[3]["lr"] == pytest.approx(1e-3 * (20 - 16) / (20 - 2))
     assert lines[1]["lr"] == pytest.approx(1e-3 * (12 - 8) / (12 - 2))  # the steps before kept their rates
+
+
+@pytest.mark.parametrize("schedule, extra, expected", [
+    ("wsd", {"wsd_decay_fraction": 0.2}, 960),  # the decay starts after it
+    ("constant", {}, 1200),  # every longer run shares all of it
+    ("linear", {}, 100),  # stretches with max_steps: only the warmup is shared
+])
+def test_the_branch_step_is_the_last_step_every_longer_run_shares(schedule, extra, expected):
+    from training.extend import branch_step
+    from training.pretrain_config import PretrainConfig
+
+    fields = PretrainConfig(schedule=schedule, max_steps=1200, warmup_steps=100, **extra).trajectory_fields()
+    assert branch_step(fields) == expected
+    longer = {**fields, "max_steps": 5000}
+    assert unchanged_through(fields, longer) == expected
