@@ -22,6 +22,9 @@ configs/local.yaml overrides these for a tiny model on a 2-core CPU (few example
       movie_valence: {finetune: {epochs: 5}}                  # per-task fine-tuning overrides
       my_task: {input: data/my.tsv, task_type: classification, text_column: sentence, label_column: label}
 
+Any other name (a task that is neither built in nor has `input` and `task_type`) is refused when the config is
+validated, before any stage runs, naming the built-in tasks and the closest of them (`unknown_task_message`).
+
 Zero-shot cross-lingual transfer (`crosslingual`, XNLI-style): the models fine-tuned on a task (its train/dev) are
 scored unchanged on another language's labelled file with the same task type and label set; other checkpoints
 (`compare_checkpoints`, e.g. one imported with `bertfactory import-hf`) are fine-tuned with the same settings on the
@@ -260,6 +263,16 @@ class EvaluateConfig(StrictModel):
                 raise ValueError(f"task name {name!r} becomes a file name and {problem}")
         return value
 
+    @field_validator("tasks")
+    @classmethod
+    def _tasks_are_declared(cls, value: dict[str, TaskConfig]) -> dict[str, TaskConfig]:
+        # checked with the recipe, before any stage runs: a misspelt name would otherwise surface only when the
+        # evaluate stage loads its data, after preprocessing and pretraining (evaluation/run.py:load_task)
+        problems = [p for name, task in value.items() if (p := task_problem(name, task)) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
     @model_validator(mode="after")
     def _feature_task_listed(self) -> "EvaluateConfig":
         if self.feature_based.enabled and self.feature_based.task not in self.tasks:
@@ -297,6 +310,32 @@ class EvaluateConfig(StrictModel):
 
     def enabled_tasks(self) -> dict[str, TaskConfig]:
         return {name: t for name, t in self.tasks.items() if t.enabled}
+
+
+def unknown_task_message(name: str) -> str:
+    """The one line refusing a task `name` that is neither built in nor declared from a file: the built-in names,
+    the closest of them when one is close, and how to declare a task from a file."""
+    import difflib
+
+    from .tasks.registry import BUILTIN_TASKS
+
+    close = difflib.get_close_matches(name, list(BUILTIN_TASKS), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (f"evaluate.tasks.{name}: {name!r} is not a built-in task ({hint}built-in: {', '.join(BUILTIN_TASKS)}); "
+            f"a task from a file needs `input` and `task_type` (e.g. {name}: {{input: data/{name}.tsv, task_type: "
+            "classification}, docs/tasks.md)")
+
+
+def task_problem(name: str, task: TaskConfig) -> str | None:
+    """Why `evaluate.tasks.<name>` cannot be loaded as declared (None: it can): a name without `task_type` must be a
+    built-in task (its cached sample, or `input`); a task with `task_type` reads its own `input` file."""
+    if task.task_type is None:
+        from .tasks.registry import BUILTIN_TASKS
+
+        return None if name in BUILTIN_TASKS else unknown_task_message(name)
+    if not task.input:
+        return f"evaluate.tasks.{name}: a task with task_type {task.task_type!r} needs `input` (the data file)"
+    return None
 
 
 def _inside(path: str, run_dir: Path) -> Path:

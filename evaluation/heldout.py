@@ -20,6 +20,10 @@ split's rows, seed `seed`), so an objective's own random draws (ELECTRA's replac
 masks) are seeded per sample as in training and the score is deterministic. Their length is the shards' (the
 recipe's preprocess.instances.max_seq_len); with `max_seq_len` set, the split's rows are joined into rows of up
 to that many tokens instead (evaluation/long_rows.py: a long-context score, e.g. ModernBERT at 1,024 tokens).
+
+A split without instances (a small corpus can hold out no document) is refused naming it and
+`preprocess.heldout_fraction` (evaluation/intrinsic.py `empty_split`); the evaluation stage checks first and skips
+the score with a warning instead (evaluation/run.py).
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from training.data import PretrainBatches
 from training.objectives import get_objective_spec
 from training.streams import evaluation_batches
 
-from .config import ObjectiveEvalConfig
-from .intrinsic import _unigram_log_probs
+from .config import EvaluateConfig, ObjectiveEvalConfig
+from .intrinsic import _unigram_log_probs, empty_split
 from .long_rows import FIELD as MAX_SEQ_LEN_FIELD
 from .long_rows import LongRowBatches
 
@@ -71,11 +75,12 @@ def evaluate_objective(model: torch.nn.Module, config_doc: dict, shard_dir: Path
     trained_with = checkpoint_objective(config_doc)
     objective = SCORED_AS.get(trained_with, trained_with)
     spec = get_objective_spec(objective)
+    empty = empty_split(shard_dir, cfg.split)
+    if empty is not None:  # before the loader, whose refusal of an empty split speaks of pretrain.batch_size
+        raise ContractError(empty)
     probe = PretrainBatches.open(shard_dir, tokenizer_sha256, 1, cfg.seed, split=cfg.split, verify=False)
     spec.check_shards(probe.shards.manifest, str(shard_dir / "manifest.json"))
     rows = probe.rows
-    if rows == 0:
-        raise ContractError(f"{shard_dir}: split '{cfg.split}' has no instances to evaluate the objective on")
     if cfg.max_seq_len is not None:
         batches = _long_rows(model, objective, spec, probe.shards, cfg)
     else:
@@ -154,6 +159,24 @@ def evaluate_objective(model: torch.nn.Module, config_doc: dict, shard_dir: Path
     scores["headline"] = headline(scores)
     logger.info("held-out %s: %s", objective, scores["headline"])
     return scores
+
+
+def without_empty_splits(cfg: EvaluateConfig, shard_dir: Path, intrinsic: bool, objective: bool) -> EvaluateConfig:
+    """`cfg` with each held-out score whose split has no instances turned off, as for a run directory without shards
+    (flows/evaluate_cli.py): its part is absent from results.json, the report says it was not run, and the tasks
+    still run. A small corpus can hold out no document at all (preprocess.heldout_fraction). One warning line per
+    score turned off; `intrinsic` / `objective`: whether the checkpoint would get that score at all (BERT's MLM/NSP
+    heads, a recorded pretraining objective)."""
+    off = {}
+    for part, scored in (("intrinsic", intrinsic), ("objective", objective)):
+        part_cfg = getattr(cfg, part)
+        if not (scored and part_cfg.enabled):
+            continue
+        empty = empty_split(shard_dir, part_cfg.split)
+        if empty is not None:
+            logger.warning("evaluate.%s skipped, the tasks still run: %s", part, empty)
+            off[part] = part_cfg.model_copy(update={"enabled": False})
+    return cfg.model_copy(update=off) if off else cfg
 
 
 def _long_rows(model: torch.nn.Module, objective: str, spec, shards, cfg: ObjectiveEvalConfig) -> LongRowBatches:

@@ -14,6 +14,12 @@ far above the 1/vocab chance level — so it is these a model must beat.
 The shards must have been built with the checkpoint's tokenizer (sha256 of its tokenizer.json, checked against the
 manifest): otherwise the ids would mean other words and the scores nothing.
 
+A split without instances has nothing to score: a small corpus can hold out no document at all (the held-out split
+is drawn by a hash of each document's key, `preprocess.heldout_fraction`, a few percent: ten documents usually
+give none). `empty_split` says so from the manifest, before any model runs; the evaluation stage then skips the
+held-out scores with one warning line and runs the tasks (evaluation/run.py), and `evaluate_intrinsic` refuses
+such a split with the same words.
+
     from evaluation.intrinsic import evaluate_intrinsic
     scores = evaluate_intrinsic(model, shard_dir, tokenizer_sha256, IntrinsicConfig(), torch.device("cpu"))
 """
@@ -30,7 +36,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from bertfactory.errors import ContractError
-from preprocessing.shards import ShardSet
+from preprocessing.shards import MANIFEST_NAME, Manifest, ShardSet, read_manifest
 from training.data import IGNORE_INDEX, collate, dynamic_masker, masked_at_read_time
 from training.models.bert.model import BertForPreTraining, chance_mlm_accuracy
 
@@ -45,7 +51,7 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
     """Score `model` on `cfg.split` of the shard set in `shard_dir`, in row order, `cfg.batch_size` rows at a time."""
     shards = ShardSet.open(shard_dir, cfg.split, tokenizer_sha256=tokenizer_sha256)
     if len(shards) == 0:
-        raise ContractError(f"{shard_dir}: split '{cfg.split}' has no instances to evaluate on")
+        raise ContractError(no_instances(shard_dir, cfg.split, shards.manifest))
     if shards.k and cfg.mask_variant >= shards.k:  # k = 0: dynamic masking, mask_variant is the epoch drawn below
         raise ContractError(f"{shard_dir}: evaluate.intrinsic.mask_variant={cfg.mask_variant} but the shards hold only "
                             f"{shards.k} mask variant(s)")
@@ -118,6 +124,29 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
                 scores["unigram_mlm_accuracy"], scores["unigram_mlm_loss"],
                 "-" if scores["nsp_accuracy"] is None else f"{scores['nsp_accuracy']:.4f}")
     return scores
+
+
+def empty_split(shard_dir: Path, split: str) -> str | None:
+    """Why `split` of the shard set in `shard_dir` has nothing to score (its manifest lists no instance in it), else
+    None; None too when there is no manifest or no such split, which ShardSet.open refuses, naming them."""
+    if not (Path(shard_dir) / MANIFEST_NAME).is_file():
+        return None
+    manifest = read_manifest(shard_dir)
+    info = manifest.splits.get(split)
+    if info is None or info.rows > 0:
+        return None
+    return no_instances(shard_dir, split, manifest)
+
+
+def no_instances(shard_dir: Path, split: str, manifest: Manifest) -> str:
+    """The message for an empty `split`: how many of the corpus's documents went to it and, for the held-out
+    split, the setting that gives it some."""
+    docs = manifest.counts.get("docs")
+    docs = {k: v for k, v in docs.items() if isinstance(v, int)} if isinstance(docs, dict) else {}
+    known = f" ({docs[split]} of the corpus's {sum(docs.values())} documents in it)" if split in docs else ""
+    fix = ("; preprocess more documents or set a larger preprocess.heldout_fraction to get held-out scores"
+           if split == "heldout" else "")
+    return f"{shard_dir}: split '{split}' has no instances to evaluate on{known}{fix}"
 
 
 @torch.no_grad()

@@ -39,7 +39,7 @@ from torch import nn
 
 import bertfactory
 from bertfactory.errors import ConfigError
-from bertfactory.io import atomic_write_json, content_hash, sha256_file
+from bertfactory.io import apply_umask, atomic_write_json, content_hash, sha256_file
 from bertfactory.names import check_name, path_inside
 from bertfactory.run_location import publish_files
 from bertfactory.samples import resolve_input, sample_path
@@ -47,12 +47,12 @@ from training.checkpoint import MODEL_FILE, load_pretrained, read_checkpoint_con
 
 from .baselines import BaselineResult, majority, tfidf_logreg
 from .cache import cache_key, load_or_build
-from .config import EvaluateConfig, FinetuneConfig, TaskConfig
+from .config import EvaluateConfig, FinetuneConfig, TaskConfig, unknown_task_message
 from .crosslingual import load_target, target_splits
 from .encode import TextEncoder
 from .finetune import ModelResult, PreparedTask, Split, limit_examples, prepare_task
 from .inputs import CLASSIFICATION_TYPES, build_features
-from .heldout import checkpoint_objective, evaluate_objective
+from .heldout import checkpoint_objective, evaluate_objective, without_empty_splits
 from .intrinsic import evaluate_intrinsic
 from .lr_grid import encoder_width
 from .mdd import task_mdd
@@ -98,9 +98,8 @@ def load_task(name: str, task: TaskConfig) -> TaskData:
 
     where = f"evaluate.tasks.{name}"
     if task.task_type is None:
-        if name not in BUILTIN_TASKS:
-            raise ConfigError(f"{where}: {name!r} is not a built-in task ({', '.join(BUILTIN_TASKS)}); a task from a "
-                              f"file needs `input` and `task_type`")
+        if name not in BUILTIN_TASKS:  # EvaluateConfig refuses it first; a config built without validation here
+            raise ConfigError(unknown_task_message(name))
         return BUILTIN_TASKS[name](resolve_input(task.input) if task.input else None)
     if not task.input:
         raise ConfigError(f"{where}: a task with task_type {task.task_type!r} needs `input` (the data file)")
@@ -345,6 +344,7 @@ def save_finetuned(result: ModelResult, task: PreparedTask, directory: Path, tok
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.contiguous().clone() for k, v in result.best_state.items()}
     save_file(tensors, str(directory / "model.safetensors"))
+    apply_umask(directory / "model.safetensors")
     best = max(result.runs, key=lambda r: r.dev_score(task.spec.primary_metric))
     atomic_write_json(directory / "head.json", {
         "task": task.name, "task_type": task.spec.task_type, "label_names": list(task.spec.label_names),
@@ -523,6 +523,10 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
     template, text_encoder = main.template, main.text_encoder
     compared = open_compared(cfg, run_dir, longest)
     logger.info("evaluating %s (%d parameters) on %s", checkpoint, main.info["num_parameters"], device)
+    config_doc = read_checkpoint_config(checkpoint)
+    # a held-out split without instances (a small corpus): those scores off, as without shards; the tasks still run
+    cfg = without_empty_splits(cfg, run_dir / "shards", intrinsic=type(model).__name__ == "BertForPreTraining",
+                               objective=checkpoint_objective(config_doc) is not None)
     out_dir = run_dir / "eval"
     parts = EvalParts(out_dir, main.info)
     parts.adopt(out_dir / RESULTS_FILE)  # an evaluation written before parts existed keeps its results
@@ -552,7 +556,6 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
                                    "shards": _shards_id(run_dir)},
               on_device(lambda: evaluate_intrinsic(model, run_dir / "shards", text_encoder.sha256, cfg.intrinsic,
                                                    device)))
-    config_doc = read_checkpoint_config(checkpoint)
     if cfg.objective.enabled and checkpoint_objective(config_doc) is not None:  # every member's held-out metric
         _part(parts, "objective", {"config": cfg.objective.model_dump(mode="json"), "checkpoint": checkpoint_id,
                                    "shards": _shards_id(run_dir)},

@@ -17,7 +17,9 @@ runs/eval-<name> here (a URL's says so in one line: its results are not in the b
 recipe is the defaults of `evaluate` (paper scale: every example, 5 seeds — use --set to shrink it), the stage
 runs without Prefect, and the held-out intrinsic and objective scores are computed when the run directory has
 shards (without them they are skipped, said in one line, and the tasks run). `--task NAME`
-(repeatable) and `--task-file PATH` choose the tasks, replacing the recipe's list; the file's layout options are
+(repeatable) and `--task-file PATH` choose the tasks, replacing the recipe's list; the recipe's settings that name a
+task no longer listed go with it, each said in one line (its feature-based comparison, e.g. on wnut16 in local and
+demo; its cross-lingual targets of that task; a tapt recipe's tapt.tasks). The file's layout options are
 those of evaluation.tasks.registry.load_task_file (docs/tasks.md). On a checkpoint, a --task-file's task tries
 three learning rates scaled to the model's hidden size (evaluate.finetune.size_scaled_grid) unless --set gives one.
 Separate calls on one run directory add up: each task's results are kept (RUN/eval/tasks/) and merged into
@@ -29,6 +31,8 @@ replaces `evaluate.compare_checkpoints` (model directories fine-tuned beside the
 Every form holds the lock of the run directory it writes, as `bertfactory run` does (flows/lock.py; on object
 storage also the run location's lease): a second evaluate or run of that run directory meanwhile is refused in one
 line naming the holder. A model directory evaluated into --run-dir elsewhere locks that run directory, not its own.
+A run directory with no pretrain/final yet (shards only, or a pretraining stopped before its final model) is refused
+in one line saying so, naming its newest pretrain/checkpoints/step-N when there is one.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ def add_evaluate_parser(sub) -> None:
     text = "fine-tuning evaluation of a recipe's checkpoint, a run directory or a model directory -> RUN/eval"
     p = sub.add_parser("evaluate", help=text, description=text + ". A checkpoint is evaluated with the `evaluate` "
                        "defaults (paper scale) plus --set overrides, without Prefect; --task / --task-file replace "
-                       "the recipe's tasks. The held-out intrinsic and objective scores read RUN/shards: "
+                       "the recipe's tasks (and switch off its feature-based comparison when its task is not among "
+                       "them). The held-out intrinsic and objective scores read RUN/shards: "
                        "in a run directory without them they are skipped, said in one line, and the tasks run. See "
                        "docs/results.md and docs/tasks.md.")
     p.add_argument("target", metavar="CHECKPOINT_OR_CONFIG",
@@ -142,6 +147,61 @@ def task_overrides(args: argparse.Namespace, scaled_grid: bool = False) -> list[
     return [f"evaluate.tasks={json.dumps(tasks)}"]
 
 
+def _named_by_set(overrides: list[str], key: str) -> bool:
+    """Whether a --set names `key` (e.g. evaluate.feature_based) or a setting inside it."""
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    return any(k == key or k.startswith(key + ".") for k in keys)
+
+
+def replaced_task_overrides(args: argparse.Namespace, recipe: Path | None) -> list[str]:
+    """--task / --task-file replace the recipe's tasks (`recipe`: its file; None = the `evaluate` defaults of a
+    checkpoint): the recipe's settings that name one of its tasks no longer listed are switched off with them, each
+    said in one line, so that the replacement validates — the feature-based comparison (feature_based.task), the
+    cross-lingual targets of such a task (crosslingual[].task; --transfer-file replaces them anyway) and a tapt
+    recipe's tapt.tasks (read by its tapt stage only). What a --set of this call names itself is left as given: the
+    config's validation then names the task that is not there."""
+    if not args.tasks and not args.task_file:
+        return []
+    from bertfactory.config import apply_overrides, load_yaml
+    from evaluation.config import FeatureBasedConfig
+
+    data = apply_overrides(load_yaml(recipe) if recipe is not None else {}, list(args.overrides))
+    evaluate = data.get("evaluate")
+    evaluate = evaluate if isinstance(evaluate, dict) else {}
+    tasks = set(args.tasks) | ({_file_task_name(args)} if args.task_file else set())
+    named = ", ".join(sorted(tasks))
+    out = []
+    feature = evaluate.get("feature_based")
+    feature = feature if isinstance(feature, dict) else {}
+    fields = FeatureBasedConfig.model_fields
+    enabled, task = feature.get("enabled", fields["enabled"].default), feature.get("task", fields["task"].default)
+    if enabled is True and task not in tasks and not _named_by_set(args.overrides, "evaluate.feature_based"):
+        out.append("evaluate.feature_based.enabled=false")
+        print(f"evaluate: the recipe's feature-based comparison on {task!r} is switched off: --task/--task-file "
+              f"replace its tasks with {named}, and {task!r} is not among them (add --task {task} to keep it)")
+    targets = evaluate.get("crosslingual")
+    if isinstance(targets, list) and targets and not args.transfer_files and \
+            not _named_by_set(args.overrides, "evaluate.crosslingual"):
+        kept = [t for t in targets if not isinstance(t, dict) or t.get("task") in tasks]
+        dropped = sorted({str(t.get("task")) for t in targets if isinstance(t, dict) and t.get("task") not in tasks})
+        if dropped:
+            out.append(f"evaluate.crosslingual={json.dumps(kept)}")
+            print(f"evaluate: the recipe's cross-lingual targets of {', '.join(dropped)} are left out: --task/"
+                  f"--task-file replace its tasks with {named}, and {'it is' if len(dropped) == 1 else 'they are'} "
+                  "not among them")
+    tapt = data.get("tapt")
+    adapted = tapt.get("tasks") if isinstance(tapt, dict) else None
+    if isinstance(adapted, list) and not set(adapted) <= tasks and not _named_by_set(args.overrides, "tapt"):
+        # a tapt recipe's tasks are checked against evaluate.tasks; only its tapt stage reads them (the task
+        # corpus it wrote), never the evaluate stage: narrowed to the tasks kept, or null (= evaluate.tasks)
+        kept = [t for t in adapted if t in tasks] or None
+        out.append(f"tapt.tasks={json.dumps(kept)}")
+        print(f"evaluate: tapt.tasks {', '.join(map(str, adapted))} -> {', '.join(kept) if kept else 'null'} for this "
+              f"evaluation (--task/--task-file replace the recipe's tasks with {named}; the adapted model is the one "
+              "the tapt stage made)")
+    return out
+
+
 def transfer_overrides(args: argparse.Namespace) -> list[str]:
     """--transfer-* and --compare-checkpoint options -> `evaluate.crosslingual=...` / `evaluate.compare_checkpoints=...`
     overrides (replacing the recipe's lists, as --task replaces its tasks), or none."""
@@ -178,6 +238,13 @@ def transfer_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def _recipe_file(target: Path) -> Path:
+    """The recipe file `target` names: itself, or the bundled recipe of that name."""
+    from .recipe import resolve_recipe
+
+    return resolve_recipe(target)
+
+
 def _run_of(model: Path) -> Path | None:
     """The run directory a model directory belongs to by its place: RUN/pretrain/<name> (final) or
     RUN/<stage>/checkpoints/<name>; None elsewhere."""
@@ -191,8 +258,33 @@ def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
         return target, _run_of(target)
     if (target / "pretrain" / "final" / "config.json").is_file():
         return target / "pretrain" / "final", target
+    if _is_run_dir(target):  # preprocessed but never pretrained, or a pretraining stopped before its final model
+        newest = _newest_checkpoint(target)
+        also = (f", or evaluate its newest checkpoint directly: bertfactory evaluate {newest}" if newest is not None
+                else "")
+        raise ConfigError(f"{target} is a run directory with no trained model yet (no {target / 'pretrain' / 'final'}/"
+                          f"config.json): run `bertfactory pretrain RECIPE --run-dir {target}` first{also}")
     raise ConfigError(f"{target} is neither a recipe YAML, a model directory (config.json) nor a run directory "
                       f"(pretrain/final/config.json)")
+
+
+def _is_run_dir(target: Path) -> bool:
+    """Whether `target` is a run directory by what a stage leaves in it: shards, a pretrain folder, stage stamps."""
+    from .stamps import STAMP_DIR
+
+    return (target / "shards" / "manifest.json").is_file() or (target / "pretrain").is_dir() or \
+        (target / STAMP_DIR).is_dir()
+
+
+def _newest_checkpoint(run_dir: Path) -> Path | None:
+    """The run's newest pretraining checkpoint that is a model directory (RUN/pretrain/checkpoints/step-N with its
+    config.json), or None."""
+    steps = []
+    for path in (run_dir / "pretrain" / "checkpoints").glob("step-*"):
+        number = path.name[len("step-"):]
+        if number.isdigit() and (path / "config.json").is_file():
+            steps.append((int(number), path))
+    return max(steps)[1] if steps else None
 
 
 def _localize_target(url: str) -> Path:
@@ -233,8 +325,10 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     is_recipe = target.is_file() or (not target.exists() and bundled_recipe(target) is not None)
     # a recipe's fine-tuning settings apply as written; a checkpoint's are the paper-scale defaults (one learning
     # rate tuned for BERT-base), so its task file gets a grid scaled to the model's size
+    # settings of the recipe that name a task the --task options replaced go with it (said in one line each),
+    # before the --transfer-* ones, which replace `evaluate.crosslingual` themselves
     args.overrides = list(args.overrides) + task_overrides(args, scaled_grid=not is_recipe) + \
-        transfer_overrides(args)
+        replaced_task_overrides(args, _recipe_file(target) if is_recipe else None) + transfer_overrides(args)
     if is_recipe:
         args.config = str(target)
         return run_recipe_stage(args)

@@ -236,6 +236,21 @@ def _documents_done(counts: dict, seconds: float, files: list[str], corpus: Corp
         raise empty_corpus_error(files, corpus, counts)
 
 
+def _warn_empty_heldout(cfg: PreprocessConfig, counts: dict) -> None:
+    """A held-out fraction was asked for but no instance came out held out: a small corpus can hold out no document
+    (each is held out by a hash of its key). Not an error, since pretraining needs only the train split, but the
+    evaluation's held-out scores are skipped then: said once here, with the setting that fixes it."""
+    if cfg.heldout_fraction <= 0 or counts["instances"].get("heldout", 0) > 0:
+        return
+    docs = counts["docs"]
+    total = sum(docs.values())
+    suggested = min(0.5, max(2 * cfg.heldout_fraction, 3 / max(total, 1)))
+    logger.warning("the held-out split is empty: %d of %d documents held out at preprocess.heldout_fraction=%g, "
+                   "no held-out instances; evaluate will skip the held-out scores. Preprocess more documents or set "
+                   "a larger fraction (e.g. --set preprocess.heldout_fraction=%.2g)", docs.get("heldout", 0), total,
+                   cfg.heldout_fraction, suggested)
+
+
 @contextmanager
 def _long_lived_objects_frozen():
     """The objects alive when a job starts (modules, Beam's classes, the configs: ~150 k tracked ones once Beam is
@@ -321,6 +336,7 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
         counts.update(instance_counts)
         logger.info("instances: %s, %d tokens, %d masked positions over %d variants", counts["instances"],
                     counts["tokens"], counts["masked_tokens"], cfg.masking.variants)
+        _warn_empty_heldout(cfg, counts)
 
         manifest = build_manifest(corpus, cfg, tokenizer, sha256_file(staging.tokenizer), specials, counts, buckets,
                                   splits, sources, run_dir)

@@ -194,8 +194,15 @@ def test_builtin_tasks_by_name_next_to_a_user_task_file(run_dir, tmp_path):
     assert places["task_type"] == "tagging" and "tfidf_logreg" not in places
     assert set(places["data"]["label_names"]) == {"O", "B-LOC", "I-LOC"} and "entity_f1" in places["pretrained"]
     assert "entity_f1_std" in places["pretrained"] and places["majority"]["entity_f1"] == 0.0
+    # an unknown name is refused with the config (evaluation/config.py, before any stage runs), and by load_task for
+    # a TaskConfig that never went through EvaluateConfig
+    from evaluation.config import TaskConfig
+    from evaluation.run import load_task
+
+    with pytest.raises(ValueError, match="evaluate.tasks.nonesuch: 'nonesuch' is not a built-in task"):
+        config(None, tasks={"nonesuch": {}})
     with pytest.raises(ConfigError, match="evaluate.tasks.nonesuch: 'nonesuch' is not a built-in task"):
-        run_evaluate(config(None, tasks={"nonesuch": {}}), run_dir)
+        load_task("nonesuch", TaskConfig())
 
 
 def test_sequence_longer_than_the_model_is_refused(run_dir, task_slice, tmp_path):
