@@ -397,6 +397,13 @@ def _cmd_export(args) -> int:
     source = localize(args.checkpoint)  # a URL: checked, its model files pulled into the working copy
     if not (source / "config.json").is_file() and (source / "pretrain" / "final" / "config.json").is_file():
         source = source / "pretrain" / "final"  # a run directory: its trained model
+    if not (source / "config.json").is_file():
+        from .evaluate_cli import untrained_run
+
+        if (untrained := untrained_run(source, "export")) is not None:
+            from bertfactory.errors import ConfigError
+
+            raise ConfigError(untrained)
     with _output_dir(args.out, args.overwrite) as local_out:
         out = export_to_hf(source, local_out, overwrite=args.overwrite, layout=args.layout)
         hf_class = read_json_file(out / "config.json", f"no config.json in {out}")["architectures"][0]

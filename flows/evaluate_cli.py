@@ -258,14 +258,23 @@ def _checkpoint_of(target: Path) -> tuple[Path, Path | None]:
         return target, _run_of(target)
     if (target / "pretrain" / "final" / "config.json").is_file():
         return target / "pretrain" / "final", target
-    if _is_run_dir(target):  # preprocessed but never pretrained, or a pretraining stopped before its final model
-        newest = _newest_checkpoint(target)
-        also = (f", or evaluate its newest checkpoint directly: bertfactory evaluate {newest}" if newest is not None
-                else "")
-        raise ConfigError(f"{target} is a run directory with no trained model yet (no {target / 'pretrain' / 'final'}/"
-                          f"config.json): run `bertfactory pretrain RECIPE --run-dir {target}` first{also}")
+    if (untrained := untrained_run(target, "evaluate")) is not None:
+        raise ConfigError(untrained)
     raise ConfigError(f"{target} is neither a recipe YAML, a model directory (config.json) nor a run directory "
                       f"(pretrain/final/config.json)")
+
+
+def untrained_run(target: Path, command: str) -> str | None:
+    """The refusal of `command` (evaluate, export) for a run directory with no trained model yet (preprocessed but
+    never pretrained, or a pretraining stopped before its final model), naming its newest checkpoint; None when
+    `target` is no such directory."""
+    if not _is_run_dir(target) or (target / "pretrain" / "final" / "config.json").is_file():
+        return None
+    newest = _newest_checkpoint(target)
+    also = (f", or {command} its newest checkpoint directly: bertfactory {command} {newest}" if newest is not None
+            else "")
+    return (f"{target} is a run directory with no trained model yet (no {target / 'pretrain' / 'final'}/config.json): "
+            f"run `bertfactory pretrain RECIPE --run-dir {target}` first{also}")
 
 
 def _is_run_dir(target: Path) -> bool:

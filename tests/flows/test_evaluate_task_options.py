@@ -188,6 +188,10 @@ def test_a_run_directory_without_a_final_model_says_so(tmp_path, monkeypatch, ca
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "no trained model yet" in err and "bertfactory evaluate run/pretrain/checkpoints/step-400" in err
+    assert main(["export", "run", "--to", "hf", "hf-out"]) == 2  # export says the same of it
+    err = capsys.readouterr().err
+    assert "run is a run directory with no trained model yet" in err, err
+    assert "bertfactory export run/pretrain/checkpoints/step-400" in err and not (tmp_path / "hf-out").exists()
 
     stamped = tmp_path / "stamped"  # only the stage stamps of a run (e.g. a preprocess that was refused)
     (stamped / ".bertfactory").mkdir(parents=True)
