@@ -434,6 +434,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         runs.append((label, read_results(path)))
     text = render_comparison(runs)
     if args.out:
+        if Path(args.out).is_dir():
+            raise ConfigError(f"--out {args.out} is a directory; give the report's file, e.g. "
+                              f"{Path(args.out) / 'report.md'}")
         atomic_write_text(Path(args.out), text)
         print(f"wrote {args.out}")
     else:

@@ -60,6 +60,10 @@ def test_evaluate_a_checkpoint_on_a_task_file_next_to_a_builtin_task(model_run, 
     assert f"| pretrained · accuracy | {acc:.4f}" in table
     assert main(["report", str(out), "--out", str(tmp_path / "cmp.md")]) == 0
     assert (tmp_path / "cmp.md").read_text().startswith("# Runs compared")
+    capsys.readouterr()
+    assert main(["report", str(out), "--out", str(tmp_path)]) == 2  # a directory: named, not a temporary file
+    assert capsys.readouterr().err.strip() == (f"error: --out {tmp_path} is a directory; give the report's file, "
+                                               f"e.g. {tmp_path / 'report.md'}")
 
 
 def test_bad_task_options_name_what_is_missing(model_run, tmp_path, capsys):
