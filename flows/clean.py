@@ -22,16 +22,7 @@ from bertfactory import storage
 from bertfactory.errors import InputError
 from bertfactory.replaced import delete_replaced, is_replaced, replaced_outputs
 
-
-# what only a run directory holds at its top (docs/run-directory.md): the stamps and lock every stage under a flow
-# writes, and the stages' output folders (a run written by run_preprocess alone has no .bertfactory/)
-RUN_ENTRIES = (".bertfactory/", "tokenizer/", "shards/", "pretrain/", "eval/", "distill/", "corpora/", "continued/")
-
-
-def is_run_directory(path: Path) -> bool:
-    """Whether the local directory `path` is a run directory: one of RUN_ENTRIES, or a replaced output folder."""
-    return (any((path / entry).is_dir() for entry in RUN_ENTRIES)
-            or any(is_replaced(child.name) for child in path.iterdir()))
+from .stamps import RUN_ENTRIES, is_run_directory
 
 
 def _size(path: Path) -> int:

@@ -59,12 +59,9 @@ def _prefect_environment() -> None:
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "preprocessing,training,evaluation,distillation,bertfactory,flows")
     os.environ.setdefault("PREFECT_UI_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-    from .prefect_api import api_problem
+    from .prefect_api import require_api
 
-    if problem := api_problem():
-        from bertfactory.errors import ConfigError
-
-        raise ConfigError(problem)
+    require_api()
 
 
 def _flow_location(location: str, run_dir: Path) -> str:

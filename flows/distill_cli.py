@@ -38,12 +38,9 @@ def cmd_distill(args) -> int:
 
     run_dir = resolve_run_dir(args.run_dir)  # a URL: checked, then its working copy (docs/cluster.md)
     if args.prefect:
-        from .prefect_api import api_problem
+        from .prefect_api import require_api
 
-        if problem := api_problem():
-            from bertfactory.errors import ConfigError
-
-            raise ConfigError(problem)
+        require_api()
         result = distill(args.config, args.run_dir if run_dir != Path(args.run_dir) else str(run_dir), args.overrides)
     else:
         with run_dir_lock(run_dir, "distill"):

@@ -268,21 +268,15 @@ def untrained_run(target: Path, command: str) -> str | None:
     """The refusal of `command` (evaluate, export) for a run directory with no trained model yet (preprocessed but
     never pretrained, or a pretraining stopped before its final model), naming its newest checkpoint; None when
     `target` is no such directory."""
-    if not _is_run_dir(target) or (target / "pretrain" / "final" / "config.json").is_file():
+    from .stamps import is_run_directory
+
+    if not is_run_directory(target) or (target / "pretrain" / "final" / "config.json").is_file():
         return None
     newest = _newest_checkpoint(target)
     also = (f", or {command} its newest checkpoint directly: bertfactory {command} {newest}" if newest is not None
             else "")
     return (f"{target} is a run directory with no trained model yet (no {target / 'pretrain' / 'final'}/config.json): "
             f"run `bertfactory pretrain RECIPE --run-dir {target}` first{also}")
-
-
-def _is_run_dir(target: Path) -> bool:
-    """Whether `target` is a run directory by what a stage leaves in it: shards, a pretrain folder, stage stamps."""
-    from .stamps import STAMP_DIR
-
-    return (target / "shards" / "manifest.json").is_file() or (target / "pretrain").is_dir() or \
-        (target / STAMP_DIR).is_dir()
 
 
 def _newest_checkpoint(run_dir: Path) -> Path | None:

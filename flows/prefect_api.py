@@ -5,6 +5,7 @@ Prefect's client after its retries, with a long traceback. A command checks firs
 `bertfactory doctor` shows the same check.
 
     problem = api_problem()        # None: no API set (a temporary local server is started) or it answers
+    require_api()                  # the same, raised as the one-line ConfigError a command stops with
 """
 
 from __future__ import annotations
@@ -43,3 +44,11 @@ def api_problem() -> str | None:
         return None
     return (f"the Prefect API at {url} (PREFECT_API_URL) does not answer ({reason}): start that server "
             "(`prefect server start`), unset PREFECT_API_URL to use a temporary local server, or pass --no-prefect")
+
+
+def require_api() -> None:
+    """Refuse (ConfigError, one line) a command whose configured API does not answer."""
+    if problem := api_problem():
+        from bertfactory.errors import ConfigError
+
+        raise ConfigError(problem)

@@ -32,6 +32,9 @@ from bertfactory.machine import machine_description
 from bertfactory.provenance import code_revision
 
 STAMP_DIR = ".bertfactory"
+# what only a run directory holds at its top (docs/run-directory.md): the stamps and lock every stage under a flow
+# writes, and the stages' output folders (a run written by run_preprocess alone has no .bertfactory/)
+RUN_ENTRIES = (f"{STAMP_DIR}/", "tokenizer/", "shards/", "pretrain/", "eval/", "distill/", "corpora/", "continued/")
 # Files at most this big are fingerprinted by sha256, bigger ones by size (hashing every shard of a large
 # corpus on each rerun would cost minutes; shards carry their own sha256 in the manifest).
 _HASH_LIMIT = 64 << 20
@@ -305,3 +308,12 @@ def recorded_outputs(run_dir: Path, stage: str) -> set[str]:
         return set(json.loads(path.read_text()).get("outputs", {})) if path.is_file() else set()
     except (json.JSONDecodeError, UnicodeDecodeError):
         return set()
+
+
+def is_run_directory(path: Path) -> bool:
+    """Whether the local directory `path` is a run directory: one of RUN_ENTRIES, or a replaced output folder."""
+    from bertfactory.replaced import is_replaced
+
+    path = Path(path)
+    return path.is_dir() and (any((path / entry).is_dir() for entry in RUN_ENTRIES)
+                              or any(is_replaced(child.name) for child in path.iterdir()))

@@ -307,16 +307,15 @@ def _pruned_elsewhere(checkpoints_dir: Path, keep_last: int, keep_best_by: str |
     newest `keep_last` and the best by `keep_best_by` (its metric read from each one's config.json there). [] for a
     local run."""
     elsewhere = remote_complete_dirs(checkpoints_dir)
-    local = {p.name for _, p in list_checkpoints(checkpoints_dir)}
+    local = list_checkpoints(checkpoints_dir)
     remote_only = sorted((int(m.group(1)), name) for name in elsewhere
-                         if (m := _STEP_DIR.match(name)) and name not in local)
+                         if (m := _STEP_DIR.match(name)) and name not in {p.name for _, p in local})
     if not remote_only:
         return []
-    steps = sorted([step for step, _ in list_checkpoints(checkpoints_dir)] + [step for step, _ in remote_only])
+    steps = sorted([step for step, _ in local] + [step for step, _ in remote_only])
     kept = set(steps[-keep_last:])
     if keep_best_by:
-        values = [(step, _recorded_metric(directory, keep_best_by)) for step, directory in
-                  list_checkpoints(checkpoints_dir)]
+        values = [(step, _recorded_metric(directory, keep_best_by)) for step, directory in local]
         values += [(step, _metric_of(read_remote_json(Path(checkpoints_dir) / name / CONFIG_FILE), keep_best_by))
                    for step, name in remote_only]
         scored = [(value, step) for step, value in values if value is not None]
