@@ -8,6 +8,7 @@ then writes atomically) and the reader (checks format and schema version first, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -348,7 +349,11 @@ class Results(_Strict):
         return self
 
 
-def validate_results(data: Any, source: str = "results") -> Results:
+def validate_results(data: Any, source: str = "results", strict: bool = False) -> Results:
+    """`data` as Results, or a ContractError naming `source` and each offending key. `strict`: for data parsed from
+    a file, no value is converted to the type its field wants (a hand-edited `"accuracy": "0.75"`, a `true` for
+    a number, `1.0` for a count are refused, not read as 0.75, 1.0 and 1); the writer's own values are lax (a
+    tuple, a numpy number)."""
     if not isinstance(data, dict):
         raise ContractError(f"{source}: results must be a JSON object, got {type(data).__name__}")
     if data.get("format") != FORMAT:
@@ -358,9 +363,11 @@ def validate_results(data: Any, source: str = "results") -> Results:
         raise ContractError(f"{source}: results schema version {version!r} is not supported by this bertfactory "
                             f"(supported: {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))})")
     try:
+        if strict:  # JSON's types as the file has them (strict JSON mode reads an array as a tuple, NaN as NaN)
+            return Results.model_validate_json(json.dumps(data), strict=True)
         return Results.model_validate(data)
     except ValidationError as err:
-        problems = "\n".join(f"  - {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        problems = "\n".join(f"  - {'.'.join(map(str, e['loc']))}: {e['msg']}{_found(e)}" for e in err.errors())
         raise ContractError(f"{source} is not valid results (schema v{version}):\n{problems}") from None
 
 
@@ -383,4 +390,13 @@ def read_results(path: str | Path) -> dict:
     if path.is_dir():
         path = path / RESULTS_FILE
     data = read_json_file(path, f"no evaluation results at {path}; run `bertfactory evaluate` first")
-    return validate_results(data, str(path)).model_dump(mode="json", exclude_none=True)
+    return validate_results(data, str(path), strict=True).model_dump(mode="json", exclude_none=True)
+
+
+def _found(error: dict) -> str:
+    """`, found <value>` for an error about a plain value (a wrong type, out of range), else ''."""
+    value = error.get("input")
+    if error.get("type") == "missing" or isinstance(value, (dict, list)):
+        return ""
+    text = json.dumps(value) if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
+    return f", found {text if len(text) <= 40 else text[:37] + '...'}"

@@ -118,6 +118,37 @@ def test_invalid_results_are_refused(tmp_path, mutate, message):
     assert str(path) in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "mutate, message",
+    [  # a hand-edited number of the wrong JSON type is refused, not converted (it used to read as 0.75, 1.0, ...)
+        (lambda d: d["tasks"]["movie_sentiment"]["pretrained"].update(accuracy="0.75"),
+         r'tasks.movie_sentiment.pretrained.accuracy: Input should be a valid number, found "0.75"'),
+        (lambda d: d["intrinsic"].update(mlm_accuracy=True), r"intrinsic.mlm_accuracy: Input should be a valid number, found true"),
+        (lambda d: d["tasks"]["movie_sentiment"]["data"]["sizes"].update(train="80"),
+         r'tasks.movie_sentiment.data.sizes.train: Input should be a valid integer, found "80"'),
+        (lambda d: d["tasks"]["movie_sentiment"]["pretrained"]["runs"][0].update(best_epoch=2.0),
+         r"pretrained.runs.0.best_epoch: Input should be a valid integer, found 2.0"),
+        (lambda d: d["tasks"]["movie_sentiment"]["pretrained"]["runs"][0].update(stopped_early="no"),
+         r'pretrained.runs.0.stopped_early: Input should be a valid boolean, found "no"'),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_naming_key_and_value(tmp_path, mutate, message):
+    path = _broken(tmp_path, mutate)
+    with pytest.raises(ContractError, match=message) as err:
+        read_results(path)
+    assert str(path) in str(err.value) and len(str(err.value).splitlines()) == 2  # the file, then the one key
+
+
+def test_the_reader_takes_what_the_writer_wrote_with_its_json_types(tmp_path):
+    # strict reading: ints where floats are wanted (a timing of 3 s), arrays for the Wilson interval, NaN nowhere
+    doc = clean(example())
+    doc["timings"] = {"total": 3}
+    write_results(tmp_path / "results.json", doc)
+    back = read_results(tmp_path / "results.json")
+    assert back["timings"] == {"total": 3.0}
+    assert back["tasks"]["movie_sentiment"]["pretrained"]["runs"][0]["accuracy_ci95"] == pytest.approx([0.7, 0.9])
+
+
 def test_writer_refuses_invalid_results_and_leaves_no_file(tmp_path):
     doc = copy.deepcopy(clean(example()))
     doc["tasks"]["movie_sentiment"]["pretrained"]["accuracy"] = -0.1
