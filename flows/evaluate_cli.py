@@ -94,7 +94,8 @@ def add_report_parser(sub) -> None:
     p = sub.add_parser("report", help="compare the evaluation results of runs side by side",
                        description="Read RUN/eval/results.json of each run (validated) and print one markdown table "
                        "per task: every metric of the pretrained model (mean ± std over seeds) and the baselines' "
-                       "primary metric, one column per run.")
+                       "primary metric, one column per run, named after its run directory (its last path components, as few as "
+                       "keep the runs apart).")
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or their eval directories / results.json)")
     p.add_argument("--out", metavar="FILE", help="write the markdown here instead of printing it")
 
@@ -410,21 +411,48 @@ def _localize_results(url: str) -> Path:
     return wc.root / "eval"
 
 
+def _run_parts(spec: str) -> tuple[str, ...]:
+    """The path components of the run directory `spec` names: a run directory itself, its eval directory or its
+    results.json (a local path or a URL)."""
+    from evaluation.results import RESULTS_FILE
+
+    if is_url(spec):
+        parts = tuple(p for p in spec.split("://", 1)[1].split("/") if p)
+    else:
+        parts = Path(spec).resolve().parts
+    if parts and parts[-1] == RESULTS_FILE:  # RUN/eval/results.json, or a results.json copied elsewhere
+        parts = parts[:-1]
+        return parts[:-1] if parts and parts[-1] == "eval" else parts
+    if parts and parts[-1] == "eval" and (is_url(spec) or (Path(*parts) / RESULTS_FILE).is_file()):  # RUN/eval
+        return parts[:-1]
+    return parts
+
+
+def run_labels(specs: list[str]) -> list[str]:
+    """A column name per run of `bertfactory report`: the run directory's last path components, as few as keep the
+    runs apart (`runs/a/eval` and `runs/b/eval/results.json` -> `a`, `b`; `x/run` and `y/run` -> `x/run`, `y/run`);
+    a run given twice gets `#<position>`."""
+    parts = [_run_parts(spec) or (spec,) for spec in specs]
+    labels = []
+    for i, own in enumerate(parts):
+        for n in range(1, len(own) + 1):
+            clash = any(other[-n:] == own[-n:] for j, other in enumerate(parts) if j != i)
+            if not clash:
+                break
+        labels.append(f"{own[-1]}#{i + 1}" if clash else "/".join(own[-n:]))
+    return labels
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from bertfactory.io import atomic_write_text
     from evaluation.report import render_comparison
     from evaluation.results import RESULTS_FILE, read_results
 
     runs = []
-    names: set[str] = set()
-    for spec in args.runs:
+    for spec, label in zip(args.runs, run_labels(args.runs)):
         path = _localize_results(spec) if is_url(spec) else Path(spec)
         if path.is_dir() and not (path / RESULTS_FILE).is_file():
             path = path / "eval"
-        label = Path(spec).name or spec
-        while label in names:
-            label = f"{label}'"
-        names.add(label)
         runs.append((label, read_results(path)))
     text = render_comparison(runs)
     if args.out:

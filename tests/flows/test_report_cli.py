@@ -1,0 +1,60 @@
+"""`bertfactory report RUN [RUN ...]` on results.json files written by the contract's writer (no evaluation needed):
+each run's column is named after its run directory however the run is given (the directory, its eval directory or
+its results.json), and a results.json that breaks the contract is one `error:` line naming the file and the key."""
+
+from __future__ import annotations
+
+import json
+
+from evaluation.results import write_results
+from flows.cli import main
+from tests.evaluation.test_results import clean, example
+
+
+def write_run(run_dir, accuracy=0.8):
+    doc = clean(example())
+    doc["tasks"]["movie_sentiment"]["pretrained"]["accuracy"] = accuracy
+    write_results(run_dir / "eval" / "results.json", doc)
+    return run_dir
+
+
+def header(table: str) -> str:
+    return next(line for line in table.splitlines() if line.startswith("| model · metric |"))
+
+
+def test_columns_are_named_after_the_run_directories_however_given(tmp_path, capsys):
+    a, b, c = write_run(tmp_path / "base"), write_run(tmp_path / "large", 0.9), write_run(tmp_path / "tapt", 0.7)
+    assert main(["report", str(a / "eval"), str(b / "eval" / "results.json"), str(c)]) == 0
+    table = capsys.readouterr().out
+    assert header(table) == "| model · metric | base | large | tapt |"  # was: eval | results.json | tapt
+    assert "| pretrained · accuracy | 0.8000 ± 0.0000 | 0.9000 ± 0.0000 | 0.7000 ± 0.0000 |" in table
+
+
+def test_runs_of_one_name_get_their_parents_and_a_run_given_twice_its_position(tmp_path, capsys):
+    x, y = write_run(tmp_path / "x" / "run"), write_run(tmp_path / "y" / "run")
+    assert main(["report", str(x / "eval"), str(y / "eval")]) == 0
+    assert header(capsys.readouterr().out) == "| model · metric | x/run | y/run |"  # was: eval | eval'
+    assert main(["report", str(x), str(x / "eval")]) == 0
+    assert header(capsys.readouterr().out) == "| model · metric | run#1 | run#2 |"
+
+
+def test_a_run_directory_named_eval_keeps_its_name(tmp_path, capsys):
+    run = write_run(tmp_path / "eval")  # a run directory called eval, holding eval/results.json
+    assert main(["report", str(run)]) == 0
+    assert "| run | checkpoint |" in capsys.readouterr().out
+    other = write_run(tmp_path / "base")
+    assert main(["report", str(run), str(other / "eval")]) == 0
+    assert header(capsys.readouterr().out) == "| model · metric | eval | base |"
+
+
+def test_a_hand_edited_value_of_the_wrong_type_is_one_error_line(tmp_path, capsys):
+    run = write_run(tmp_path / "run")
+    path = run / "eval" / "results.json"
+    doc = json.loads(path.read_text())
+    doc["tasks"]["movie_sentiment"]["pretrained"]["accuracy"] = "0.75"
+    path.write_text(json.dumps(doc))
+    assert main(["report", str(run)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"error: {path} is not valid results (schema v2): tasks.movie_sentiment.pretrained.accuracy: "
+                            'Input should be a valid number, found "0.75"\n')
