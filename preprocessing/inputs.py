@@ -17,6 +17,7 @@ one (a multistream dump's index, the target side of a Moses-style parallel pair)
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import logging
@@ -158,6 +159,42 @@ def _directory_files(directory: Path) -> list[Path]:
     return sorted(found)
 
 
+def _static_parts(pattern: str) -> int:
+    """How many leading "/"-parts of a glob pattern hold no wildcard."""
+    parts = pattern.split("/")
+    return next((i for i, part in enumerate(parts) if any(ch in part for ch in _GLOB_CHARS)), len(parts))
+
+
+def _hidden_by_pattern(pattern: str, match: str) -> str | None:
+    """The hidden part of `match` (a name starting with ".", and what is under it) that a wildcard of the glob
+    `pattern` matched, None when there is none: a local glob never matches one (Python's glob: `*`, `?`, `[...]` and
+    `**` skip dot names unless the pattern's part itself starts with "."), so a hidden name counts only where a
+    part of `pattern` starting with "." matches it."""
+    dotted = [part for part in pattern.split("/") if part.startswith(".")]
+    static = _static_parts(pattern)
+    parts = match.split("/")
+    for i in range(static, len(parts)):
+        if parts[i].startswith(".") and not any(fnmatch.fnmatchcase(parts[i], d) for d in dotted):
+            return "/".join(parts[static:i + 1]) + ("/" if i < len(parts) - 1 else "")
+    return None
+
+
+def _globbed_files(spec: str, pattern: str, found: dict) -> list[str]:
+    """The files among the matches of a URL glob (fsspec path -> info), as a local glob gives them, sorted: no
+    folders (fsspec lists `b/dir` for `b/*`, which cannot be read as a file) and no hidden name that a wildcard
+    matched (.git/, .DS_Store, a run directory's .bertfactory/), said in one INFO line as a directory's are."""
+    kept: list[str] = []
+    hidden: set[str] = set()
+    for f in sorted(f for f, info in found.items() if info.get("type", "file") == "file"):
+        part = _hidden_by_pattern(pattern, f)
+        if part is None:
+            kept.append(f)
+        else:
+            hidden.add(part)
+    _log_left_out(spec, sorted(hidden), [])
+    return kept
+
+
 def _url_files(spec: str, fmt: str) -> list[InputFile]:
     try:
         import fsspec
@@ -165,7 +202,7 @@ def _url_files(spec: str, fmt: str) -> list[InputFile]:
         fs, path = fsspec.core.url_to_fs(spec)
         protocol = spec.split("://", 1)[0]
         if any(ch in path for ch in _GLOB_CHARS):
-            found = sorted(fs.glob(path))
+            found = _globbed_files(spec, path, fs.glob(path, detail=True))
         elif fs.isdir(path):
             found = sorted(_listed_directory(spec, path, fs.find(path)))
         else:

@@ -119,3 +119,27 @@ def test_a_run_directory_inside_the_input_directory_is_not_read(tmp_path, monkey
     assert line == f"{tmp_path}: left out 2 run directories (b/old-run/, run/): not corpus"
     monkeypatch.chdir(tmp_path)
     assert [f.location for f in expand_inputs(_corpus("text", "."))] == ["a.txt", "b/c.txt"]
+
+
+def test_a_url_glob_leaves_out_hidden_names_and_folders_as_a_local_glob_does(tmp_path, caplog):
+    """`memory://b/*` (gs://, s3:// alike): fsspec's glob matches dot names and folders, Python's does not; a URL
+    glob gives what the same glob gives on a local copy (before: `.git`, `.DS_Store` and the folder `dir` were inputs,
+    and the job failed on `…/.git: no such file`)."""
+    names = ("a.txt", ".DS_Store", ".git/config", ".hidden/x.txt", "dir/b.txt", "dir/.cache/c.txt", ".d/e.txt")
+    fs = fsspec.filesystem("memory")
+    for name in names:
+        fs.pipe(f"/globurl/{name}", name.encode())
+    _tree(tmp_path, *names)
+    for pattern, want in [("*", ["a.txt"]), ("**", ["a.txt", "dir/b.txt"]), ("*/*.txt", ["dir/b.txt"]),
+                          ("dir/*", ["dir/b.txt"]), (".d/*", [".d/e.txt"]), (".*/*.txt", [".d/e.txt", ".hidden/x.txt"])]:
+        local = [f.location[len(str(tmp_path)) + 1:] for f in expand_inputs(_corpus("text", tmp_path / pattern))]
+        assert local == want, pattern
+        url = [f.location for f in expand_inputs(_corpus("text", f"memory://globurl/{pattern}"))]
+        assert url == [f"memory:///globurl/{w}" for w in want], pattern
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="preprocessing.inputs"):  # said at INFO once a process, then at DEBUG
+        expand_inputs(_corpus("text", "memory://globurl/**"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "memory://globurl/**: left out 5 hidden path(s) (.DS_Store, .d/, .git/, ...): not corpus"]
+    with pytest.raises(InputError, match=r"memory://globurl/\.git\*: no input file at this URL"):
+        expand_inputs(_corpus("text", "memory://globurl/.git*"))  # a folder, not a file: nothing to read

@@ -350,3 +350,17 @@ def test_preprocess_a_dump_in_a_bucket_into_the_bucket_matches_the_local_run(buc
     assert manifest_url["sources"][0]["path"] == url and manifest_local["sources"][0]["path"] == str(local)
     assert _manifest_without_runner(remote["shards/manifest.json"]) == \
         _manifest_without_runner(produced["shards/manifest.json"])
+
+
+def test_a_glob_in_a_bucket_gives_the_files_a_local_glob_gives(bucket, tmp_path):
+    """`s3://b/dir/*` and `s3://b/dir/**` list no folder and no hidden name (.git/, .DS_Store), as the local glob and
+    the listing of `s3://b/dir/` do (before: s3fs's glob gave `…/.git` and `…/sub`, and the job stopped on
+    `s3://…/.git: no such file`)."""
+    from preprocessing.inputs import expand_inputs
+
+    folder = f"glob-{next(_names)}"
+    for name in ("a.txt", ".DS_Store", ".git/config", "sub/b.txt", "sub/.hidden.txt"):
+        storage.write_bytes(storage.join(bucket, folder, name), name.encode())
+    for pattern, want in [("*", ["a.txt"]), ("**", ["a.txt", "sub/b.txt"]), ("", ["a.txt", "sub/b.txt"])]:
+        corpus = CorpusConfig(inputs=[f"{storage.join(bucket, folder)}/{pattern}"], format="text")
+        assert [f.location for f in expand_inputs(corpus)] == [storage.join(bucket, folder, w) for w in want], pattern
