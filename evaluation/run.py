@@ -28,6 +28,7 @@ lr<lr>-seed<seed>; `evaluate.tracking`).
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 from collections import Counter
@@ -196,11 +197,29 @@ class Checkpoint:
     info: dict  # results.json's description of it (CheckpointInfo)
 
 
+def refuse_hugging_face_directory(path: Path, where: str) -> None:
+    """A Hugging Face model directory (its config.json has a `model_type` and no bertfactory `format`) is refused
+    naming the command that converts it, instead of the checkpoint reader's "field 'format' is None"."""
+    from training.checkpoint import CONFIG_FILE, FORMAT as CHECKPOINT_FORMAT
+
+    config = Path(path) / CONFIG_FILE
+    try:
+        doc = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # missing or unreadable: the checkpoint reader says so
+    if not isinstance(doc, dict) or "format" in doc or not isinstance(doc.get("model_type"), str):
+        return
+    kind = ", ".join(map(str, doc.get("architectures") or [])) or f"model_type {doc['model_type']!r}"
+    raise ConfigError(f"{where}: {path} is a Hugging Face model directory ({kind}), not a bertfactory checkpoint; "
+                      f"convert it first with `bertfactory import-hf {path} OUT` and give OUT instead")
+
+
 def open_checkpoint(path: Path, run_dir: Path, label: str, longest: int, where: str,
                     encoder: bool = True) -> tuple[nn.Module, Checkpoint]:
     """-> (the whole pretraining model, the Checkpoint of its backbone); refuses max_seq_len beyond its positions.
     encoder=False (nothing to fine-tune): no backbone is taken (template None), so that a model without an encoder
     (a Transformer-XL causal LM) is still scored on its own objective."""
+    refuse_hugging_face_directory(path, where)
     model, config, tokenizer_path = load_pretrained(path, device="cpu")
     template = model.backbone() if encoder else None
     positions = getattr(getattr(template, "config", None), "max_position_embeddings", None)  # None: relative / none

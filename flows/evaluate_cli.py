@@ -368,6 +368,12 @@ def _checkpoint_recipe(checkpoint: Path, run_dir: Path, overrides: list[str]):
     base = {"evaluate": {"checkpoint": str(checkpoint.resolve()),
                          "intrinsic": {"enabled": has_shards}, "objective": {"enabled": has_shards}}}
     recipe = validate(Recipe, apply_overrides(base, overrides), f"{checkpoint} with overrides {overrides}")
+    from evaluation.run import refuse_hugging_face_directory
+
+    # before the stage key, which would name a missing tokenizer.json, or the reader's "field 'format' is None"
+    refuse_hugging_face_directory(checkpoint, "the checkpoint")
+    for i, path in enumerate(recipe.evaluate.compared_paths(run_dir)):
+        refuse_hugging_face_directory(path, f"evaluate.compare_checkpoints[{i}]")
     if not has_shards:
         asked = [f"evaluate.{part}.enabled=true" for part in ("intrinsic", "objective")
                  if getattr(recipe.evaluate, part).enabled]

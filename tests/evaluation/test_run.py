@@ -229,3 +229,16 @@ def test_malformed_metrics_line_names_file_and_line(tmp_path):
     path.write_text(json.dumps({"step": "one", "loss": 2.0}) + "\n")
     with pytest.raises(ContractError, match=f"{path}:1: a metrics record needs an integer 'step'"):
         read_pretrain_metrics(path)
+
+
+def test_a_hugging_face_directory_is_refused_naming_import_hf(tmp_path):
+    # was: ContractError ".../hf/config.json: field 'format' is None, expected 'bertfactory.checkpoint'"
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text('{"architectures": ["BertForPreTraining"], "model_type": "bert"}')
+    cfg = EvaluateConfig.model_validate({"device": "cpu", "checkpoint": str(hf), "intrinsic": {"enabled": False},
+                                         "objective": {"enabled": False}, "tasks": {}})
+    with pytest.raises(ConfigError, match=r"^the checkpoint: .*/hf is a Hugging Face model directory "
+                                          r"\(BertForPreTraining\), not a bertfactory checkpoint; convert it first "
+                                          r"with `bertfactory import-hf .*/hf OUT`"):
+        run_evaluate(cfg, tmp_path / "run")

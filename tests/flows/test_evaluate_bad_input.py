@@ -117,3 +117,27 @@ def test_with_label_names_a_typo_is_an_error_and_a_missing_label_is_dropped(mode
     assert main(base) == 2
     err = capsys.readouterr().err
     assert "named.tsv:8: label 'maybe' is not in the label set (neg, pos)" in err, err
+
+
+def write_hugging_face_directory(path):
+    """What transformers' save_pretrained writes, as far as the refusal looks: config.json with model_type."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text('{"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 32}')
+    (path / "model.safetensors").write_bytes(b"")
+    return path
+
+
+def test_a_hugging_face_directory_is_refused_naming_import_hf(model_run, tmp_path, capsys):
+    # was: "error: .../hf/config.json: field 'format' is None, expected 'bertfactory.checkpoint'"
+    hf = write_hugging_face_directory(tmp_path / "hf")
+    tsv = write_tsv(tmp_path / "good.tsv", good_rows())
+    task = ["--task-file", str(tsv), "--task-type", "classification", "--text-column", "sentence", *SMALL]
+    assert main(["evaluate", str(hf), "--no-prefect", "--run-dir", str(tmp_path / "ev"), *task]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: the checkpoint: {hf} is a Hugging Face model directory (BertForMaskedLM), not a bertfactory "
+                   f"checkpoint; convert it first with `bertfactory import-hf {hf} OUT` and give OUT instead\n")
+    assert main(["evaluate", str(model_run / "pretrain" / "final"), "--no-prefect", "--run-dir", str(tmp_path / "ev2"),
+                 "--compare-checkpoint", str(hf), *task]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: evaluate.compare_checkpoints[0]: {hf} is a Hugging Face model directory") and \
+        f"bertfactory import-hf {hf} OUT" in err and len(err.splitlines()) == 1, err
