@@ -10,6 +10,7 @@ The options were checked against the architecture's declared capabilities when t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from pathlib import Path
@@ -20,7 +21,7 @@ import torch
 from bertfactory.cpu_kernels import match_inductor
 from bertfactory.errors import ConfigError
 
-from .checkpoint import load_weights, MODEL_FILE, read_checkpoint_config
+from .checkpoint import CONFIG_FILE, load_weights, MODEL_FILE, read_checkpoint_config
 from .distributed import DistContext
 from .fsdp import shard_model
 from .models.core.embeddings import BertEmbeddings
@@ -63,8 +64,64 @@ def warm_start(model: torch.nn.Module, directory: Path, architecture: str, token
         raise ConfigError(f"pretrain.init_from {directory} was trained with another tokenizer (sha256 "
                           f"{doc['tokenizer']['sha256']}) than the shards' ({tokenizer_sha256}); token ids would differ")
     _check_position_tables(model, directory, doc["model"].get("max_position_embeddings"))
-    load_weights(model, directory / MODEL_FILE)
+    stored = _check_same_model(model, directory, doc, architecture)
+    ours = getattr(model.config, "sentence_head", None)
+    if stored.get("sentence_head", ours) == ours:
+        load_weights(model, directory / MODEL_FILE)
+    else:  # another objective's sentence head (BERT's NSP under objective mlm, or none under mlm_nsp)
+        _load_without_sentence_head(model, directory)
     logger.info("pretrain: starting from the weights of %s", directory)
+
+
+# model fields a warm start may change: they decide how the weights are trained (dropout, loss weights, memory,
+# stages), not what a weight means; max_position_embeddings is _check_position_tables's (a rotary member may grow
+# it), the rotary bases and the window are what a length-extension phase retunes, the sentence head follows the
+# objective (_load_without_sentence_head)
+_WARM_START_MAY_CHANGE = frozenset({
+    "hidden_dropout", "attention_dropout", "dropout", "initializer_range", "max_position_embeddings",
+    "sentence_head", "global_rope_theta", "local_rope_theta", "local_attention", "disc_weight", "two_stage",
+    "generator_steps", "predict_fraction", "mem_len", "train_segments", "language_id"})
+
+
+def _check_same_model(model: torch.nn.Module, directory: Path, doc: dict, architecture: str) -> dict:
+    """The recipe's model section must be init_from's, field for field (docs/recipes.md): a field of the same
+    shapes but another meaning (num_heads splits the same Q/K/V matrices into other heads, layer_norm_eps) would
+    otherwise load silently and compute something else, and one that changes shapes would fail as a list of
+    tensor names. One ConfigError naming every differing recipe key. Returns init_from's config as a dict."""
+    from .models.registry import get_architecture
+
+    arch = get_architecture(architecture)
+    stored = dataclasses.asdict(arch.config_from_dict(doc["model"], f"{directory / CONFIG_FILE} field 'model'"))
+    ours = dataclasses.asdict(model.config)
+    sub = dict.fromkeys((f.name for f in dataclasses.fields(arch.settings[1])), arch.settings[0]) \
+        if arch.settings is not None else {}
+    differ = [f"model.{sub[name] + '.' if name in sub else ''}{name} (init_from {stored[name]!r}, recipe "
+              f"{ours[name]!r})" for name in ours
+              if name in stored and name not in _WARM_START_MAY_CHANGE and stored[name] != ours[name]]
+    if differ:
+        raise ConfigError(f"pretrain.init_from {directory} is another model than the recipe's: {', '.join(differ)}; "
+                          "set the model section to init_from's")
+    return stored
+
+
+def _load_without_sentence_head(model: torch.nn.Module, directory: Path) -> None:
+    """init_from's weights where it was trained with another sentence loss than this objective: its NSP / SOP head
+    is left out when this objective trains none, or starts fresh (from pretrain.seed) when init_from has none."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from .hf.files import load_mapped
+
+    path = directory / MODEL_FILE
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise ConfigError(f"pretrain.init_from: {path} is not a readable safetensors file: {err}") from None
+    fresh, left_out = load_mapped(model, state, path, directory / CONFIG_FILE, {"nsp_head.": "sentence-pair head"})
+    for part in fresh:
+        logger.warning("%s initialised fresh: not in %s", part, directory)
+    for part in left_out:
+        logger.info("%s of %s left out: this objective trains none", part, directory)
 
 
 def _check_position_tables(model: torch.nn.Module, directory: Path, stored: int | None) -> None:
