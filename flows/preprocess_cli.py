@@ -65,3 +65,24 @@ def apply_adhoc(args: argparse.Namespace) -> None:
     args.overrides = list(args.overrides) + adhoc_overrides(args)
     if args.out:
         args.run_dir = args.out
+    _refuse_run_directory_as_input(args.input or [], args.run_dir)
+
+
+def _refuse_run_directory_as_input(inputs: list[str], run_dir: str | None) -> None:
+    """`--input . --out .`: the run directory would be an input folder, and a rerun would read its own shards,
+    tokenizer and replaced outputs as corpus (preprocessing.inputs refuses that once the run has stamps). Refused
+    here, before the run takes its lock: a refused run leaves nothing in the corpus folder."""
+    from pathlib import Path
+
+    from bertfactory.errors import InputError
+    from preprocessing.inputs import is_url, run_directory_as_input
+
+    if not run_dir or is_url(run_dir):
+        return
+    out = Path(run_dir).expanduser().resolve()
+    for spec in inputs:
+        if is_url(spec) or spec.startswith("sample:"):
+            continue
+        path = Path(spec[len("file://"):] if spec.startswith("file://") else spec).expanduser()
+        if path.is_dir() and path.resolve() == out:
+            raise run_directory_as_input(spec, f"is the run directory {run_dir}")

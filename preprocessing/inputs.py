@@ -32,6 +32,7 @@ from bertfactory.samples import resolve_input
 
 _GLOB_CHARS = "*?["
 RUN_MARKER = ".bertfactory"  # a run directory's stamps and lock (docs/run-directory.md, flows/stamps.py, flows/lock.py)
+LOCK_NAME = "lock"  # a bare lock (a run refused before it wrote anything) marks no outputs
 
 logger = logging.getLogger(__name__)
 _said: set[str] = set()  # the left-out lines logged at INFO already
@@ -92,6 +93,20 @@ def companion_file(fmt: str, name: str) -> bool:
     return False
 
 
+def run_directory_as_input(where: str, what: str = f"is a run directory (its {RUN_MARKER}/ holds stamps)") -> InputError:
+    """An input directory (or a glob's folder) that is a run directory itself: its outputs would be read as corpus
+    (on a rerun: its own shards, first moved aside as "changed inputs", then read)."""
+    return InputError(f"{where}: this input {what}: its shards/, tokenizer/ and replaced outputs would be read as "
+                      f"corpus; keep the corpus in a folder of its own, or write the run into a folder below the "
+                      f"input (--out DIR/run), which is left out")
+
+
+def _holds_stamps(directory: Path) -> bool:
+    """Whether a local directory is a run directory that has run a stage: its .bertfactory/ holds more than a lock."""
+    marker = directory / RUN_MARKER
+    return marker.is_dir() and any(p.name != LOCK_NAME for p in marker.iterdir())
+
+
 def _log_left_out(directory: str, hidden: list[str], runs: list[str]) -> None:
     """The one line saying what a directory's expansion left out (nothing when it left out nothing; at DEBUG when
     said already)."""
@@ -116,6 +131,8 @@ def _listed_directory(spec: str, directory: str, found: list[str]) -> list[str]:
     prefix = directory.rstrip("/") + "/"
     rels = [(f, tuple(f[len(prefix):].split("/")) if f.startswith(prefix) else (f.rsplit("/", 1)[-1],))
             for f in found]
+    if any(parts[0] == RUN_MARKER and parts[1:] != (LOCK_NAME,) for _, parts in rels if len(parts) > 1):
+        raise run_directory_as_input(spec)
     runs = {parts[:i] for _, parts in rels for i, part in enumerate(parts[:-1]) if part == RUN_MARKER and i > 0}
     # a run directory inside a hidden folder is left out as part of it
     runs = {r for r in runs if not any(part.startswith(".") for part in r[:-1])}
@@ -137,6 +154,8 @@ def _directory_files(directory: Path) -> list[Path]:
     """Every corpus file under a local `directory`, sorted: not the hidden paths (a name starting with "." at any
     depth below `directory`, and all under such a folder: .git/ is not walked), not a run directory inside it (one
     holding .bertfactory/, e.g. the --out of a run whose --input is a folder above it: its lock, stamps, shards)."""
+    if _holds_stamps(directory):
+        raise run_directory_as_input(str(directory))
     found: list[Path] = []
     hidden: list[str] = []
     runs: list[str] = []
@@ -183,16 +202,52 @@ def _globbed_files(spec: str, pattern: str, found: dict) -> list[str]:
     """The files among the matches of a URL glob (fsspec path -> info), as a local glob gives them, sorted: no
     folders (fsspec lists `b/dir` for `b/*`, which cannot be read as a file) and no hidden name that a wildcard
     matched (.git/, .DS_Store, a run directory's .bertfactory/), said in one INFO line as a directory's are."""
+    files = sorted(f for f, info in found.items() if info.get("type", "file") == "file")
+    # a run directory shows where a match goes through its .bertfactory/ (`**`); a store lists no empty folder
+    marked = {f.rsplit(f"/{RUN_MARKER}/", 1)[0] for f in files
+              if f"/{RUN_MARKER}/" in f and f.rsplit(f"/{RUN_MARKER}/", 1)[1] != LOCK_NAME}
+    runs = _run_directories(pattern, files, lambda folder: folder in marked, spec)
     kept: list[str] = []
     hidden: set[str] = set()
-    for f in sorted(f for f, info in found.items() if info.get("type", "file") == "file"):
+    for f in files:
+        if _inside(f, runs):
+            continue
         part = _hidden_by_pattern(pattern, f)
         if part is None:
             kept.append(f)
         else:
             hidden.add(part)
-    _log_left_out(spec, sorted(hidden), [])
+    folder = "/".join(pattern.split("/")[:_static_parts(pattern)])
+    _log_left_out(spec, sorted(hidden), sorted(r[len(folder) + 1:] + "/" for r in runs))
     return kept
+
+
+def _run_directories(pattern: str, matches: list[str], is_run, where: str) -> set[str]:
+    """The run directories at or below the folder of the glob `pattern` that its `matches` lie in ("/"-paths; a
+    folder is one when `is_run(folder)`), so that they are left out as a directory's expansion leaves them out; a
+    match inside a folder of the glob's folder itself being one is refused (`run/**/*.jsonl` would read the run's
+    shards/quarantine.jsonl as corpus; `run/*.txt` matches no output of the run)."""
+    static = _static_parts(pattern)
+    runs: set[str] = set()
+    checked: dict[str, bool] = {}
+    for match in matches:
+        parts = match.split("/")
+        for j in range(static, len(parts)):
+            folder = "/".join(parts[:j])
+            if folder not in checked:
+                checked[folder] = is_run(folder)
+            if checked[folder] and j == static:
+                if j == len(parts) - 1:
+                    continue  # a file right in the glob's folder (`run/*.txt` beside shards/): no run output
+                raise run_directory_as_input(where)
+            if checked[folder]:
+                runs.add(folder)
+                break
+    return runs
+
+
+def _inside(path: str, folders: set[str]) -> bool:
+    return any(path.startswith(folder + "/") for folder in folders)
 
 
 def _url_files(spec: str, fmt: str) -> list[InputFile]:
@@ -207,6 +262,8 @@ def _url_files(spec: str, fmt: str) -> list[InputFile]:
             found = sorted(_listed_directory(spec, path, fs.find(path)))
         else:
             found = [path] if fs.exists(path) else []
+    except InputError:
+        raise  # what the listing shows (a run directory given as the input), not a listing failure
     except ImportError as err:
         raise InputError(f"{spec}: cannot open this URL: {err} (install the filesystem's package, e.g. gcsfs, s3fs)") from None
     except Exception as err:  # fsspec backends raise their own types for auth/network problems
@@ -228,8 +285,13 @@ def expand_inputs(corpus) -> list[InputFile]:
         if spec.startswith("file://"):
             spec = spec[len("file://"):]
         if not spec.startswith("sample:") and any(ch in spec for ch in _GLOB_CHARS):
-            matches = sorted(Path(m) for m in glob.glob(str(Path(spec).expanduser()), recursive=True)
-                             if Path(m).is_file() and not companion_file(fmt, Path(m).name))
+            pattern = os.path.expanduser(spec)
+            found = [m for m in glob.glob(pattern, recursive=True)
+                     if os.path.isfile(m) and not companion_file(fmt, os.path.basename(m))]
+            # a run directory below the glob's folder (`corpus/**/*.jsonl` with --out corpus/run): left out
+            runs = _run_directories(pattern, found, lambda d: _holds_stamps(Path(d or ".")), spec)
+            matches = sorted(Path(m) for m in found if not _inside(m, runs))
+            _log_left_out(spec, [], sorted(f"{r}/" for r in runs))
             if not matches:
                 raise InputError(f"{spec}: no input file matches this pattern (corpus.inputs)")
             files.extend(InputFile(str(m), str(m)) for m in matches)

@@ -2,6 +2,7 @@
 files left out, fsspec URLs listed), each with its sha256 and size; clear errors for what matches nothing."""
 
 import hashlib
+import re
 
 import fsspec
 import pytest
@@ -143,3 +144,51 @@ def test_a_url_glob_leaves_out_hidden_names_and_folders_as_a_local_glob_does(tmp
         "memory://globurl/**: left out 5 hidden path(s) (.DS_Store, .d/, .git/, ...): not corpus"]
     with pytest.raises(InputError, match=r"memory://globurl/\.git\*: no input file at this URL"):
         expand_inputs(_corpus("text", "memory://globurl/.git*"))  # a folder, not a file: nothing to read
+
+
+def _stamped_run(root, *outputs):
+    _tree(root, ".bertfactory/lock", ".bertfactory/preprocess.json", "shards/manifest.json",
+          "shards/quarantine.jsonl", "tokenizer/tokenizer.json", *outputs)
+
+
+def test_a_run_directory_given_as_the_input_is_refused(tmp_path):
+    """`--input . --out .` (or a recipe's `corpus.inputs: [.]` run in `.`): on the rerun the run directory's own
+    shards, tokenizer and replaced outputs were inputs (before: `its inputs changed`, the outputs moved aside, then
+    `shards.replaced-…/duplicates.jsonl: empty file (0 bytes)`). Refused naming it, before anything is moved; a
+    bare lock (a run refused before it wrote anything) marks no run directory."""
+    corpus = tmp_path / "corpus"
+    _tree(corpus, "a.txt", "b/c.txt", ".bertfactory/lock")
+    assert [f.location for f in expand_inputs(_corpus("text", corpus))] == [str(corpus / "a.txt"),
+                                                                            str(corpus / "b/c.txt")]
+    _stamped_run(corpus, "shards.replaced-20260101T000000Z-3f2a9c0d1e2b/quarantine.jsonl")
+    for spec in (corpus, f"{corpus}/**/*.jsonl", f"{corpus}/**"):
+        with pytest.raises(InputError, match=rf"^{re.escape(str(corpus))}[^:]*: this input is a run directory \(its .bertfactory/ "
+                                             r"holds stamps\): its shards/, tokenizer/ and replaced outputs would "
+                                             r"be read as corpus; .* \(--out DIR/run\)"):
+            expand_inputs(_corpus("jsonl", spec))
+    # a glob that matches no output of the run reads its files
+    assert [f.name for f in expand_inputs(_corpus("text", f"{corpus}/*.txt"))] == [str(corpus / "a.txt")]
+    fs = fsspec.filesystem("memory")
+    for name in ("a.txt", ".bertfactory/preprocess.json", "shards/quarantine.jsonl"):
+        fs.pipe(f"/runasinput/{name}", name.encode())
+    for url in ("memory://runasinput/", "memory://runasinput/**"):
+        with pytest.raises(InputError, match=f"{re.escape(url)}: this input is a run directory"):
+            expand_inputs(_corpus("text", url))
+
+
+def test_a_glob_leaves_out_a_run_directory_below_its_folder(tmp_path, caplog):
+    """`corpus/**/*.jsonl` with `--out corpus/run`: a rerun read the run's shards/quarantine.jsonl (and the replaced
+    outputs) as corpus; left out as a directory's expansion leaves it out, so the rerun is up to date."""
+    corpus = tmp_path / "corpus"
+    _tree(corpus, "a.jsonl", "sub/b.jsonl")
+    before = [f.location for f in expand_inputs(_corpus("jsonl", f"{corpus}/**/*.jsonl"))]
+    _stamped_run(corpus / "run", "shards.replaced-20260101T000000Z-3f2a9c0d1e2b/quarantine.jsonl")
+    with caplog.at_level("INFO", logger="preprocessing.inputs"):
+        assert [f.location for f in expand_inputs(_corpus("jsonl", f"{corpus}/**/*.jsonl"))] == before
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{corpus}/**/*.jsonl: left out 1 run directory ({corpus}/run/): not corpus"]
+    fs = fsspec.filesystem("memory")
+    for name in ("a.jsonl", "sub/b.jsonl", "run/.bertfactory/preprocess.json", "run/shards/quarantine.jsonl"):
+        fs.pipe(f"/globruns/{name}", name.encode())
+    assert [f.location for f in expand_inputs(_corpus("jsonl", "memory://globruns/**"))] == [
+        "memory:///globruns/a.jsonl", "memory:///globruns/sub/b.jsonl"]
