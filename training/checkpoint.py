@@ -161,8 +161,9 @@ def load_pretrained(directory: str | Path, device: str | torch.device = "cpu"):
     """Load a model directory -> (the model of its architecture in eval mode, its config, path of its
     tokenizer.json). Every architecture's model has `backbone()` (the encoder for fine-tuning).
 
-    Validates config.json, that the tokenizer is the one the model was trained with (sha256), and that the
-    weights match the architecture exactly (names and shapes)."""
+    Validates config.json, that the tokenizer is the one the model was trained with (sha256), that the weights
+    are the file a training checkpoint recorded (`checksums`, when config.json has them), and that they match the
+    architecture exactly (names and shapes)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ContractError(f"model directory {directory} does not exist")
@@ -178,6 +179,7 @@ def load_pretrained(directory: str | Path, device: str | torch.device = "cpu"):
             f"{tokenizer_path} does not match the tokenizer recorded in {directory / CONFIG_FILE} "
             f"(field 'tokenizer.sha256' = {want_sha})"
         )
+    verify_weights(directory, doc)
     model = arch.build(config)
     load_weights(model, directory / MODEL_FILE)
     model.to(device)
@@ -365,14 +367,27 @@ def verify_checkpoint(directory: Path) -> bool:
     if recorded is None:
         return False
     for name in CHECKSUMMED:
-        want = recorded.get(name) if isinstance(recorded, dict) else None
-        if not isinstance(want, str):
-            raise ContractError(f"{directory / CONFIG_FILE}: 'checksums.{name}' is missing")
-        got = sha256_file(directory / name)
-        if got != want:
-            raise ContractError(f"{directory / name} is corrupted: its sha256 {got[:12]}... differs from "
-                                f"{want[:12]}... recorded in {CONFIG_FILE} at save time")
+        _verify_file(directory, recorded, name)
     return True
+
+
+def verify_weights(directory: Path, doc: Mapping[str, Any]) -> None:
+    """A training checkpoint's model.safetensors against the sha256 its config.json (`doc`) recorded, for the
+    readers of its weights alone (load_pretrained: export, evaluate, a distillation teacher; pretrain.init_from):
+    ContractError naming the damaged file. Model directories without `checksums` (final/, imports) pass."""
+    recorded = doc.get("checksums")
+    if recorded is not None and (Path(directory) / MODEL_FILE).is_file():  # a missing file: load_weights says so
+        _verify_file(Path(directory), recorded, MODEL_FILE)
+
+
+def _verify_file(directory: Path, recorded: Any, name: str) -> None:
+    want = recorded.get(name) if isinstance(recorded, dict) else None
+    if not isinstance(want, str):
+        raise ContractError(f"{directory / CONFIG_FILE}: 'checksums.{name}' is missing")
+    got = sha256_file(directory / name)
+    if got != want:
+        raise ContractError(f"{directory / name} is corrupted: its sha256 {got[:12]}... differs from "
+                            f"{want[:12]}... recorded in {CONFIG_FILE} at save time")
 
 
 def unreadable_pickle(path: Path, what: str, err: Exception) -> ContractError:

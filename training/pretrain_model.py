@@ -21,7 +21,7 @@ import torch
 from bertfactory.cpu_kernels import match_inductor
 from bertfactory.errors import ConfigError
 
-from .checkpoint import CONFIG_FILE, load_weights, MODEL_FILE, read_checkpoint_config
+from .checkpoint import CONFIG_FILE, load_weights, MODEL_FILE, read_checkpoint_config, verify_weights
 from .distributed import DistContext
 from .fsdp import shard_model
 from .models.core.embeddings import BertEmbeddings
@@ -65,6 +65,7 @@ def warm_start(model: torch.nn.Module, directory: Path, architecture: str, token
                           f"{doc['tokenizer']['sha256']}) than the shards' ({tokenizer_sha256}); token ids would differ")
     _check_position_tables(model, directory, doc["model"].get("max_position_embeddings"))
     stored = _check_same_model(model, directory, doc, architecture)
+    verify_weights(directory, doc)  # a training checkpoint (checkpoints/step-N) as init_from
     ours = getattr(model.config, "sentence_head", None)
     if stored.get("sentence_head", ours) == ours:
         load_weights(model, directory / MODEL_FILE)

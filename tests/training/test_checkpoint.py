@@ -166,3 +166,32 @@ def test_saved_weights_are_as_readable_as_every_other_file(tiny_run, tmp_path):
             assert set(modes.values()) == {"0o644"}, (directory, modes)
     finally:
         os.umask(old)
+
+
+def test_a_damaged_training_checkpoint_is_refused_by_every_reader_of_its_weights(tiny_run, tmp_path):
+    """A checkpoint's recorded sha256 guards its weights for export, evaluation, a distillation teacher
+    (load_pretrained) and pretrain.init_from as it does for resume: a flipped bit in a tensor is one ContractError
+    naming the file, never silently other weights."""
+    from training.hf import export_to_hf
+
+    model_cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=32)
+    cfg = PretrainConfig(batch_size=8, max_steps=3, warmup_steps=1, learning_rate=1e-3, log_every=1, save_every=2,
+                         seed=0, num_threads=1, device="cpu")
+    pretrain(model_cfg, cfg, tiny_run)
+    step = tiny_run / "pretrain" / "checkpoints" / "step-2"
+    load_pretrained(step)  # intact: loads
+    weights = step / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x40  # inside the last tensor: the file still parses, with another value
+    weights.write_bytes(bytes(data))
+    damaged = f"{weights} is corrupted"
+    with pytest.raises(ContractError, match=damaged):
+        load_pretrained(step)
+    with pytest.raises(ContractError, match=damaged):
+        export_to_hf(step, tmp_path / "hf")
+    other = tmp_path / "continued"
+    other.mkdir()
+    for part in ("tokenizer", "shards"):
+        (other / part).symlink_to(tiny_run / part)
+    with pytest.raises(ContractError, match=damaged):
+        pretrain(model_cfg, cfg.model_copy(update={"init_from": str(step)}), other)
