@@ -32,9 +32,13 @@ from bertfactory.machine import machine_description
 from bertfactory.provenance import code_revision
 
 STAMP_DIR = ".bertfactory"
-# what only a run directory holds at its top (docs/run-directory.md): the stamps and lock every stage under a flow
-# writes, and the stages' output folders (a run written by run_preprocess alone has no .bertfactory/)
-RUN_ENTRIES = (f"{STAMP_DIR}/", "tokenizer/", "shards/", "pretrain/", "eval/", "distill/", "corpora/", "continued/")
+# what only a run directory holds at its top (docs/run-directory.md), for `bertfactory clean` and evaluate/export's
+# "no trained model yet": the stamps and lock every stage under a flow writes, or a file only a stage writes (a run
+# written by run_preprocess alone has no .bertfactory/). A folder merely named like a stage's (a user's own shards/,
+# eval/ or corpora/) is no sign of a run: `clean ~` would have taken the home folder for one
+RUN_ENTRIES = (f"{STAMP_DIR}/", "tokenizer/tokenizer.json", "shards/manifest.json", "pretrain/final/config.json",
+               "pretrain/checkpoints/", "pretrain/metrics.jsonl", "eval/results.json", "distill/results.json",
+               "corpora/versions.json")
 # Files at most this big are fingerprinted by sha256, bigger ones by size (hashing every shard of a large
 # corpus on each rerun would cost minutes; shards carry their own sha256 in the manifest).
 _HASH_LIMIT = 64 << 20
@@ -311,9 +315,11 @@ def recorded_outputs(run_dir: Path, stage: str) -> set[str]:
 
 
 def is_run_directory(path: Path) -> bool:
-    """Whether the local directory `path` is a run directory: one of RUN_ENTRIES, or a replaced output folder."""
+    """Whether the local directory `path` is a run directory: one of RUN_ENTRIES (a folder where it ends in "/", else
+    a file), or a replaced output folder."""
     from bertfactory.replaced import is_replaced
 
     path = Path(path)
-    return path.is_dir() and (any((path / entry).is_dir() for entry in RUN_ENTRIES)
+    return path.is_dir() and (any((path / entry).is_dir() if entry.endswith("/") else (path / entry).is_file()
+                                  for entry in RUN_ENTRIES)
                               or any(is_replaced(child.name) for child in path.iterdir()))

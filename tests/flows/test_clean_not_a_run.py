@@ -58,3 +58,21 @@ def test_run_directories_are_recognised_and_cleaned(tmp_path, capsys, entries):
     assert not (run / ASIDE).exists()
     out = capsys.readouterr().out
     assert ("deleted 1 replaced output folder(s)" in out) if ASIDE in entries[0] else "no replaced outputs" in out
+
+
+def test_a_folder_with_folders_named_like_a_runs_is_no_run_directory(tmp_path, capsys):
+    """A home or project folder holding its own corpora/, shards/, eval/ (no stamps, no stage's files) and other runs
+    below it: before, `bertfactory clean ~ --yes` took it for a run directory, deleted the replaced outputs of every
+    run under it (without their locks) and left a .bertfactory/lock in it."""
+    home = tmp_path / "home"
+    for name in ("corpora/news/a.txt", "shards/part-0.txt", "eval/notes.md", "tokenizer/vocab.txt",
+                 "pretrain/notes.md", "continued/x.txt", f"projects/run/{ASIDE}/final/model.safetensors",
+                 "projects/run/.bertfactory/lock"):
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text("x\n")
+    before = _listing(home)
+    assert not is_run_directory(home)
+    assert main(["clean", str(home), "--yes"]) == 2
+    assert error_line(capsys).startswith(f"error: {home}: not a run directory (")
+    assert _listing(home) == before  # the other run's replaced folder kept, no lock left behind
+    assert is_run_directory(home / "projects" / "run")
