@@ -107,9 +107,9 @@ def _holds_stamps(directory: Path) -> bool:
     return marker.is_dir() and any(p.name != LOCK_NAME for p in marker.iterdir())
 
 
-def _log_left_out(directory: str, hidden: list[str], runs: list[str]) -> None:
+def _log_left_out(directory: str, hidden: list[str], runs: list[str], other: list[str] = ()) -> None:
     """The one line saying what a directory's expansion left out (nothing when it left out nothing; at DEBUG when
-    said already)."""
+    said already): hidden paths, run directories, and `other` (each already saying what it is)."""
     what = []
     if hidden:
         shown = ", ".join(hidden[:3]) + (", ..." if len(hidden) > 3 else "")
@@ -117,6 +117,7 @@ def _log_left_out(directory: str, hidden: list[str], runs: list[str]) -> None:
     if runs:
         what.append(f"{len(runs)} run director{'y' if len(runs) == 1 else 'ies'} ({', '.join(runs[:3])}"
                     f"{', ...' if len(runs) > 3 else ''})")
+    what += list(other)
     if what:
         line = f"{directory}: left out {' and '.join(what)}: not corpus"
         # once a process: a run lists its inputs for the stage key, then for the stage; a watch lists them each poll
@@ -153,13 +154,19 @@ def _listed_directory(spec: str, directory: str, found: list[str]) -> list[str]:
 def _directory_files(directory: Path) -> list[Path]:
     """Every corpus file under a local `directory`, sorted: not the hidden paths (a name starting with "." at any
     depth below `directory`, and all under such a folder: .git/ is not walked), not a run directory inside it (one
-    holding .bertfactory/, e.g. the --out of a run whose --input is a folder above it: its lock, stamps, shards)."""
+    holding .bertfactory/, e.g. the --out of a run whose --input is a folder above it: its lock, stamps, shards).
+    Symbolic links are followed, to folders too (`corpus/cc -> /mnt/disk/cc`); a link back to a folder walked already
+    (a loop such as `loop -> .`) and what is no regular file (a FIFO, a socket) are left out, said in the one INFO
+    line; a link to nothing is refused naming it (the file meant to be corpus is not there)."""
     if _holds_stamps(directory):
         raise run_directory_as_input(str(directory))
     found: list[Path] = []
     hidden: list[str] = []
     runs: list[str] = []
-    for root, dirs, names in os.walk(directory):
+    loops: list[str] = []
+    special: list[str] = []
+    walked = {directory.resolve()}
+    for root, dirs, names in os.walk(directory, followlinks=True):
         base = Path(root)
         rel = base.relative_to(directory)
         if rel.parts and RUN_MARKER in dirs:
@@ -169,12 +176,31 @@ def _directory_files(directory: Path) -> list[Path]:
         for name in [d for d in dirs if d.startswith(".")]:
             hidden.append(f"{(rel / name).as_posix()}/")
             dirs.remove(name)
+        for name in list(dirs):
+            real = (base / name).resolve()
+            if real in walked:  # a link to a folder walked already: a loop, or the same files twice
+                loops.append(f"{(rel / name).as_posix()}/")
+                dirs.remove(name)
+            walked.add(real)
         for name in names:
+            path = base / name
             if name.startswith("."):
                 hidden.append((rel / name).as_posix())
-            elif (base / name).is_file():
-                found.append(base / name)
-    _log_left_out(str(directory), sorted(hidden), sorted(runs))
+            elif path.is_file():
+                found.append(path)
+            elif path.is_symlink() and not path.exists():
+                raise InputError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist (under the "
+                                 f"input directory {directory})")
+            else:
+                special.append((rel / name).as_posix())
+    other = []
+    if loops:
+        other.append(f"{len(loops)} link(s) to a folder listed already ({', '.join(sorted(loops)[:3])}"
+                     f"{', ...' if len(loops) > 3 else ''})")
+    if special:
+        other.append(f"{len(special)} special file(s), no regular file ({', '.join(sorted(special)[:3])}"
+                     f"{', ...' if len(special) > 3 else ''})")
+    _log_left_out(str(directory), sorted(hidden), sorted(runs), other)
     return sorted(found)
 
 

@@ -192,3 +192,29 @@ def test_a_glob_leaves_out_a_run_directory_below_its_folder(tmp_path, caplog):
         fs.pipe(f"/globruns/{name}", name.encode())
     assert [f.location for f in expand_inputs(_corpus("jsonl", "memory://globruns/**"))] == [
         "memory:///globruns/a.jsonl", "memory:///globruns/sub/b.jsonl"]
+
+
+def test_links_in_an_input_directory_are_followed_and_loops_and_dangling_links_are_said(tmp_path, caplog):
+    """A folder linked into the corpus (`corpus/cc -> /mnt/disk/cc`) is read as a file link is (before: left out
+    without a word); a link back to a folder listed already (`loop -> .`) and a FIFO are left out in the one INFO
+    line; a link to nothing is refused naming it (before: left out without a word)."""
+    import os
+
+    corpus, elsewhere = tmp_path / "corpus", tmp_path / "elsewhere"
+    _tree(corpus, "a.txt")
+    _tree(elsewhere, "b.txt", "sub/c.txt")
+    (corpus / "cc").symlink_to(elsewhere)
+    (corpus / "loop").symlink_to(corpus)
+    (corpus / "sub").mkdir()
+    (corpus / "sub" / "up").symlink_to("..")
+    os.mkfifo(corpus / "pipe")
+    with caplog.at_level("INFO", logger="preprocessing.inputs"):
+        files = expand_inputs(_corpus("text", corpus))
+    assert [f.location for f in files] == [str(corpus / "a.txt"), str(corpus / "cc/b.txt"), str(corpus / "cc/sub/c.txt")]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{corpus}: left out 2 link(s) to a folder listed already (loop/, sub/up/) and 1 special file(s), no regular "
+        "file (pipe): not corpus"]
+    (corpus / "gone.txt").symlink_to(tmp_path / "nothing.txt")
+    with pytest.raises(InputError, match=rf"^{re.escape(str(corpus / 'gone.txt'))}: a symbolic link to "
+                                         rf"{re.escape(str(tmp_path / 'nothing.txt'))}, which does not exist"):
+        expand_inputs(_corpus("text", corpus))
