@@ -279,3 +279,19 @@ def test_export_refuses_to_replace_a_non_empty_directory(tiny_checkpoint, tmp_pa
         export_to_hf(tiny_checkpoint, tiny_checkpoint.parent, overwrite=True)
     export_to_hf(tiny_checkpoint, tmp_path / "busy", overwrite=True)
     assert not (tmp_path / "busy" / "notes.txt").exists()
+
+
+def test_each_direction_given_the_other_kind_of_directory_says_which_it_is(tiny_checkpoint, tmp_path, capsys):
+    """`export` of a transformers directory and `import-hf` of one of ours: one line saying what the directory
+    already is and which command fits, not a field error about the other format."""
+    from flows.cli import main
+
+    hf = export_to_hf(tiny_checkpoint, tmp_path / "hf")
+    capsys.readouterr()
+    assert main(["export", str(hf), str(tmp_path / "again"), "--to", "hf"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "is a Hugging Face transformers directory already" in err and "import-hf" in err and "\n" not in err
+    assert main(["import-hf", str(tiny_checkpoint), str(tmp_path / "mine")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "is one of our model directories already" in err and "bertfactory export" in err and "\n" not in err
+    assert not (tmp_path / "again").exists() and not (tmp_path / "mine").exists()

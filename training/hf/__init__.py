@@ -79,6 +79,10 @@ def export_to_hf(model_dir: str | Path, out: str | Path, overwrite: bool = False
     check_output_dir(out, model_dir, overwrite)
     if not model_dir.is_dir():
         raise ContractError(f"model directory {model_dir} does not exist")
+    if is_hf_model_dir(model_dir):
+        raise ContractError(f"{model_dir / CONFIG_FILE} is a Hugging Face transformers directory already, not one of "
+                            "our model directories: load it with transformers as it is, or convert it to ours with "
+                            "`bertfactory import-hf`")
     architecture = read_checkpoint_config(model_dir)["architecture"]  # validates config.json
     if architecture not in EXPORTS:
         raise ContractError(f"{model_dir / CONFIG_FILE}: architecture {architecture!r} has no transformers export "
@@ -102,6 +106,10 @@ def import_from_hf(hf_dir: str | Path, out: str | Path, seed: int = 0, overwrite
     check_output_dir(out, hf_dir, overwrite)
     config_path = hf_dir / CONFIG_FILE
     hf_config = read_json_file(config_path, f"no {CONFIG_FILE} in {hf_dir}; is this a Hugging Face model directory?")
+    if isinstance(hf_config, dict) and "model_type" not in hf_config and "format" in hf_config:
+        raise ContractError(f"{config_path} is one of our model directories already (format "
+                            f"{hf_config['format']!r}), not a Hugging Face one: use it as it is, or write it as a "
+                            "transformers directory with `bertfactory export`")
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else "bert"  # bert's reader refuses it
     if model_type not in IMPORTS:
         from .bert import SUPPORTED
