@@ -4,7 +4,11 @@ a shard split it was not trained on (RUN/shards, split `heldout`, mask variant 0
 The masked positions and the tokens placed there are the ones stored in the shards (BERT's 80/10/10
 [MASK]/random/unchanged replacement), so every model evaluated on the same shards answers the same questions.
 MLM accuracy = argmax prediction equals the original token, over every masked position; MLM loss = mean
-cross-entropy over those positions; perplexity = exp(MLM loss). NSP accuracy is over instances.
+cross-entropy over those positions; perplexity = exp(MLM loss). NSP accuracy is over instances, and
+`nsp_label_counts` says how many were of each label ([IsNext, NotNext]; sentence-order shards: [in order, swapped]).
+A held-out split of one document has IsNext pairs only (a NotNext B is drawn from another document): its NSP
+accuracy then only says how often the model answers IsNext (a model that always does scores 1.0). It is still
+reported, with a warning here and a note wherever it is shown (evaluation/results.py `nsp_one_label_note`).
 
 For scale, the same positions are also scored by the best context-free predictor learnt from the training split
 (the unigram distribution of its non-special tokens, add-one smoothed): `unigram_mlm_accuracy` (always answer the
@@ -41,6 +45,7 @@ from training.data import IGNORE_INDEX, collate, dynamic_masker, masked_at_read_
 from training.models.bert.model import BertForPreTraining, chance_mlm_accuracy
 
 from .config import IntrinsicConfig
+from .results import nsp_one_label_note
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +81,7 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
     if cfg.max_batches is not None:
         batches = min(batches, cfg.max_batches)
     mlm_correct = mlm_count = nsp_correct = nsp_instances = instances = 0
+    nsp_labels = [0, 0]  # instances per NSP label (0 IsNext / in order, 1 NotNext / swapped)
     mlm_loss_sum = nsp_loss_sum = 0.0
     for b in tqdm(range(batches), desc=f"intrinsic ({cfg.split})", unit="batch", disable=None, leave=False):
         chunk = [shards.instance(i, cfg.mask_variant) for i in range(b * cfg.batch_size, min(rows, (b + 1) * cfg.batch_size))]
@@ -99,6 +105,8 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
             nsp_correct += int((nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
             nsp_loss_sum += float(F.cross_entropy(nsp_logits, batch["nsp_labels"], reduction="sum"))
             nsp_instances += len(chunk)
+            for label in (0, 1):
+                nsp_labels[label] += int((batch["nsp_labels"] == label).sum())
         instances += len(chunk)
     if mlm_count == 0:
         raise ContractError(f"{shard_dir}: the evaluated '{cfg.split}' instances have no masked positions")
@@ -113,10 +121,14 @@ def evaluate_intrinsic(model: BertForPreTraining, shard_dir: Path, tokenizer_sha
         "mlm_perplexity": math.exp(min(mlm_loss, 700.0)),  # exp overflows a float past ~709
         "nsp_accuracy": nsp_correct / nsp_instances if nsp_instances else None,
         "nsp_loss": nsp_loss_sum / nsp_instances if nsp_instances else None,
+        "nsp_label_counts": nsp_labels if nsp_instances else None,
         "chance_mlm_accuracy": chance_mlm_accuracy(model.config.vocab_size),
         "unigram_mlm_accuracy": unigram_correct / mlm_count,
         "unigram_mlm_loss": unigram_loss_sum / mlm_count,
     }
+    note = nsp_one_label_note(scores)
+    if note:
+        logger.warning("held-out NSP accuracy %.4f on split '%s' is %s", scores["nsp_accuracy"], cfg.split, note)
     if cfg.pseudo_perplexity_instances:
         scores.update(pseudo_perplexity(model, shards, cfg.pseudo_perplexity_instances, cfg.batch_size, device))
     logger.info("intrinsic on %d %s instances: MLM accuracy %.4f (loss %.4f; unigram baseline %.4f, loss %.4f), "

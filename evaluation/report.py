@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from bertfactory.io import atomic_write_text
+from evaluation.results import nsp_one_label_note
 # the pretraining curves and the figure helpers live with pretraining, which writes the same curve at its end
 from training.loss_curve import plot_pretrain_curves, read_pretrain_metrics
 from training.loss_curve import pyplot as _pyplot, save_png as _save
@@ -139,6 +140,12 @@ def model_label(model: str, scores: dict) -> str:
     return MODEL_LABELS[model]
 
 
+def _nsp_note(intrinsic: dict) -> str:
+    """` (<why>)` after an NSP accuracy over one label only (evaluation/intrinsic.py), else ''."""
+    note = nsp_one_label_note(intrinsic)
+    return f" ({note})" if note else ""
+
+
 def _f(v, digits: int = 4) -> str:
     return "—" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
@@ -217,7 +224,7 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
             f"chance {intr['chance_mlm_accuracy']:.2g}) |",
             f"| MLM loss | {_f(intr['mlm_loss'])} (unigram baseline {_f(intr['unigram_mlm_loss'])}) |",
             f"| MLM perplexity | {_f(intr['mlm_perplexity'], 2)} |",
-            f"| NSP accuracy | {_f(intr.get('nsp_accuracy'))} |",  # absent: no sentence-pair head (RoBERTa)
+            f"| NSP accuracy | {_f(intr.get('nsp_accuracy'))}{_nsp_note(intr)} |",  # absent: no sentence-pair head
             f"| NSP loss | {_f(intr.get('nsp_loss'))} |",
         ]
     else:
@@ -334,7 +341,9 @@ def render_comparison(runs: list[tuple[str, dict]]) -> str:
     if any(i for _, i in intrinsic):
         lines += ["", "## Intrinsic", "", "| metric | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
         for metric in ("mlm_accuracy", "mlm_perplexity", "nsp_accuracy"):
-            lines.append(f"| {metric} | " + " | ".join(_f((i or {}).get(metric)) for _, i in intrinsic) + " |")
+            lines.append(f"| {metric} | " + " | ".join(
+                _f((i or {}).get(metric)) + (" (one label only)" if metric == "nsp_accuracy" and
+                                             nsp_one_label_note(i or {}) else "") for _, i in intrinsic) + " |")
     tasks = sorted({t for _, r in runs for t in r["tasks"]})
     for task in tasks:
         pers = [r["tasks"].get(task) for _, r in runs]

@@ -1,4 +1,4 @@
-"""The results.json contract (schema v4, documented in docs/results.md): pydantic models, the writer (validates,
+"""The results.json contract (schema v5, documented in docs/results.md): pydantic models, the writer (validates,
 then writes atomically) and the reader (checks format and schema version first, then validates every field).
 
     from evaluation.results import read_results
@@ -21,11 +21,11 @@ from .scoring import METRICS as TYPE_METRICS
 from .tasks.base import TASK_TYPES
 
 FORMAT = "bertfactory.results"
-SCHEMA_VERSION = 4
-# v3 only adds optional parts to v2 and v4 to v3 (tasks.<task>.settings: results of separate evaluations, merged,
-# each say their own settings), so v2 and v3 files are read as they are. v1 (one task, one seed, accuracy only) is
-# not: re-run `bertfactory evaluate`.
-SUPPORTED_SCHEMA_VERSIONS = (2, 3, 4)
+SCHEMA_VERSION = 5
+# v3 only adds optional parts to v2, v4 to v3 (tasks.<task>.settings: results of separate evaluations, merged, each
+# say their own settings) and v5 to v4 (intrinsic.nsp_label_counts), so v2, v3 and v4 files are read as they are.
+# v1 (one task, one seed, accuracy only) is not: re-run `bertfactory evaluate`.
+SUPPORTED_SCHEMA_VERSIONS = (2, 3, 4, 5)
 RESULTS_FILE = "results.json"
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]  # a rate in [0, 1]
@@ -53,6 +53,9 @@ class IntrinsicResults(_Strict):
     mlm_perplexity: float = Field(ge=1.0)
     nsp_accuracy: Fraction | None = None  # None: the model has no sentence-pair head (objective without NSP/SOP)
     nsp_loss: float | None = Field(None, ge=0.0)
+    nsp_label_counts: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=2, max_length=2, description="v5: instances per NSP label, [IsNext, NotNext] (sentence-order "
+        "shards: [in order, swapped]); one of them 0: the NSP accuracy is over one label only")
     chance_mlm_accuracy: Fraction
     unigram_mlm_accuracy: Fraction
     unigram_mlm_loss: float = Field(ge=0.0)
@@ -320,7 +323,7 @@ class ObjectiveResults(BaseModel):
 
 class Results(_Strict):
     format: Literal["bertfactory.results"] = FORMAT
-    schema_version: Literal[2, 3, 4] = SCHEMA_VERSION
+    schema_version: Literal[2, 3, 4, 5] = SCHEMA_VERSION
     created_by: str
     checkpoint: CheckpointInfo
     config: dict[str, Any] = Field(description="the `evaluate` recipe section of the latest evaluation (each task's "
@@ -400,3 +403,14 @@ def _found(error: dict) -> str:
         return ""
     text = json.dumps(value) if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
     return f", found {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def nsp_one_label_note(intrinsic: dict) -> str | None:
+    """Why the NSP accuracy of `intrinsic` (results.json's part) is no two-way score, when its instances were all of
+    one label, else None (both labels, no NSP score, or a file from before `nsp_label_counts`)."""
+    counts = intrinsic.get("nsp_label_counts")
+    if intrinsic.get("nsp_accuracy") is None or not counts or min(counts) > 0:
+        return None
+    present, absent = ("IsNext", "NotNext") if counts[0] else ("NotNext", "IsNext")
+    why = ", as the held-out split has too few documents to draw one from another" if counts[0] else ""
+    return f"over {max(counts):,} {present} pairs and no {absent} pair{why}: always answering {present} would score 1.0"

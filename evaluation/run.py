@@ -571,8 +571,9 @@ def _evaluate(cfg: EvaluateConfig, run_dir: Path) -> dict:
         # its MLM/NSP heads are BERT's; every other member is scored by its own objective (evaluate.objective)
         logger.info("intrinsic: skipped for a %s (the held-out objective score applies)", type(model).__name__)
     elif cfg.intrinsic.enabled:
+        # "values": the part's value gained nsp_label_counts (results v5), so a part stored before is scored again once
         _part(parts, "intrinsic", {"config": cfg.intrinsic.model_dump(mode="json"), "checkpoint": checkpoint_id,
-                                   "shards": _shards_id(run_dir)},
+                                   "shards": _shards_id(run_dir), "values": ["nsp_label_counts"]},
               on_device(lambda: evaluate_intrinsic(model, run_dir / "shards", text_encoder.sha256, cfg.intrinsic,
                                                    device)))
     if cfg.objective.enabled and checkpoint_objective(config_doc) is not None:  # every member's held-out metric

@@ -53,7 +53,11 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
         rows.append(("evaluate", "held-out mlm loss", intrinsic["mlm_loss"]))
         rows.append(("evaluate", "  unigram baseline (no context)", intrinsic["unigram_mlm_loss"]))
         if intrinsic.get("nsp_accuracy") is not None:  # models without a sentence-pair head have none
-            rows.append(("evaluate", "held-out nsp accuracy", intrinsic["nsp_accuracy"]))
+            from evaluation.results import nsp_one_label_note
+
+            note = nsp_one_label_note(intrinsic)  # a split of IsNext pairs only: said beside the number
+            value = f"{fmt(intrinsic['nsp_accuracy'])} ({note})" if note else intrinsic["nsp_accuracy"]
+            rows.append(("evaluate", "held-out nsp accuracy", value))
     head = (results.get("objective") or {}).get("headline") or {}
     if head:  # the member's own held-out metric (MLM / SBO / RTD / PLM / CLM) against its no-context baseline
         objective = results["objective"]["objective"]

@@ -48,6 +48,9 @@ def test_matches_a_manual_per_instance_loop(eval_run, variant):
     scores = evaluate_intrinsic(model, eval_run / "shards", sha256_file(tokenizer), cfg, CPU)
     mlm_acc, mlm_loss, nsp_acc, count, instances = manual_scores(model, eval_run / "shards", variant)
     assert scores["instances"] == instances == 96
+    heldout = ShardSet.open(eval_run / "shards", "heldout")
+    not_next = sum(int(heldout.instance(i, variant).nsp_label) for i in range(len(heldout)))
+    assert scores["nsp_label_counts"] == [96 - not_next, not_next] and 0 < not_next < 96
     assert scores["masked_tokens"] == count
     assert scores["mlm_accuracy"] == mlm_acc
     assert scores["nsp_accuracy"] == nsp_acc
@@ -96,3 +99,38 @@ def test_shards_of_another_tokenizer_are_refused(eval_run, tmp_path, make_tokeni
     model, _, _ = load_pretrained(eval_run / "pretrain" / "final")
     with pytest.raises(ContractError, match="built with tokenizer sha256 .* but the tokenizer given has sha256"):
         evaluate_intrinsic(model, eval_run / "shards", sha256_file(other), IntrinsicConfig(), CPU)
+
+
+def test_a_heldout_split_of_isnext_pairs_only_is_scored_and_said(eval_run, tmp_path, caplog):
+    """One held-out document gives IsNext pairs only (a NotNext B comes from another document): the accuracy is
+    still the share of pairs right, but over one label, and the scores and a warning say so (it used to print
+    1.0000 or 0.0000 with no word that no NotNext pair existed)."""
+    import logging
+    import shutil
+
+    from evaluation.results import nsp_one_label_note
+    from tests.evaluation.conftest import write_shards
+
+    run = shutil.copytree(eval_run, tmp_path / "run")
+    tokenizer = run / "tokenizer" / "tokenizer.json"
+    rows = {}
+    for split in ("train", "heldout"):
+        shards = ShardSet.open(run / "shards", split)
+        rows[split] = [{"input_ids": [int(t) for t in inst.input_ids], "len_a": inst.len_a,
+                        "nsp_label": 0 if split == "heldout" else int(inst.nsp_label),
+                        "mask_positions": [[int(p) for p in shards.instance(i, v).mask_positions] for v in range(2)],
+                        "mask_tokens": [[int(t) for t in shards.instance(i, v).mask_tokens] for v in range(2)],
+                        "doc_id": i} for i, inst in ((i, shards.instance(i, 0)) for i in range(len(shards)))]
+    shutil.rmtree(run / "shards")
+    write_shards(run / "shards", tokenizer, rows["train"], rows["heldout"], shards.manifest.tokenizer.vocab_size, 2,
+                 shards.manifest.instance_format["max_seq_len"])
+    model, _, _ = load_pretrained(run / "pretrain" / "final")
+    with caplog.at_level(logging.WARNING, logger="evaluation.intrinsic"):
+        scores = evaluate_intrinsic(model, run / "shards", sha256_file(tokenizer), IntrinsicConfig(), CPU)
+    assert scores["nsp_label_counts"] == [96, 0]
+    predicted_isnext = scores["nsp_accuracy"]  # every pair is IsNext: the accuracy is the share answered IsNext
+    note = ("over 96 IsNext pairs and no NotNext pair, as the held-out split has too few documents to draw one from "
+            "another: always answering IsNext would score 1.0")
+    assert nsp_one_label_note(scores) == note
+    assert [r.getMessage() for r in caplog.records] == [
+        f"held-out NSP accuracy {predicted_isnext:.4f} on split 'heldout' is {note}"]

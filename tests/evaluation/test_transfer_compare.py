@@ -69,7 +69,7 @@ def test_zero_shot_targets_and_compared_checkpoint_through_the_stage(run_dir, ta
         "crosslingual": [{"task": "movie_sentiment", "input": str(target), "language": "xx", "text_column": "satz",
                           "label_column": "etikett"}]})
     results = run_evaluate(cfg, run_dir)
-    assert read_results(run_dir / "eval") == results and results["schema_version"] == 4
+    assert read_results(run_dir / "eval") == results and results["schema_version"] == 5
 
     info = results["compared_checkpoints"]["other"]
     assert info["tokenizer_sha256"] == sha256_file(other / "tokenizer.json") != results["checkpoint"]["tokenizer_sha256"]

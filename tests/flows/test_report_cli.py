@@ -11,9 +11,12 @@ from flows.cli import main
 from tests.evaluation.test_results import clean, example
 
 
-def write_run(run_dir, accuracy=0.8):
+def write_run(run_dir, accuracy=0.8, nsp_label_counts=None):
     doc = clean(example())
     doc["tasks"]["movie_sentiment"]["pretrained"]["accuracy"] = accuracy
+    if nsp_label_counts is not None:
+        doc["schema_version"] = 5
+        doc["intrinsic"]["nsp_label_counts"] = nsp_label_counts
     write_results(run_dir / "eval" / "results.json", doc)
     return run_dir
 
@@ -58,3 +61,24 @@ def test_a_hand_edited_value_of_the_wrong_type_is_one_error_line(tmp_path, capsy
     assert captured.out == ""
     assert captured.err == (f"error: {path} is not valid results (schema v2): tasks.movie_sentiment.pretrained.accuracy: "
                             'Input should be a valid number, found "0.75"\n')
+
+
+NOTE = ("over 10 IsNext pairs and no NotNext pair, as the held-out split has too few documents to draw one from "
+        "another: always answering IsNext would score 1.0")
+
+
+def test_an_nsp_accuracy_over_isnext_pairs_only_is_said_wherever_it_is_shown(tmp_path, capsys):
+    from evaluation.report import render_markdown
+    from evaluation.results import read_results
+    from flows.summary import summary_rows
+
+    one = write_run(tmp_path / "one-doc", nsp_label_counts=[10, 0])
+    both = write_run(tmp_path / "many-docs", nsp_label_counts=[6, 4])
+    old = write_run(tmp_path / "v2")  # a file from before nsp_label_counts: nothing to say
+    assert main(["report", str(one), str(both), str(old)]) == 0
+    assert "| nsp_accuracy | 0.6000 (one label only) | 0.6000 | 0.6000 |" in capsys.readouterr().out
+    assert ("evaluate", "held-out nsp accuracy", f"0.6000 ({NOTE})") in summary_rows(one)
+    for run in (both, old):  # the row as it was: the number alone
+        assert ("evaluate", "held-out nsp accuracy", 0.6) in summary_rows(run)
+    assert f"| NSP accuracy | 0.6000 ({NOTE}) |" in render_markdown(read_results(one / "eval"), {}, "")
+    assert "| NSP accuracy | 0.6000 |" in render_markdown(read_results(both / "eval"), {}, "")
