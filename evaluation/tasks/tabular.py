@@ -104,6 +104,7 @@ def _read_jsonl(path: Path, text: str) -> Records:
 
 
 def _read_delimited(path: Path, text: str, fmt: str) -> Records:
+    ends: dict[int, int] = {}  # CSV: first line of a record -> its last line
     if fmt == "tsv":
         numbered = [(n, line.split("\t")) for n, line in enumerate(split_lines(text), start=1) if line.strip()]
     else:
@@ -114,6 +115,7 @@ def _read_delimited(path: Path, text: str, fmt: str) -> Records:
                 start, end = end + 1, reader.line_num
                 if any(f.strip() for f in fields):
                     numbered.append((start, fields))
+                    ends[start] = end
         except csv.Error as err:
             raise InputError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
     if not numbered:
@@ -127,11 +129,24 @@ def _read_delimited(path: Path, text: str, fmt: str) -> Records:
     for lineno, fields in numbered[1:]:
         if len(fields) != len(columns):
             raise InputError(f"{path}:{lineno}: expected {len(columns)} {sep} fields (as in the header), "
-                             f"found {len(fields)}")
+                             f"found {len(fields)}{_unclosed_quote(text, lineno, ends.get(lineno))}")
         rows.append((lineno, dict(zip(columns, fields))))
     if not rows:
         raise InputError(f"{path}: a header but no records")
     return Records(path, columns, tuple(rows))
+
+
+def _unclosed_quote(text: str, first: int, last: int | None) -> str:
+    """A CSV record with an odd number of `"`: a quote opened and never closed, which takes the rest of the record's
+    line and the lines after it (to the next quote or the end of the file) into one field: said, as the field count
+    alone ("found 1") does not tell why."""
+    if last is None:
+        return ""
+    lines = split_lines(text)[first - 1:last]
+    if sum(line.count('"') for line in lines) % 2 == 0:
+        return ""
+    upto = f" (the record runs to line {last})" if last > first else ""
+    return f": a `\"` is opened and not closed{upto}"
 
 
 def _value(records: Records, lineno: int, row: dict, name: str, role: str) -> Any:

@@ -155,6 +155,14 @@ def test_dev_and_test_files(tmp_path):
     ("header_only.tsv", "text\tlabel\n", {}, r": a header but no records"),
     ("short.tsv", "text\tlabel\ngood\tpos\nbad\n", {}, r":3: expected 2 tab-separated fields \(as in the header\), found 1"),
     ("empty_text.tsv", "text\tlabel\ngood\tpos\n  \tneg\n", {}, r":3: empty text in column 'text'"),
+    # a quote not closed takes the lines after it into its field: said, not just "found 1" (was: nothing more)
+    ("unclosed_last.csv", 'text,label\ngood,pos\n"bad,neg\n', {},
+     r':3: expected 2 comma-separated fields \(as in the header\), found 1: a `"` is opened and not closed$'),
+    ("unclosed.csv", 'text,label\ngood,pos\n"bad,neg\nfine,pos\nmeh,neg\n', {},
+     r':3: expected 2 comma-separated fields \(as in the header\), found 1: a `"` is opened and not closed '
+     r"\(the record runs to line 5\)$"),
+    ("ragged.csv", 'text,label\ngood,pos\n"bad, really",neg,extra\n', {},
+     r":3: expected 2 comma-separated fields \(as in the header\), found 3$"),
     ("one_label.tsv", "text\tlabel\ngood\tpos\nfine\tpos\n", {}, r"fewer than 2 distinct labels \(pos\)"),
     ("target.jsonl", '{"text": "good", "label": "high"}\n', {"task_type": "regression"},
      r":1: target 'high' in 'label' is not a finite number"),
