@@ -119,10 +119,20 @@ def narrow_student(teacher_config: BertConfig, hidden_size: int, num_layers: int
         raise ConfigError(f"student architecture must be one of {', '.join(STUDENT_ARCHITECTURES)} (got "
                           f"{architecture!r})")
     base = _bert_config_of(teacher_config) if architecture == "bert" else teacher_config
-    config = dataclasses.replace(base, hidden_size=hidden_size, num_layers=num_layers,
-                                 intermediate_size=intermediate_size, embedding_size=None, share_layers="none",
-                                 num_layer_groups=1,
-                                 num_heads=num_heads if num_heads is not None else teacher_config.num_heads)
+    heads = num_heads if num_heads is not None else teacher_config.num_heads
+    if hidden_size % heads:
+        source = "tinybert.num_heads" if num_heads is not None else "the teacher's, tinybert.num_heads null"
+        hint = " (attention distillation needs the teacher's head count)" if num_heads is None else ""
+        raise ConfigError(f"tinybert.hidden_size {hidden_size} is not divisible by the student's {heads} attention "
+                          f"heads ({source}); choose a multiple of {heads}{hint}")
+    try:
+        config = dataclasses.replace(base, hidden_size=hidden_size, num_layers=num_layers,
+                                     intermediate_size=intermediate_size, embedding_size=None, share_layers="none",
+                                     num_layer_groups=1, num_heads=heads)
+    except ValueError as err:  # pydantic's ValidationError: the student's shape, in one line
+        problems = "; ".join(e.get("msg", str(e)) for e in err.errors()) if hasattr(err, "errors") else str(err)
+        raise ConfigError(f"tinybert: the student {hidden_size} wide, {num_layers} layers, {heads} heads is not a "
+                          f"valid model: {problems}") from None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return _student_class(config)(config)

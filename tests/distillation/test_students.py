@@ -81,3 +81,14 @@ def test_logit_distillation_without_mlm_head_suggests_hidden_losses():
     with pytest.raises(ConfigError, match="no trained MLM head.*hidden-state/attention"):
         DistilBertObjective(teacher)
     DistilBertObjective(teacher, alpha_ce=0.0)  # hidden-state (cosine) + MLM only is allowed
+
+
+@pytest.mark.parametrize("hidden, heads, named", [
+    (15, None, "tinybert.hidden_size 15 is not divisible by the student's 2 attention heads (the teacher's"),
+    (16, 3, "tinybert.hidden_size 16 is not divisible by the student's 3 attention heads (tinybert.num_heads)"),
+])
+def test_a_student_width_its_heads_do_not_divide_is_one_config_error(hidden, heads, named):
+    # was pydantic's ValidationError out of dataclasses.replace: a traceback from `bertfactory distill`
+    with pytest.raises(ConfigError) as err:
+        narrow_student(CFG, hidden_size=hidden, num_layers=2, intermediate_size=16, num_heads=heads)
+    assert named in str(err.value) and "\n" not in str(err.value)
