@@ -140,8 +140,17 @@ def model_label(model: str, scores: dict) -> str:
     return MODEL_LABELS[model]
 
 
+def _f1_class(per: dict, metrics: list[str]) -> str:
+    """Which class a two-label task's `f1` is of (label 1, evaluation/scoring.py): a task file's labels are sorted,
+    so it need not be the class the reader thinks of as positive."""
+    names = per["data"].get("label_names") or []
+    if "f1" not in metrics or per["task_type"] not in ("classification", "pair-classification") or len(names) != 2:
+        return ""
+    return f" f1 is the F1 of the class `{names[1]}` (label 1)."
+
+
 def _nsp_note(intrinsic: dict) -> str:
-    """` (<why>)` after an NSP accuracy over one label only (evaluation/intrinsic.py), else ''."""
+    """` (<why>)` after an NSP accuracy over one label only (evaluation/results.py), else ''."""
     note = nsp_one_label_note(intrinsic)
     return f" ({note})" if note else ""
 
@@ -253,7 +262,7 @@ def render_markdown(results: dict, plots: dict[str, str | None], metrics_note: s
             "",
             f"Split train/dev/test = {sizes['train']:,}/{sizes['dev']:,}/{sizes['test']:,} ({data['split_method']}); "
             f"dropped: {dropped}; truncation: {truncation_note(per, max_seq_len)}. Primary metric: "
-            f"**{per['primary_metric']}**.",
+            f"**{per['primary_metric']}**.{_f1_class(per, metrics)}",
             "",
             "| model | " + " | ".join(f"test {m}" for m in metrics) + f" | dev {metrics[0]} | lr |",
             "|---" * (len(metrics) + 3) + "|",
