@@ -340,6 +340,30 @@ def expand_inputs(corpus) -> list[InputFile]:
     return files
 
 
+# formats whose documents are known by their file's name and their position in it (documents.document_id): a
+# record of one format knows no identity of its own
+NAMED_BY_FILE = ("text", "parallel")
+
+
+def refuse_shared_names(fmt: str, inputs: list[InputFile]) -> None:
+    """Two input files of a `text` or `parallel` corpus with one file name (2019/speech.txt, 2020/speech.txt):
+    their documents would get the same ids and the second file's be quarantined as duplicate keys of the first's,
+    so the job is refused before it reads anything, naming both. (The id keeps to the file name so that the same
+    corpus read from another folder or a bucket gives the same ids, shards and held-out split.)"""
+    if fmt not in NAMED_BY_FILE:
+        return
+    first: dict[str, str] = {}
+    for f in inputs:
+        name = f.location.rstrip("/").rsplit("/", 1)[-1]
+        if name in first:
+            raise InputError(
+                f"{f.location}: has the same file name as {first[name]}: a {fmt} corpus knows its documents by file "
+                f"name and position, so this file's would be quarantined as duplicates of the other's; give the "
+                f"files distinct names (e.g. 2020-{name})" + (" or write them as JSONL records with an \"id\""
+                                                            if fmt == "text" else ""))
+        first[name] = f.location
+
+
 if __name__ == "__main__":
     from bertfactory.config import load_yaml, validate
 

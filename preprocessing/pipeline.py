@@ -57,7 +57,7 @@ from .config import CorpusConfig, PreprocessConfig, RunnerConfig
 from .document_results import TallyDocs, document_counts, empty_corpus_error, merge_dedup_entries
 from .documents import ReadDocs, build_documents_pipeline, sentence_ends_needed, spill_dir
 from .exchange import is_remote
-from .inputs import expand_inputs
+from .inputs import expand_inputs, refuse_shared_names
 from .instance_pipeline import build_instances_pipeline
 from .instance_results import collect_instance_results
 from .lineage import plan_increment
@@ -276,6 +276,7 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
     run_dir = Path(run_dir)
     check_recipe(corpus, cfg)
     inputs = expand_inputs(corpus)
+    refuse_shared_names(corpus.format, inputs)
     increment = plan_increment(corpus.parent, inputs) if corpus.parent else None
     if increment is not None:
         inputs = increment.new_files
