@@ -28,6 +28,18 @@ def log_plan(model: torch.nn.Module, batches, cfg: PretrainConfig, device: torch
         f"{model.num_parameters():,}", batches.rows, batches.steps_per_epoch, cfg.max_steps,
         cfg.max_steps / batches.steps_per_epoch, cfg.batch_size, describe(device),
     )
+    if (note := warmup_past_the_end(cfg)) is not None:
+        logger.warning("pretrain: %s", note)
+
+
+def warmup_past_the_end(cfg: PretrainConfig) -> str | None:
+    """The warning for a warmup as long as the run (a paper recipe's 10,000 warmup steps tried with
+    --set pretrain.max_steps=200): the learning rate rises for every step and never reaches its peak."""
+    if cfg.warmup_steps < cfg.max_steps:
+        return None
+    return (f"warmup_steps {cfg.warmup_steps:,} >= max_steps {cfg.max_steps:,}: the learning rate rises for the "
+            f"whole run and never reaches learning_rate {cfg.learning_rate:g}; a run this short wants a shorter "
+            f"warmup, e.g. --set pretrain.warmup_steps={max(1, cfg.max_steps // 10)} (10 % of the steps)")
 
 
 def run_summary(trainer: Trainer, saver: RunSaver, batches, cfg: PretrainConfig, device: torch.device,
