@@ -248,15 +248,28 @@ def step_dir(checkpoints_dir: Path, step: int) -> Path:
     return Path(checkpoints_dir) / f"step-{step}"
 
 
-def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints (published step-N directories holding every file), oldest first."""
+CHECKPOINT_FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, STATE_FILE)
+
+
+def step_directories(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    """Every published step-N directory, complete or not, oldest first."""
     found = []
     if Path(checkpoints_dir).is_dir():
         for p in Path(checkpoints_dir).iterdir():
             m = _STEP_DIR.match(p.name)
-            if m and p.is_dir() and all((p / f).is_file() for f in (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, STATE_FILE)):
+            if m and p.is_dir():
                 found.append((int(m.group(1)), p))
     return sorted(found)
+
+
+def missing_files(directory: Path) -> list[str]:
+    """The files a checkpoint directory should hold and does not."""
+    return [f for f in CHECKPOINT_FILES if not (Path(directory) / f).is_file()]
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints (published step-N directories holding every file), oldest first."""
+    return [(step, p) for step, p in step_directories(checkpoints_dir) if not missing_files(p)]
 
 
 def latest_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:

@@ -18,7 +18,8 @@ from pathlib import Path
 from bertfactory.errors import ContractError
 from bertfactory.io import atomic_write_text, read_json_file
 
-from .checkpoint import list_checkpoints, load_training_state, load_weights, MODEL_FILE, verify_checkpoint
+from .checkpoint import (list_checkpoints, load_training_state, load_weights, missing_files, MODEL_FILE,
+                         step_directories, verify_checkpoint)
 from .pretrain_checkpoints import RunSaver
 from .pretrain_config import PretrainConfig
 from .extend import resumable_step
@@ -76,10 +77,14 @@ def truncate_metrics(path: Path, keep_through_step: int) -> None:
 def intact_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
     """The newest checkpoint whose files match their recorded sha256; a damaged newer one is skipped with a
     warning (its files are left for inspection). Checkpoints exist but none is intact -> ContractError."""
-    found = list_checkpoints(checkpoints_dir)
+    found = step_directories(checkpoints_dir)
     problems = []
     for step, directory in reversed(found):
         try:
+            if missing := missing_files(directory):
+                # a checkpoint is published whole (checkpoint.save_checkpoint): a file of it was deleted or lost
+                raise ContractError(" and ".join(f"{directory / name} is missing" for name in missing)
+                                    + " (deleted or lost since the checkpoint was written)")
             verify_checkpoint(directory)
         except ContractError as err:
             problems.append(str(err))

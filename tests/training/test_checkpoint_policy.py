@@ -79,6 +79,26 @@ def test_damaged_checkpoint_is_detected_and_the_previous_one_resumed(tiny_run, c
         pretrain(SMALL, CFG, tiny_run)
 
 
+def test_a_checkpoint_missing_a_file_is_said_and_the_previous_one_resumed(tiny_run, caplog):
+    """A file deleted from a published checkpoint (by hand, or lost in a copy) made it invisible: the run resumed
+    from an older one, or started over, without a word."""
+    pretrain(SMALL, CFG, tiny_run, stop_after=8)
+    checkpoints = tiny_run / "pretrain" / "checkpoints"
+    (checkpoints / "step-8" / "model.safetensors").unlink()
+    with caplog.at_level(logging.WARNING, logger="training.pretrain"):
+        summary = pretrain(SMALL, CFG, tiny_run, stop_after=10)
+    assert summary["resumed_from_step"] == 4
+    warned = [r.getMessage() for r in caplog.records if "NOT resuming" in r.getMessage()]
+    assert warned == [f"pretrain: NOT resuming from {checkpoints / 'step-8'}: {checkpoints / 'step-8'}/model.safetensors "
+                      "is missing (deleted or lost since the checkpoint was written); falling back to the previous "
+                      "checkpoint"]
+
+    for _, directory in list_checkpoints(checkpoints):  # none left whole: refused, not trained from scratch
+        (directory / "training_state.pt").unlink()
+    with pytest.raises(ContractError, match="no intact checkpoint.*training_state.pt is missing"):
+        pretrain(SMALL, CFG, tiny_run)
+
+
 def test_changed_shards_are_refused_unless_allowed(tiny_run, caplog):
     pretrain(SMALL, CFG, tiny_run, stop_after=4)
     make_run(tiny_run, seed=1)  # the same tokenizer, other instances: new shard hashes in the manifest
