@@ -200,16 +200,15 @@ class Checkpoint:
 def refuse_hugging_face_directory(path: Path, where: str) -> None:
     """A Hugging Face model directory (its config.json has a `model_type` and no bertfactory `format`) is refused
     naming the command that converts it, instead of the checkpoint reader's "field 'format' is None"."""
-    from training.checkpoint import CONFIG_FILE, FORMAT as CHECKPOINT_FORMAT
+    from training.checkpoint import CONFIG_FILE, hugging_face_kind
 
     config = Path(path) / CONFIG_FILE
     try:
         doc = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # missing or unreadable: the checkpoint reader says so
-    if not isinstance(doc, dict) or "format" in doc or not isinstance(doc.get("model_type"), str):
+    if (kind := hugging_face_kind(doc)) is None:
         return
-    kind = ", ".join(map(str, doc.get("architectures") or [])) or f"model_type {doc['model_type']!r}"
     raise ConfigError(f"{where}: {path} is a Hugging Face model directory ({kind}), not a bertfactory checkpoint; "
                       f"convert it first with `bertfactory import-hf {path} OUT` and give OUT instead")
 

@@ -134,12 +134,23 @@ def save_pretrained(model: torch.nn.Module, config: Any, tokenizer_path: str | P
     return directory
 
 
+def hugging_face_kind(doc: Any) -> str | None:
+    """What a Hugging Face config.json describes (its architectures, else its model_type); None for any other
+    document (ours has a `format` and no `model_type`)."""
+    if not isinstance(doc, dict) or "format" in doc or not isinstance(doc.get("model_type"), str):
+        return None
+    return ", ".join(map(str, doc.get("architectures") or [])) or f"model_type {doc['model_type']!r}"
+
+
 def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
     """The validated config.json of a model directory (format, version, architecture, model, tokenizer)."""
     path = Path(directory) / CONFIG_FILE
     doc = read_json_file(path, f"no {CONFIG_FILE} in {directory}; is this a bertfactory model directory?")
     if not isinstance(doc, dict):
         raise ContractError(f"{path}: expected a JSON object")
+    if (kind := hugging_face_kind(doc)) is not None:
+        raise ContractError(f"{directory} is a Hugging Face model directory ({kind}), not a bertfactory model "
+                            f"directory; convert it first with `bertfactory import-hf {directory} OUT` and give OUT")
     if doc.get("format") != FORMAT:
         raise ContractError(f"{path}: field 'format' is {doc.get('format')!r}, expected {FORMAT!r}")
     if doc.get("version") not in SUPPORTED_VERSIONS:

@@ -76,6 +76,10 @@ def test_load_pretrained_names_the_bad_field(tiny_run, tmp_path):
     write(doc)
     with pytest.raises(ContractError, match="missing model config field.*hidden_size"):
         load_pretrained(target)
+    write({"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 8})  # a transformers folder
+    with pytest.raises(ContractError, match=r"is a Hugging Face model directory \(BertForMaskedLM\), not a "
+                                            r"bertfactory model directory; convert it first with `bertfactory import-hf"):
+        load_pretrained(target)  # was: "field 'format' is None" (export, evaluate, a distillation teacher)
     (target / "config.json").write_text("{not json")
     with pytest.raises(ContractError, match="config.json is not valid JSON"):
         load_pretrained(target)
