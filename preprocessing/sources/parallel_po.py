@@ -12,11 +12,14 @@ Entries in file order; what each becomes:
   just msgid without a context), meta {"format": "po", "msgctxt", "plural_form"}.
 - obsolete (`#~`) -> Dropped(obsolete); fuzzy (`#, fuzzy`: a guess awaiting review) -> Dropped(fuzzy);
   empty msgstr -> Dropped(untranslated). Checked in that order, one record per entry.
-- plural entries (msgid_plural): msgid <-> msgstr[0] (plural_form 0, key of msgid) and msgid_plural <-> msgstr[1]
-  (plural_form 1, key of msgid_plural) — English has exactly these two forms, and forms 0/1 are the singular and
-  the first plural in every language with two or more; forms 2.. (Russian, Arabic, ... "few"/"many") have no English
-  counterpart -> Dropped(extra_plural_form) each. A language with one form (ja, ko, zh, th) gives only the msgid
-  pair. A plural form left empty -> Dropped(untranslated).
+- plural entries (msgid_plural): English has two forms, so msgid <-> the catalogue's form for n = 1 (key of msgid)
+  and msgid_plural <-> its form for n = 2 (key of msgid_plural), the forms' indices worked out from the
+  `Plural-Forms` header's expression (`plural=...`, evaluated as gettext does); meta plural_form is the index.
+  Index 0/1 are not singular/plural everywhere: Arabic's form 0 is n = 0 and its singular form 1, Spanish's form 1
+  is for millions and its ordinary plural form 2, Slovenian's singular is form 1. Without a header (or with one
+  gettext cannot evaluate) the forms are 0 and 1. The other forms (Russian, Arabic, ... "few"/"many"/"zero") have
+  no English counterpart -> Dropped(extra_plural_form) each. A language with one form (ja, ko, zh, th: n = 1 and
+  n = 2 share it) gives only the msgid pair. A plural form left empty -> Dropped(untranslated).
 
 polib reads the whole catalogue into memory (catalogues are kilobytes to a few megabytes); a file polib cannot
 parse raises InputError naming the file and polib's message.
@@ -24,6 +27,7 @@ parse raises InputError naming the file and polib's message.
 
 from __future__ import annotations
 
+import gettext
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +40,7 @@ from .lines import open_input
 
 _LOCALE_PATH = re.compile(r"(?:^|/)locale/([^/]+)/LC_MESSAGES/")
 _CONTEXT_SEPARATOR = "\x04"
+_PLURAL_RULE = re.compile(r"\bplural\s*=\s*([^;]+)")
 
 
 def load_catalogue(path: str | Path, name: str):
@@ -67,10 +72,24 @@ def _target_language(catalogue, path: str | Path, name: str, override: str | Non
                      f".../locale/<lang>/LC_MESSAGES/...; set tgt_lang")
 
 
+def plural_indices(catalogue) -> tuple[int, int]:
+    """(index of the form for n = 1, index of the form for n = 2) by the catalogue's Plural-Forms expression; (0, 1)
+    when there is none gettext can evaluate."""
+    m = _PLURAL_RULE.search(catalogue.metadata.get("Plural-Forms", ""))
+    if m:
+        try:
+            rule = gettext.c2py(m.group(1).strip())
+            return int(rule(1)), int(rule(2))
+        except (ValueError, TypeError, ArithmeticError, RecursionError):
+            pass
+    return 0, 1
+
+
 def po_pairs(path: str | Path, source: int, name: str, options) -> Iterator[SentencePair | Dropped]:
     catalogue = load_catalogue(path, name)
     src_lang = options.src_lang or "en"
     tgt_lang = _target_language(catalogue, path, name, options.tgt_lang)
+    singular, plural = plural_indices(catalogue)
     ordinal = 0
 
     def pair(src: str, tgt: str, context: str | None, plural_form: int | None) -> SentencePair:
@@ -94,7 +113,8 @@ def po_pairs(path: str | Path, source: int, name: str, options) -> Iterator[Sent
             ordinal += 1
             continue
         for index in sorted(forms):
-            english = (entry.msgid, entry.msgid_plural)[index] if index < 2 else None
+            english = (entry.msgid if index == singular else
+                       entry.msgid_plural if index == plural and plural != singular else None)
             if english is None:
                 yield Dropped(source, ordinal, "extra_plural_form")
             elif not forms[index]:

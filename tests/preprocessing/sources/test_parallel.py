@@ -55,6 +55,38 @@ def test_django_catalogues_give_english_to_translation_pairs():
     assert by_kind(iter_records(po("ar"), 0))["Dropped:extra_plural_form"] == 15 * 4  # six Arabic forms
 
 
+def test_plural_entries_pair_english_with_the_forms_for_one_and_two():
+    """Forms 0/1 are not singular/plural in every language: the Plural-Forms rule says which form n=1 and n=2 take
+    (Arabic: 0 is zero, 1 the singular, 2 the dual; Spanish: 1 is for millions, 2 the ordinary plural)."""
+    import polib
+
+    for lang, one, two in (("ar", 1, 2), ("es", 0, 2), ("fr", 0, 1), ("ru", 0, 1)):
+        catalogue = polib.pofile(str(po(lang)))
+        entry = next(e for e in catalogue if e.msgid == "Ensure that there are no more than %(max)s digit in total.")
+        pairs = {r.key: r for r in iter_records(po(lang), 0) if isinstance(r, SentencePair)}
+        singular, plural = pairs[entry.msgid], pairs[entry.msgid_plural]
+        assert (singular.meta["plural_form"], plural.meta["plural_form"]) == (one, two), lang
+        assert (singular.tgt_text, plural.tgt_text) == (entry.msgstr_plural[one], entry.msgstr_plural[two]), lang
+    # the Arabic singular is the one-digit sentence, not form 0 (n = 0, "أرقام" digits)
+    arabic = {r.key: r for r in iter_records(po("ar"), 0) if isinstance(r, SentencePair)}
+    assert "رقم %(max)s" in arabic["Ensure that there are no more than %(max)s digit in total."].tgt_text
+
+
+def test_plural_forms_of_a_catalogue_without_a_usable_rule_are_0_and_1(tmp_path):
+    entry = 'msgid "%(n)d file"\nmsgid_plural "%(n)d files"\nmsgstr[0] "A"\nmsgstr[1] "B"\nmsgstr[2] "C"\n'
+    for header in ("", '"Plural-Forms: nplurals=3; plural=n ==;\\n"\n'):
+        path = tmp_path / "x.po"
+        path.write_text(f'msgid ""\nmsgstr ""\n"Language: sl\\n"\n{header}\n{entry}', encoding="utf-8")
+        assert [(r.src_text, r.tgt_text) if isinstance(r, SentencePair) else r.reason for r in iter_records(path, 0)] \
+            == [("%(n)d file", "A"), ("%(n)d files", "B"), "extra_plural_form"]
+    # Slovenian: form 1 is the singular, 2 the dual (n = 2), 0 the general plural
+    rule = "nplurals=4; plural=(n%100==1 ? 1 : n%100==2 ? 2 : n%100==3 || n%100==4 ? 3 : 0);"
+    path.write_text(f'msgid ""\nmsgstr ""\n"Language: sl\\n"\n"Plural-Forms: {rule}\\n"\n\n{entry}msgstr[3] "D"\n',
+                    encoding="utf-8")
+    assert [(r.src_text, r.tgt_text) if isinstance(r, SentencePair) else r.reason for r in iter_records(path, 0)] \
+        == ["extra_plural_form", ("%(n)d file", "B"), ("%(n)d files", "C"), "extra_plural_form"]
+
+
 PO_HEADER = '''msgid ""
 msgstr ""
 "Content-Type: text/plain; charset=UTF-8\\n"
