@@ -22,7 +22,8 @@ Entries in file order; what each becomes:
   n = 2 share it) gives only the msgid pair. A plural form left empty -> Dropped(untranslated).
 
 polib reads the whole catalogue into memory (catalogues are kilobytes to a few megabytes); a file polib cannot
-parse raises InputError naming the file and polib's message.
+parse raises InputError naming the file and polib's message, and so does a string not closed on its line (which
+polib would read as a different string: InputError naming the file and line).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from .lines import open_input
 
 _LOCALE_PATH = re.compile(r"(?:^|/)locale/([^/]+)/LC_MESSAGES/")
 _CONTEXT_SEPARATOR = "\x04"
+# a keyword line or a continuation line (comments, including obsolete `#~` entries, are not checked)
+_STRING_LINE = re.compile(r'^\s*(?:(?:msgctxt|msgid|msgid_plural|msgstr|msgstr\[\d+\])\s+)?(".*)$')
+_QUOTED = re.compile(r'(?:"(?:[^"\\]|\\.)*"\s*)+')
 _PLURAL_RULE = re.compile(r"\bplural\s*=\s*([^;]+)")
 
 
@@ -53,9 +57,21 @@ def load_catalogue(path: str | Path, name: str):
         # polib detects the charset from the header when given text; decoding as UTF-8 first would break latin-1
         # catalogues, so hand it the bytes' text via its own detection
         text = data.decode(polib.detect_encoding(data.decode("latin-1"), binary_mode=False) or "utf-8")
+        _check_strings(text, name)
         return polib.pofile(text, wrapwidth=0)
     except (OSError, ValueError, LookupError) as e:
         raise InputError(f"{name}: not a gettext .po file polib can read ({e})") from None
+
+
+def _check_strings(text: str, name: str) -> None:
+    """InputError naming the line of a keyword or continuation line whose string is not closed on it. polib reads
+    `msgid "Bad` (no closing quote) as the string 'Ba' and a broken `msgstr "B` followed by `"C"` as 'C', with no
+    error: a pair that is not in the file. msgfmt refuses both ("end-of-line within string")."""
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _STRING_LINE.match(line)
+        if m and not _QUOTED.fullmatch(m.group(1)):
+            raise InputError(f"{name}:{number}: a string not closed on its line ({line.strip()[:80]!r}); not a valid "
+                             "gettext .po file (msgfmt: end-of-line within string)")
 
 
 def _target_language(catalogue, path: str | Path, name: str, override: str | None) -> str:

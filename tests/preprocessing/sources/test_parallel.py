@@ -4,6 +4,7 @@ and Moses files written by the test from those real pairs, and every kind of bad
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -158,6 +159,26 @@ def test_po_language_from_the_locale_path_and_errors(tmp_path):
     broken.write_text('msgid "Save"\nmsgstr "Enregistrer"\nthis is not gettext\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"broken\.po: not a gettext \.po file polib can read \(Syntax error"):
         validate_file(broken)
+
+
+def test_po_string_not_closed_on_its_line_names_file_and_line(tmp_path):
+    """polib reads `msgid "Bad` as 'Ba' and `msgstr "B` + `"C"` as 'C' without a word: pairs not in the file."""
+    head = PO_HEADER.format(language='"Language: ru\\n"') + '\nmsgid "Save"\nmsgstr "Сохранить"\n\n'
+    for body, shown in (('msgid "Bad\nmsgstr "x"\n', 'msgid "Bad'), ('msgid "A"\nmsgstr "B\n"C"\n', 'msgstr "B'),
+                        ('msgid "A"\nmsgstr ""\n"end \\"quoted\\"\n', '"end \\"quoted\\"')):
+        path = tmp_path / "app.po"
+        path.write_text(head + body, encoding="utf-8")
+        line = (head + body).splitlines().index(shown) + 1
+        shown = re.escape(repr(shown))
+        with pytest.raises(InputError, match=rf"app\.po:{line}: a string not closed on its line \({shown}\)"):
+            validate_file(path)
+        with pytest.raises(InputError, match=rf"app\.po:{line}: "):
+            list(iter_records(path, 0))
+    # escaped quotes and backslashes, obsolete and previous-msgid comments are fine
+    path.write_text(head + 'msgid "a \\"b\\""\n"c"\nmsgstr ""\n"x\\\\" \n\n#~ msgid "old\n#| msgid "prev\n',
+                    encoding="utf-8")
+    assert [(r.src_text, r.tgt_text) for r in iter_records(path, 0) if isinstance(r, SentencePair)] == [
+        ("Save", "Сохранить"), ('a "b"c', "x\\")]
 
 
 # ------------------------------------------------------------------------------------------------------- UDHR
