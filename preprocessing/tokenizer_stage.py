@@ -59,23 +59,43 @@ FERTILITY_DOCS = 200
 FERTILITY_CHARS = 250_000
 
 
+def fertility_parts(doc: dict, seed: int) -> list[tuple[str, int, list[str]]]:
+    """(language, stable-hash rank, texts) of what a document record adds to the fertility sample: the document in
+    its language, or each side of a sentence pair in its own language (a pair's `en-ja` row would divide the
+    Japanese side's tokens by the English side's words). A side is ranked by its text, so the English side that
+    a corpus pairs with several languages counts once."""
+    if doc.get("kind") == "pair":
+        return [(doc[f"{side}_lang"] or "und", hashing.hash64("fertility", seed, doc[f"{side}_lang"] or "und",
+                                                              doc[side]), [doc[side]]) for side in ("src", "tgt")]
+    return [(doc_lang(doc), hashing.hash64("fertility", seed, doc["doc_id"]), doc_texts(doc))]
+
+
 def corpus_fertility(tokenizer: Tokenizer, work: Path, seed: int) -> dict:
     """Tokens per character / word and unknown rate per language, with the tokenizer just made, on a deterministic
     bounded sample of each language: up to FERTILITY_DOCS documents (held-out first, then training; chosen by a
-    stable hash), their text cut at FERTILITY_CHARS characters."""
+    stable hash), their text cut at FERTILITY_CHARS characters. A sentence pair's sides count as texts of their
+    own languages (fertility_parts)."""
     from .fertility import fertility, first_chars
 
     import heapq
 
     kept: dict[str, list] = {}  # per language a heap of the FERTILITY_DOCS smallest ranks (negated: a max-heap)
+    held: dict[str, set] = {}  # the ranks in each heap: a pair side already there is not taken twice
     for doc in iter_docs(work):
-        rank = (int(doc["split"] != "heldout"), hashing.hash64("fertility", seed, doc["doc_id"]))
-        heap = kept.setdefault(doc_lang(doc), [])
-        item = (-rank[0], -rank[1], doc_texts(doc))
-        if len(heap) < FERTILITY_DOCS:
-            heapq.heappush(heap, item)
-        elif item[:2] > heap[0][:2]:
-            heapq.heapreplace(heap, item)
+        for lang, key, texts in fertility_parts(doc, seed):
+            rank = (int(doc["split"] != "heldout"), key)
+            heap, ranks = kept.setdefault(lang, []), held.setdefault(lang, set())
+            if rank in ranks:
+                continue
+            item = (-rank[0], -rank[1], texts)
+            if len(heap) < FERTILITY_DOCS:
+                heapq.heappush(heap, item)
+            elif item[:2] > heap[0][:2]:
+                ranks.discard((-heap[0][0], -heap[0][1]))
+                heapq.heapreplace(heap, item)
+            else:
+                continue
+            ranks.add(rank)
     texts = {lang: first_chars([t for *_r, ts in sorted(heap, key=lambda d: (-d[0], -d[1])) for t in ts],
                                 FERTILITY_CHARS) for lang, heap in kept.items()}
     return fertility(tokenizer, texts)

@@ -53,3 +53,27 @@ def test_fertility_sample_is_bounded_held_out_first_and_order_free(tmp_path, mon
     _write(tmp_path / "b", shuffled)
     assert corpus_fertility(tokenizer, tmp_path / "b", seed=5) == table
     assert corpus_fertility(tokenizer, tmp_path / "b", seed=6) != table  # the seed picks the documents
+
+
+def test_fertility_of_sentence_pairs_is_per_side_language(tmp_path):
+    """A pair's sides are texts of their own languages: an `en-ja` row divided the Japanese tokens by the English
+    words (tokens_per_word ~4.8 on UDHR). The English side paired with two languages counts once."""
+    english = ["All human beings are born free and equal in dignity and rights.",
+               "Everyone has the right to life, liberty and security of person."]
+    japanese = ["すべての人間は、生れながらにして自由であり、かつ、尊厳と権利とについて平等である。",
+                "すべて人は、生命、自由及び身体の安全に対する権利を有する。"]
+    chinese = ["人人生而自由,在尊严和权利上一律平等。", "人人有权享有生命、自由和人身安全。"]
+    docs = [{"kind": "pair", "doc_id": 10 * i + j, "split": "heldout" if i == 0 else "train", "src": en, "tgt": xx,
+             "src_lang": "en", "tgt_lang": lang, "key": f"{lang} {i}"}
+            for j, (lang, side) in enumerate((("ja", japanese), ("zh", chinese))) for i, (en, xx) in
+            enumerate(zip(english, side))]
+    tokenizer = train_tokenizer(lambda: (t for d in docs for t in doc_texts(d)),
+                                TokenizerConfig(vocab_size=200, min_frequency=1))
+    _write(tmp_path, docs)
+    table = corpus_fertility(tokenizer, tmp_path, seed=5)
+    assert list(table) == ["en", "ja", "zh"]
+    assert table["en"]["texts"] == 2 and table["en"]["words"] == sum(len(t.split()) for t in english)
+    for lang, texts in (("en", english), ("ja", japanese), ("zh", chinese)):
+        assert table[lang]["chars"] == sum(len(t.replace(" ", "")) for t in texts)
+        assert table[lang]["tokens"] == sum(len(tokenizer.encode(t, add_special_tokens=False).ids) for t in texts)
+    assert not table["ja"]["spaced"] and table["ja"]["tokens_per_word"] is None
