@@ -116,6 +116,10 @@ def _decompressed_model(compressed: Path) -> Path:
     return path
 
 
+def _has_letter(text: str) -> bool:
+    return any(c.isalpha() for c in text)
+
+
 def _encode(text: str) -> bytes:
     # what py3langid does to a str before counting n-grams (so the scores are its scores)
     if text.isupper():
@@ -199,7 +203,10 @@ class LanguageIdentifier:
         results = []
         for row, k in enumerate(best):
             p = float(probs[row, k])
-            results.append((self.codes[k] if p >= self.cfg.min_probability and p > 0 else UNDETERMINED, p))
+            # digits, punctuation and symbols have n-grams too: among few candidates `12:30 - 13:45` scored `de`
+            # 0.53 (en, de); text without a letter has no language
+            known = p >= self.cfg.min_probability and p > 0 and _has_letter(texts[row][: self.cfg.max_chars])
+            results.append((self.codes[k] if known else UNDETERMINED, p))
         return results
 
     def detect(self, text: str) -> tuple[str, float]:

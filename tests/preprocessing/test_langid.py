@@ -101,3 +101,15 @@ def test_languages_restrict_the_candidates(udhr_segments):
         LanguageIdentifier(LangIdConfig(languages=["en", "xq"]))
     with pytest.raises(ValueError, match="not a language code"):
         LangIdConfig(languages=["English"])
+
+
+def test_text_without_letters_is_und_among_few_candidates(udhr_segments):
+    """Digits, punctuation and symbols have byte n-grams too: with two candidates the larger share of such text
+    went to one of them (`12:30 - 13:45 | 14:00` -> de 0.53, `1,234,567 890 000` -> en 0.59)."""
+    for backend in ("py3langid", "cld2"):
+        few = LanguageIdentifier(LangIdConfig(languages=["en", "de"], backend=backend))
+        numbers = ["12:30 - 13:45 | 14:00", "1,234,567 890 000", "100 200 300 400 500 600 700 800", "12345 678"]
+        assert [code for code, _ in few.detect_batch(numbers)] == ["und"] * 4, backend
+        # a letter among the numbers is text again
+        german = next(t for t, lang in udhr_segments if lang == "de")
+        assert few.detect_batch(["2019: " + german, "12345 678"])[0][0] == "de"
