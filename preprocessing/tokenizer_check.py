@@ -95,7 +95,14 @@ def _texts(record, corpus: CorpusConfig) -> list[str]:
 
 
 def measure_unk_rate(tokenizer: Tokenizer, texts: Iterator[str]) -> UnkRate:
-    """Tokens and unknown tokens of `texts` (without special tokens), and the words most often unknown."""
+    """Tokens and unknown tokens of `texts` (without special tokens), and the words most often unknown. A
+    tokenizer that pads or truncates (a Hugging Face model's tokenizer.json: MiniLM's pads every text to 128) is
+    measured without that, as the pipeline adopts it (preprocessing.tokenizer.adopt_tokenizer): its pad ids counted
+    as tokens gave 2.3 % unknown on the tiny-mbert corpus, where the adopted copy makes 5.8 %."""
+    if tokenizer.padding or tokenizer.truncation:
+        tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
     kind = tokenizer_kind(tokenizer)
     unk_id = tokenizer.token_to_id(SPECIAL_TOKENS_BY_KIND[kind]["unk"]) if kind is not None else None
     tokens = unknown = chars = 0

@@ -72,3 +72,21 @@ def test_a_tokenizer_of_the_corpus_language_passes(tmp_path, english):
     corpus = CorpusConfig(inputs=[str(english)], format="text", lang="en")
     measured = check_unk_rate(Tokenizer.from_file(str(own)), corpus, [str(english)], TokenizerConfig(), str(own))
     assert measured.tokens > 1000 and measured.rate < 0.01, measured
+
+
+def test_the_rate_of_a_padding_tokenizer_counts_no_pad_ids(tmp_path, english):
+    """measure_unk_rate (and `python -m preprocessing.tokenizer_check`) on a tokenizer.json that pads to a fixed
+    length, as a Hugging Face model's does: the pad ids were counted as tokens, diluting the rate."""
+    from tokenizers import Tokenizer
+
+    from preprocessing.tokenizer_check import measure_unk_rate
+
+    path = _tokenizer(tmp_path, "arabic-thai", news_paragraphs("ar") + news_paragraphs("th"))
+    texts = news_paragraphs("en")[:20]
+    plain = measure_unk_rate(Tokenizer.from_file(str(path)), iter(texts))
+    padded = Tokenizer.from_file(str(path))
+    padded.enable_padding(length=256, pad_id=0, pad_token="[PAD]")
+    padded.enable_truncation(max_length=256)
+    assert plain.rate > 0.05 and plain.unknown > 0
+    assert measure_unk_rate(padded, iter(texts)) == plain
+    assert padded.padding is not None  # the caller's tokenizer is left as it was
