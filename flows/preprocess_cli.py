@@ -24,8 +24,10 @@ TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
 
 def add_adhoc_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("ad-hoc use (each flag overrides the recipe; the recipe defaults to configs/local.yaml)")
-    g.add_argument("--input", nargs="+", metavar="PATH",
-                   help="input files, directories, globs or fsspec URLs (gs://, s3://, https://) -> corpus.inputs")
+    # extend: `--input a --input b` is both (a repeated nargs option otherwise keeps the last one only)
+    g.add_argument("--input", nargs="+", action="extend", metavar="PATH",
+                   help="input files, directories, globs or fsspec URLs (gs://, s3://, https://) -> corpus.inputs; "
+                   "several after one flag or the flag repeated")
     g.add_argument("--format", choices=FORMATS, help="input format -> corpus.format")
     g.add_argument("--instances", choices=INSTANCES, help="instance format -> preprocess.instances.format")
     g.add_argument("--masking", choices=MASKING, help="masking scheme -> preprocess.masking.policy; dynamic -> "

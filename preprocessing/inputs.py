@@ -337,7 +337,28 @@ def expand_inputs(corpus) -> list[InputFile]:
         if f.location in seen:
             raise InputError(f"{f.location}: listed twice in corpus.inputs (directly or through a directory/glob)")
         seen.add(f.location)
-    return files
+    return _without_read_sides(fmt, files, seen)
+
+
+def _without_read_sides(fmt: str, files: list[InputFile], locations: set[str]) -> list[InputFile]:
+    """A Moses pair's target side listed beside its source side (`--input x.en-fr.en --input x.en-fr.fr`) is left
+    out, said in one line: the source side reads it, and read again as a source of its own every pair would be
+    in the corpus twice (fr -> en beside en -> fr), the two directions on either side of the held-out split.
+    Listed alone it is read as the source of the other direction."""
+    if fmt != "parallel":
+        return files
+    kept = []
+    for f in files:
+        head, slash, name = f.location.rpartition("/")
+        parts = name.split(".")
+        source = head + slash + ".".join(parts[:-1] + [parts[-2].split("-")[0]]) if companion_file(fmt, name) else None
+        if source in locations:
+            line = f"{f.location}: left out: the target side of {source}, which reads it (each pair once)"
+            logger.log(logging.DEBUG if line in _said else logging.INFO, "%s", line)
+            _said.add(line)
+            continue
+        kept.append(f)
+    return kept
 
 
 # formats whose documents are known by their file's name and their position in it (documents.document_id): a

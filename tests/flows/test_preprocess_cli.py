@@ -28,6 +28,13 @@ def test_flags_become_overrides_of_the_default_recipe(tmp_path):
     assert recipe.preprocess.tokenizer.kind == "bpe" and recipe.preprocess.seed == 7
 
 
+def test_a_repeated_input_flag_adds_its_paths():
+    """`--input a --input b` read b alone (the last of a repeated nargs option), without a word."""
+    args = build_parser().parse_args(["preprocess", "--input", "a.jsonl", "--input", "b.jsonl", "c.jsonl"])
+    apply_adhoc(args)
+    assert args.overrides == ["corpus.inputs=" + json.dumps(["a.jsonl", "b.jsonl", "c.jsonl"])]
+
+
 def test_a_recipe_without_flags_is_unchanged():
     args = build_parser().parse_args(["preprocess", "configs/local.yaml", "--set", "preprocess.seed=7"])
     apply_adhoc(args)

@@ -39,6 +39,22 @@ def test_moses_target_side_is_read_through_the_source_side(tmp_path):
     assert [f.location.rsplit("/", 1)[1] for f in files] == ["europarl.de-en.de", "pairs.tsv"]
 
 
+def test_a_moses_target_side_listed_beside_its_source_is_left_out_and_said(tmp_path, caplog, monkeypatch):
+    """Both sides given (`--input x.de-en.de --input x.de-en.en`) read every pair twice, once in each direction,
+    the two directions on either side of the held-out split. The target side alone is the other direction."""
+    for name in ("europarl.de-en.de", "europarl.de-en.en", "other.de-en.en"):
+        (tmp_path / name).write_text("x\n")
+    with caplog.at_level("INFO", logger="preprocessing.inputs"):
+        files = expand_inputs(_corpus("parallel", tmp_path / "europarl.de-en.de", tmp_path / "europarl.de-en.en",
+                                      tmp_path / "other.de-en.en"))
+    assert [f.location for f in files] == [str(tmp_path / "europarl.de-en.de"), str(tmp_path / "other.de-en.en")]
+    assert f"{tmp_path / 'europarl.de-en.en'}: left out: the target side of {tmp_path / 'europarl.de-en.de'}" \
+        in caplog.text
+    monkeypatch.chdir(tmp_path)  # relative names too
+    assert [f.location for f in expand_inputs(_corpus("parallel", "europarl.de-en.en", "europarl.de-en.de"))] \
+        == ["europarl.de-en.de"]
+
+
 def test_fsspec_urls_are_listed_and_hashed():
     fs = fsspec.filesystem("memory")
     fs.pipe("/corpus/b.jsonl", b'{"text": "b"}\n')
