@@ -6,9 +6,10 @@ into RUN, so two flows (two workers, a scheduled refresh and a manual run) can n
 
 The lock is an advisory `fcntl.flock` on the lock file, taken without waiting. The kernel releases it when the
 holding process dies (crash, `kill -9`, a preempted worker), so a stale lock never needs cleaning up: the next flow
-takes it over and logs whose it was. The holder (pid, host, flow, flow run, start time) is written into the file so
-that a refused flow can say who holds it. The lock is re-entrant within one process (a flow calling another
-flow's code on the same run directory), and taken per real path, so `runs/x` and `./runs/../runs/x` are one lock.
+takes it over and logs whose it was. The holder (pid, host, flow, flow run name and id, start time) is written
+into the file so that a refused flow can say who holds it. The lock is re-entrant within one process (a flow calling
+another flow's code on the same run directory), and taken per real path, so `runs/x` and `./runs/../runs/x` are one
+lock.
 
 Under `torchrun` only rank 0 takes the lock: the ranks of one job write one run directory together (rank 0 writes
 checkpoints and stamps), so ranks 1..N-1 (RANK > 0 with WORLD_SIZE set, as torchrun sets them) enter without it.
@@ -19,7 +20,7 @@ On a network file system `flock` is only as good as the file system's lock suppo
 A run directory on object storage (a working copy of `s3://bucket/runs/x`, bertfactory.run_location) is worked on
 from a different local directory on every machine, so the flock alone protects nothing across machines. Its lock is
 then also a *lease*: the object `<url>/.bertfactory/lease.json` = {"owner" (a uuid per acquisition), "pid", "host",
-"flow", "flow_run", "since", "expires" (epoch seconds)}, taken after the local flock:
+"flow", "flow_run", "flow_run_id", "since", "expires" (epoch seconds)}, taken after the local flock:
 
 - an existing lease that is not ours and has not expired refuses the flow (RunDirLocked naming the holder and when
   its lease expires; the local flock is let go again); an expired one (its holder died or lost the bucket for a
@@ -109,19 +110,24 @@ def _describe(holder: dict) -> str:
     if not holder:
         return "an unknown process"
     run = f", flow run {holder['flow_run']!r}" if holder.get("flow_run") else ""
+    if holder.get("flow_run_id"):  # the name repeats across runs on one run directory (pipeline:local@run): the
+        run += f" (id {holder['flow_run_id']})"  # id says which one to wait for or cancel
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["since"])) if holder.get("since") else "?"
     return f"flow {holder.get('flow', '?')!r}{run} (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, since {since})"
 
 
-def _current_flow_run() -> str | None:
+def _current_flow_run() -> dict:
+    """{"flow_run": its name, "flow_run_id": its id} of the flow run this process executes; {} outside one. The
+    name alone does not tell runs apart: every run of a deployment on one run directory gets the same one."""
     if "prefect" not in sys.modules:  # no flow run without Prefect loaded: --no-prefect runs never import it here
-        return None
+        return {}
     try:
         from prefect.runtime import flow_run
 
-        return flow_run.name or None
+        name, run_id = flow_run.name, flow_run.id
     except Exception:  # outside a flow run, or Prefect not importable: the pid and flow name suffice
-        return None
+        return {}
+    return {"flow_run": name or None, "flow_run_id": run_id} if run_id else {}
 
 
 def lease_ttl() -> float:
@@ -175,7 +181,7 @@ class Lease:
         self.run_dir = run_dir
         self.ttl = ttl
         self.record = {"owner": uuid.uuid4().hex, "pid": os.getpid(), "host": socket.gethostname(), "flow": flow,
-                       "flow_run": _current_flow_run(), "since": round(time.time(), 3)}
+                       "flow_run": None, **_current_flow_run(), "since": round(time.time(), 3)}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # a store with conditional writes (storage.conditional_writes): each write lands only on the object as
@@ -324,8 +330,8 @@ def acquire(run_dir: str | os.PathLike, flow: str) -> Path:
             raise
         if previous:  # its process is gone (the kernel released its lock): a stale lock, taken over
             logger.warning("%s: taking over the lock of %s, which ended without releasing it", run_dir, _describe(previous))
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "flow": flow, "flow_run": _current_flow_run(),
-                  "since": round(time.time(), 3)}
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "flow": flow, "flow_run": None,
+                  **_current_flow_run(), "since": round(time.time(), 3)}
         if lease is not None:
             holder["lease"] = lease.owner
         os.ftruncate(fd, 0)

@@ -91,3 +91,24 @@ def test_ranks_above_zero_of_a_distributed_job_enter_the_lock_their_rank_0_holds
     with pytest.raises(RunDirLocked):
         with run_dir_lock(run, "pretrain"):
             pass
+
+
+def test_a_refusal_names_the_holding_flow_runs_id_not_only_its_name(tmp_path):
+    # every run of a deployment on one run directory has the same name (pipeline:local@run): a refused run that
+    # named its holder by name alone named itself too; the id says which run to wait for or cancel
+    from prefect import flow
+
+    run = tmp_path / "run"
+    code = f"from flows.lock import acquire; acquire({str(run)!r}, 'pipeline')"
+
+    @flow(name="pipeline", flow_run_name="pipeline:local@run")
+    def holding() -> tuple[str, dict, str]:
+        from prefect.runtime import flow_run
+
+        with run_dir_lock(run, "pipeline"):
+            refused = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+            return flow_run.id, read_holder(lock_path(run)), refused.stderr
+
+    run_id, holder, stderr = holding()
+    assert holder["flow_run"] == "pipeline:local@run" and holder["flow_run_id"] == run_id
+    assert f"flow run 'pipeline:local@run' (id {run_id}) (pid {os.getpid()} on " in stderr, stderr
