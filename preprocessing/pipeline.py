@@ -68,7 +68,7 @@ from .shards import SourceInfo, SplitInfo, write_manifest
 from .sources import validate_file
 from .staging import STAGING, JobArea, Staging
 from .tokenizer import adopt_tokenizer, special_ids
-from .tokenizer_check import check_unk_rate
+from .tokenizer_check import check_unk_rate, warn_unknown_languages
 from .tokenizer_stage import corpus_fertility, given_tokenizer, train_tokenizer_stage
 
 logger = logging.getLogger(__name__)
@@ -338,6 +338,7 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
         logger.info("instances: %s, %d tokens, %d masked positions over %d variants", counts["instances"],
                     counts["tokens"], counts["masked_tokens"], cfg.masking.variants)
         _warn_empty_heldout(cfg, counts)
+        warn_unknown_languages(counts["fertility"], cfg.tokenizer, str(given) if given is not None else None)
 
         manifest = build_manifest(corpus, cfg, tokenizer, sha256_file(staging.tokenizer), specials, counts, buckets,
                                   splits, sources, run_dir)
