@@ -108,10 +108,15 @@ def _prefect() -> list[tuple[str, str]]:
     url = configured_api_url()
     database = settings.server.database.connection_url
     if url:
-        from .prefect_api import unreachable
+        from .prefect_api import url_problem
 
-        reason = unreachable(url, timeout=5.0)
-        shown = f"{url} (does not answer: {reason}; start it, or unset PREFECT_API_URL)" if reason else f"{url} (answers)"
+        problem = url_problem(url, timeout=5.0)
+        if problem is None:
+            shown = f"{url} (answers)"
+        elif problem[0] == "misplaced":
+            shown = f"{url} (not the API but a Prefect server's address: set PREFECT_API_URL={problem[1]})"
+        else:
+            shown = f"{url} (does not answer: {problem[1]}; start it, or unset PREFECT_API_URL)"
     else:
         shown = "none set: each command starts a temporary local server (ephemeral API, a SQLite database in " \
                 "PREFECT_HOME)"
