@@ -90,14 +90,24 @@ def select(deployments: list[dict], names: Sequence[str]) -> list[dict]:
 
 def api_url() -> str:
     """The Prefect API deployments go to; refuses the ephemeral API, where they would not outlive the command."""
-    from prefect.settings import get_current_settings
+    from .prefect_api import configured_api_url, misplaced_message, url_problem
 
-    url = get_current_settings().api.url
+    url = configured_api_url()
     if not url:
         raise DeployError(
             "no Prefect server: deployments live on a server, not on the ephemeral API of a local run. Start one "
             "(`prefect server start`, or the compose file of infra/, infra/README.md) and set PREFECT_API_URL, e.g. "
             "export PREFECT_API_URL=http://127.0.0.1:4200/api")
+    # checked before `prefect work-pool create` / `prefect deploy`, which otherwise fail in their own way: a
+    # traceback of connection errors for a server that is down, "work pool ... does not exist" for a server's base
+    # address without /api (its pools were there all along)
+    problem = url_problem(url)
+    if problem is not None and problem[0] == "misplaced":
+        raise DeployError(misplaced_message(url, problem[1]))
+    if problem is not None:
+        raise DeployError(f"the Prefect API at {url} (PREFECT_API_URL) does not answer ({problem[1]}): start that "
+                          "server (`prefect server start`, or the compose file of infra/) or point PREFECT_API_URL "
+                          "at the one to deploy to")
     return url
 
 

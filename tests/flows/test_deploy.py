@@ -1,6 +1,6 @@
 """flows/deploy.py and prefect.yaml without a server: every deployment's parameters are a valid recipe (what its
 first run would check), the pools they name are known with their templates present, names are checked, and
-deploying to the ephemeral API is refused. The server tests are tests/flows/server/."""
+deploying to the ephemeral API, to a server that does not answer or to a server's address without /api is refused. The server tests are tests/flows/server/."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from bertfactory.errors import ConfigError
-from flows.deploy import PREFECT_FILE, REPO, WORK_POOLS, DeployError, api_url, describe, pool_command, \
+from flows.deploy import PREFECT_FILE, REPO, WORK_POOLS, DeployError, api_url, deploy, describe, pool_command, \
     read_deployments, select
 from flows.recipe import load_recipe
 
@@ -78,6 +78,45 @@ def test_ephemeral_api_is_refused(monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     with pytest.raises(DeployError, match="PREFECT_API_URL"):
         api_url()
+
+
+@pytest.fixture
+def no_prefect_command(monkeypatch):
+    """Fails the test if deploy() gets as far as running a `prefect` command."""
+    def refuse(args, cwd):
+        raise AssertionError(f"`prefect {' '.join(args)}` was run")
+
+    monkeypatch.setattr("flows.deploy._prefect", refuse)
+
+
+def test_a_server_that_does_not_answer_is_refused_in_one_line(monkeypatch, no_prefect_command):
+    # it was `prefect work-pool create` failing with a 70-line traceback of connection errors
+    from tests.storage_servers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there
+    monkeypatch.setenv("PREFECT_API_URL", url)
+    with pytest.raises(DeployError) as err:
+        deploy(pool_setup=True)
+    assert str(err.value).startswith(f"the Prefect API at {url} (PREFECT_API_URL) does not answer (")
+    assert "\n" not in str(err.value)
+
+
+def test_a_servers_address_without_api_is_refused_naming_the_api_url(monkeypatch, no_prefect_command):
+    # it was `prefect deploy` saying "work pool 'bertfactory-process' does not exist" of a pool that did
+    import threading
+    from http.server import HTTPServer
+
+    from tests.flows.test_prefect_api import ServerRoot
+
+    server = HTTPServer(("127.0.0.1", 0), ServerRoot)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        monkeypatch.setenv("PREFECT_API_URL", url)
+        with pytest.raises(DeployError, match=f"set PREFECT_API_URL={url}/api "):
+            deploy(["pipeline-local"])
+    finally:
+        server.shutdown()
 
 
 def test_list_names_the_schedule():
