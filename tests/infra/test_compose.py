@@ -101,3 +101,28 @@ def test_worker_pool_is_the_process_pool_of_prefect_yaml(compose):
     pool = compose["services"]["worker"]["environment"]["PREFECT_WORK_POOL"]
     default = re.fullmatch(r"\$\{\w+:-([\w-]+)\}", pool).group(1)
     assert default in {d["work_pool"]["name"] for d in deployments}
+
+
+def test_the_documented_deploy_step_can_deploy_every_deployment_it_names(compose):
+    """The deploy command that compose.yaml's header and infra/README.md give (`compose run --rm worker ...`) runs
+    on a server where only the worker's own pool exists: `prefect deploy` refuses a deployment whose pool does not
+    exist and stops there (a bare `prefect deploy --all` ended at pretrain-gpu), so it must create the pools
+    first (`bertfactory deploy --pool-setup`) or deploy only to the worker's pool."""
+    deployments = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))["deployments"]
+    worker_pool = re.fullmatch(r"\$\{\w+:-([\w-]+)\}",
+                               compose["services"]["worker"]["environment"]["PREFECT_WORK_POOL"]).group(1)
+    commands = []
+    for doc in (COMPOSE, INFRA / "README.md"):
+        for line in doc.read_text(encoding="utf-8").splitlines():
+            if match := re.search(r"compose\.yaml run --rm worker (.*?)(?:\s+#.*)?$", line):
+                commands.append((doc.name, match.group(1).strip()))
+    assert {name for name, _ in commands} == {"compose.yaml", "README.md"}, commands
+    for name, command in commands:
+        args = command.split()
+        if args[:2] == ["bertfactory", "deploy"]:
+            assert "--pool-setup" in args, (name, command)
+            continue
+        assert args[:2] == ["prefect", "deploy"], (name, command)
+        chosen = [d for d in deployments if "--all" in args or d["name"] in args]
+        missing = {d["name"]: d["work_pool"]["name"] for d in chosen if d["work_pool"]["name"] != worker_pool}
+        assert not missing, f"{name}: `{command}` deploys to pools nothing created: {missing}"
