@@ -219,9 +219,29 @@ def discover_all(sources: list[str], corpus, cfg: RefreshConfig) -> list[InputFi
     return out
 
 
-if __name__ == "__main__":
-    from .recipe import load_recipe
+def main(argv: list[str] | None = None) -> int:
+    """`python -m flows.watch RECIPE [SOURCE ...]`: the input files the sources offer now, one per line (default
+    sources: the recipe's corpus.inputs). A source that cannot be read is one `error:` line, exit status 2."""
+    import argparse
 
-    recipe = load_recipe(sys.argv[1])
-    for item in discover_all(sys.argv[2:] or recipe.corpus.inputs, recipe.corpus, recipe.refresh):
+    from .recipe import load_recipe, resolve_recipe
+
+    parser = argparse.ArgumentParser(prog="python -m flows.watch", description="print the input files that watched "
+                                     "sources offer now, as a corpus refresh would see them (docs/orchestration.md)")
+    parser.add_argument("config", help="recipe YAML or bundled recipe name, e.g. local")
+    parser.add_argument("sources", nargs="*", metavar="SOURCE",
+                        help="a location to watch (default: the recipe's corpus.inputs)")
+    args = parser.parse_args(argv)
+    try:
+        recipe = load_recipe(str(resolve_recipe(args.config)))
+        found = discover_all(args.sources or list(recipe.corpus.inputs), recipe.corpus, recipe.refresh)
+    except BertfactoryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for item in found:
         print(item.location)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -194,3 +194,22 @@ def test_an_fsspec_url_source_is_refreshed_end_to_end(tmp_path, tiny_recipe):
         assert refresh_corpus(recipe, tmp_path / "run")["status"] == "nothing_new"
     finally:
         fs.rm(f"/bucket-{tmp_path.name}", recursive=True)
+
+
+def test_the_watch_command_prints_each_file_or_one_error_line(tmp_path, capsys):
+    # `python -m flows.watch RECIPE SOURCE...` (docs/orchestration.md): a missing source was a traceback, no
+    # arguments an IndexError, and a bundled recipe's name (local) was not accepted
+    from flows.watch import main
+
+    (tmp_path / "news").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "news" / name).write_text("Some text.\n", encoding="utf-8")
+    assert main(["local", str(tmp_path / "news")]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(tmp_path / "news" / n) for n in ("a.txt", "b.txt")]
+    assert main(["local", str(tmp_path / "news"), str(tmp_path / "missing")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {tmp_path / 'missing'}: input file not found (corpus.inputs entry " \
+                           f"'{tmp_path / 'missing'}')\n" and captured.out == ""
+    with pytest.raises(SystemExit) as usage:
+        main([])
+    assert usage.value.code == 2
