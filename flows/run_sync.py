@@ -139,8 +139,10 @@ def after_begin(stage: str, run_dir: Path, step: int | None = None) -> None:
         committed = storage.exists(wc.remote(f"{_FINAL}/config.json"))
         wc.pull_tree("pretrain", exclude=(f"{_CHECKPOINTS}/",) + (() if committed else (f"{_FINAL}/",)))
         complete = wc.complete_dirs(_CHECKPOINTS)
-        if not secondary_rank():
-            _drop_unpublished_checkpoints(wc, set(complete))
+        # every rank: each resumes from the newest checkpoint its own working copy holds, so a node that was the
+        # job's rank 0 when it died (its unpublished checkpoint still here) must not resume from a later step than
+        # the others do now (they would train different steps and hang in a collective)
+        _drop_unpublished_checkpoints(wc, set(complete))
         steps = sorted((int(name.split("-", 1)[1]), name) for name in complete if name.startswith("step-")
                        and name.split("-", 1)[1].isdigit())
         if step is not None and not secondary_rank():  # an extension: the old run's later checkpoints move aside
@@ -174,7 +176,14 @@ def _drop_unpublished_checkpoints(wc, complete: set[str]) -> None:
         if directory.is_dir() and directory.name.startswith("step-") and directory.name not in complete:
             logger.warning("pretrain: checkpoint %s never reached %s (its process died while uploading it): "
                            "not resumed from; removed", directory.name, wc.remote(_CHECKPOINTS))
-            shutil.rmtree(directory)
+            # the ranks of a node share its working copy: another may be removing the same directory
+            shutil.rmtree(directory, onerror=_gone_already)
+
+
+def _gone_already(function, path, exc_info) -> None:
+    """rmtree's error handler: a file or folder another process removed first is fine; any other error is raised."""
+    if not issubclass(exc_info[0], FileNotFoundError):
+        raise exc_info[1]
 
 
 def push_outputs(stage: str, run_dir: Path) -> None:
