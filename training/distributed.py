@@ -80,6 +80,14 @@ class DistContext:
             out[key] = total if key.endswith(("_correct", "_count")) else total / self.world_size
         return out, int(values[-1].item())
 
+    def gather(self, value) -> list:
+        """Every rank's `value` (picklable), in rank order ([value] when alone): a collective, every rank calls it."""
+        if not self.enabled:
+            return [value]
+        values = [None] * self.world_size
+        dist.all_gather_object(values, value)
+        return values
+
     def shutdown(self) -> None:
         if self.enabled and dist.is_initialized():
             dist.destroy_process_group()

@@ -20,7 +20,7 @@ from .distributed import DistContext
 from .models.registry import Architecture, get_architecture
 from .objectives import ObjectiveSpec, get_objective_spec
 from .pretrain_config import PretrainConfig
-from .run_checks import check_micro_batches, check_positions
+from .run_checks import check_micro_batches, check_positions, check_same_run
 from .run_layout import PretrainPaths
 from .streams import StreamBatches
 
@@ -36,6 +36,8 @@ class TrainingData:
 
 def open_training_data(model_cfg: ModelConfig, cfg: PretrainConfig, paths: PretrainPaths, tokenizer_sha256: str,
                        dist: DistContext) -> TrainingData:
+    # torchrun: every rank was started with the same settings, before any of them can be refused alone
+    check_same_run(model_cfg, cfg, tokenizer_sha256, paths.shards / "manifest.json", dist)
     # stream_batches: clm shards as parallel document streams, for a memory carried across batches
     loader = StreamBatches if cfg.stream_batches else PretrainBatches
     batches = loader.open(paths.shards, tokenizer_sha256, cfg.batch_size, cfg.seed, verify=cfg.verify_shards,

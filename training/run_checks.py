@@ -3,6 +3,7 @@ devices, the per-process batch, the shards' sequence lengths. Each raises a Conf
 
     spmd_devices = check_process_layout(cfg, dist, device)     # after training.distributed.from_environment
     check_compiler(cfg, device)                               # pretrain.compile: the toolchain inductor needs
+    check_same_run(model_cfg, cfg, tokenizer_sha256, manifest, dist)  # torchrun: every rank, the same run
     check_micro_batches(batches, cfg, dist)                   # after the loader has split the batch over ranks
     width = check_positions(arch_config, batches, manifest)   # the longest sequence the model must hold
 
@@ -14,10 +15,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 
 import torch
 
 from bertfactory.errors import ConfigError
+from bertfactory.io import sha256_file
 
 from .distributed import DistContext
 from .pretrain_config import PretrainConfig
@@ -50,6 +53,53 @@ def check_micro_batches(batches, cfg: PretrainConfig, dist: DistContext) -> None
             f"does not divide into equal micro-batches. Make batch_size a multiple of world size x grad_accumulation "
             f"({dist.world_size * cfg.grad_accumulation}), or change grad_accumulation to a divisor of {per_rank}"
         )
+
+
+# pretrain fields a node may set for itself: they change neither the trajectory nor the collectives the ranks take
+# part in (init_from / tlm_shards are paths into each node's own working copy; DDP starts every rank from rank 0's
+# weights, and the data each names is checked through the shards' and tokenizer's hashes below)
+NODE_LOCAL_FIELDS = frozenset({"num_threads", "loader_workers", "xla_cache_dir", "peak_flops", "tracking",
+                               "verify_shards", "init_from", "tlm_shards"})
+
+
+def check_same_run(model_cfg, cfg: PretrainConfig, tokenizer_sha256: str, manifest: Path, dist: DistContext) -> None:
+    """Every process of a torchrun job was started with the same model and pretrain settings on the same tokenizer and
+    shards (each node starts its own command: a --set given on one node only is easy to miss). Ranks that differ in
+    max_steps or save_every stop taking part in the same collectives and wait on each other until the process group
+    times out (30 min on gloo); other settings train each rank's slice under another recipe. Refused on every rank,
+    naming the first rank that differs from rank 0 and the fields, before any rank opens the shards (a rank refused
+    there alone would leave the others waiting for it)."""
+    if not dist.enabled:
+        return
+    import socket
+
+    mine = {"host": socket.gethostname(),
+            "settings": {"model": model_cfg.model_dump(mode="json"),
+                         "pretrain": cfg.model_dump(mode="json", exclude=set(NODE_LOCAL_FIELDS)),
+                         "data": {"tokenizer_sha256": tokenizer_sha256,
+                                  "shards_manifest_sha256": sha256_file(manifest) if manifest.is_file() else None}}}
+    everyone = dist.gather(mine)
+    first = everyone[0]
+    for rank, theirs in enumerate(everyone[1:], 1):
+        diffs = _differences(first["settings"], theirs["settings"])
+        if diffs:
+            shown = "; ".join(f"{name}: rank 0 {a!r}, rank {rank} {b!r}" for name, a, b in diffs[:5])
+            more = f" (and {len(diffs) - 5} more)" if len(diffs) > 5 else ""
+            raise ConfigError(
+                f"the {dist.world_size} processes of this job were not started with the same settings: rank {rank} "
+                f"(host {theirs['host']}) differs from rank 0 (host {first['host']}) in {shown}{more}. Start every "
+                f"node's command with the same recipe, --set options and run directory")
+
+
+def _differences(a: dict, b: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    out = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key, "<absent>"), b.get(key, "<absent>")
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _differences(x, y, f"{prefix}{key}.")
+        elif x != y:
+            out.append((f"{prefix}{key}", x, y))
+    return out
 
 
 def check_positions(arch_config, batches, manifest_path: str) -> int:

@@ -1,6 +1,7 @@
 """Launching a pretraining run as torchrun does, for the data-parallel tests: one Python process per rank with
 RANK / LOCAL_RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set, each calling training.pretrain.pretrain on the same
-run directory (gloo on the CPU). Returns every rank's summary."""
+run directory (gloo on the CPU). Returns every rank's summary. `rank_cfgs`: another config for some ranks (a node
+started with other settings)."""
 
 from __future__ import annotations
 
@@ -42,13 +43,14 @@ _PORT_TAKEN = ("Address already in use", "EADDRINUSE", "failed to listen", "Fail
 
 
 def launch_ranks(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int = 2,
-                 stop_after: int | None = None, timeout: float = 600, attempts: int = 3) -> list[dict]:
+                 stop_after: int | None = None, timeout: float = 600, attempts: int = 3,
+                 rank_cfgs: dict[int, PretrainConfig] | None = None) -> list[dict]:
     """Every rank's summary. free_port() releases the port it found before rank 0 binds it, so another process
     can take it in between: a launch whose ranks fail on that bind (nothing trained yet) is retried on a new
     port, up to `attempts` launches; any other failure fails at once."""
     for attempt in range(1, attempts + 1):
         try:
-            return _launch_once(model, cfg, run, world, stop_after, timeout)
+            return _launch_once(model, cfg, run, world, stop_after, timeout, rank_cfgs or {})
         except _PortTaken:
             if attempt == attempts:
                 raise
@@ -60,7 +62,7 @@ class _PortTaken(AssertionError):
 
 
 def _launch_once(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int, stop_after: int | None,
-                 timeout: float) -> list[dict]:
+                 timeout: float, rank_cfgs: dict[int, PretrainConfig]) -> list[dict]:
     port = free_port()
     procs, logs = [], []
     with tempfile.TemporaryDirectory(prefix="ranks-") as log_dir:
@@ -69,7 +71,8 @@ def _launch_once(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int,
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": str(REPO)}
             logs.append(open(Path(log_dir) / f"rank{rank}.log", "w+"))  # a file: no pipe fills while we wait
             procs.append(subprocess.Popen(
-                [sys.executable, "-c", _WORKER, model.model_dump_json(), cfg.model_dump_json(), str(run),
+                [sys.executable, "-c", _WORKER, model.model_dump_json(),
+                 rank_cfgs.get(rank, cfg).model_dump_json(), str(run),
                  str(stop_after) if stop_after is not None else "none"],
                 cwd=REPO, env=env, stdout=logs[-1], stderr=subprocess.STDOUT, text=True))
         killed: set[int] = set()

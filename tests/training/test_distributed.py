@@ -81,6 +81,22 @@ def test_two_gloo_processes_of_batch_b_train_like_one_process_of_batch_2b(run_fa
     assert (two_run / "pretrain/checkpoints/step-4/training_state.pt").is_file()  # rank 0 saved between barriers
 
 
+def test_ranks_started_with_different_settings_are_refused_in_one_line(run_factory):
+    # on several nodes each node starts its own command: a --set given on one node only used to train rank 1 under
+    # another learning rate without a word (the replicas drift apart: DDP averages the gradients, not the updates),
+    # and another max_steps or save_every left the ranks in different collectives until gloo's 30-min timeout
+    run = run_factory("mismatch", max_seq_len=24, min_seq_len=24, train_rows=32, heldout_rows=8)
+    tiny = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=32)
+    cfg = PretrainConfig(batch_size=8, max_steps=2, warmup_steps=1, log_every=1, save_every=2, num_threads=3,
+                         device="cpu")
+    other = cfg.model_copy(update={"learning_rate": 5e-4, "num_threads": 1})  # num_threads: a node's own choice
+    with pytest.raises(AssertionError, match=r"ConfigError: the 2 processes of this job were not started with the "
+                                             r"same settings: rank 1 \(host [^)]+\) differs from rank 0 \(host [^)]+\) "
+                                             r"in pretrain.learning_rate: rank 0 0.0001, rank 1 0.0005\. Start every"):
+        launch_ranks(tiny, cfg, run, world=2, timeout=300, rank_cfgs={1: other})  # timeout: a bound for a hang
+    assert not (run / "pretrain/checkpoints").exists()  # refused before a step was trained
+
+
 def test_the_launcher_retries_a_port_taken_before_rank_0_binds_it(run_factory, monkeypatch):
     # tests/training/ranks.py: free_port() lets the port go before rank 0's store binds it; a launch that loses it
     # (here: a port held open by this test) starts again on another, and a real failure still fails
