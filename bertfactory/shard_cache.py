@@ -152,6 +152,10 @@ class ShardCache:
             # the manifest's digest becomes a file name: anything but 64 hex digits could point outside the cache
             raise ContractError(f"{url}: sha256 {sha256!r} in the manifest is not 64 hex digits")
         path = self.path_for(sha256)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise self._unusable(err) from None
         with _pinned(path):
             if self._hit(path, size):
                 with _LOCK:
@@ -164,6 +168,8 @@ class ShardCache:
             except FileNotFoundError:
                 raise storage.StorageError(f"{url}: not found (the manifest lists it; was the shard set changed "
                                            "or only partly uploaded?)") from None
+            except OSError as err:  # this node's cache directory: not writable (a transfer error is a StorageError)
+                raise self._unusable(err) from None
             try:
                 got = path.stat().st_size
             except FileNotFoundError:  # another process evicted it already; the caller fetches again on open
@@ -177,6 +183,13 @@ class ShardCache:
                                 f"({_mib(self.limit_bytes)}, {ENV_LIMIT}); it is kept while in use")
             self._evict()
         return path
+
+    def _unusable(self, err: OSError) -> "storage.StorageError":
+        """The one-line error of a cache directory this process cannot write (one rank's node, not the job's data)."""
+        where = f" ({err.filename})" if err.filename and str(err.filename) != str(self.root) else ""
+        return storage.StorageError(
+            f"the shard cache {self.root} ({ENV_ROOT}) cannot be used on this machine: {err.strerror or err}{where}; "
+            f"set {ENV_ROOT} to a writable directory with room for the shards ({ENV_LIMIT} bounds what it keeps)")
 
     def _hit(self, path: Path, size: int | None) -> bool:
         try:

@@ -89,6 +89,21 @@ def test_sha_mismatch_and_missing_object_leave_nothing(bucket, cache_dir):
     assert cache.stats.misses == 0
 
 
+def test_a_cache_directory_this_node_cannot_use_is_one_line_naming_it(bucket, tmp_path, monkeypatch):
+    # one node of a torchrun job whose BERTFACTORY_SHARD_CACHE is not a directory it can write: its rank said only
+    # "error: [Errno 20] Not a directory" (no path, no variable) while the other node's rank lost its peer
+    url, sha = put(bucket, blob(1000, 7))
+    (tmp_path / "a-file").write_text("not a directory")
+    root = tmp_path / "a-file" / "shards"
+    monkeypatch.setenv("BERTFACTORY_SHARD_CACHE", str(root))
+    message = (rf"the shard cache {re.escape(str(root))} \(BERTFACTORY_SHARD_CACHE\) cannot be used on this machine: "
+               r"Not a directory.*; set BERTFACTORY_SHARD_CACHE to a writable directory")
+    with pytest.raises(storage.StorageError, match=message):
+        ShardCache().fetch(url, sha)
+    with pytest.raises(storage.StorageError, match=message):  # as ShardSet reads them: at the item's turn
+        list(ShardCache().fetch_all([(url, sha, 1000)]))
+
+
 def test_eviction_is_lru_and_keeps_the_pinned(bucket, cache_dir, caplog):
     (a, sa), (b, sb), (c, sc) = (put(bucket, blob(1000, 10 + i)) for i in range(3))
     cache = ShardCache(limit_bytes=2500)
