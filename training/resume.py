@@ -106,6 +106,7 @@ def resume_or_start(trainer: Trainer, saver: RunSaver, cfg: PretrainConfig) -> i
     longer = False
     if latest is not None and extends(saved := saved_fingerprint(latest[1]), saver.fingerprint):
         latest, longer = _extension_checkpoint(paths, latest, saved, saver.fingerprint, cfg, dist.is_main), True
+    agree_on_resume_step(dist, latest[0] if latest is not None else None)
     if latest is None:
         if dist.is_main and paths.metrics.exists():  # left by a run that stopped before its first checkpoint
             paths.metrics.unlink()
@@ -125,6 +126,23 @@ def resume_or_start(trainer: Trainer, saver: RunSaver, cfg: PretrainConfig) -> i
     logger.warning("pretrain: resuming from step %d (checkpoint %s; %d steps in total)", step, directory,
                    cfg.max_steps)
     return step
+
+
+def agree_on_resume_step(dist, step: int | None) -> None:
+    """Every rank must continue from the same step (None: from scratch), or the job hangs at its first collective
+    with the ranks a few steps apart. Each node chooses from its own copy of the checkpoints (a run on object
+    storage: every machine's working copy), so a node whose copy differs is refused here, on every rank, in one
+    line naming each rank's choice. (flows/run_sync.py drops checkpoints the bucket never completed, which is what
+    made copies differ; this is the check that the choice agrees, whatever made it differ.)"""
+    import socket
+
+    chosen = dist.gather((step, socket.gethostname()))
+    if len({s for s, _ in chosen}) > 1:
+        raise ContractError("the ranks of this job would resume from different checkpoints: " + ", ".join(
+            f"rank {rank} (host {host}) from {'scratch' if s is None else f'step {s}'}"
+            for rank, (s, host) in enumerate(chosen))
+            + "; their nodes hold different checkpoints (RUN/pretrain/checkpoints): give every node the same ones "
+              "(on object storage each node's working copy follows the bucket) and start the job again")
 
 
 def _extension_checkpoint(paths: PretrainPaths, newest: tuple[int, Path], saved: dict, current: dict,

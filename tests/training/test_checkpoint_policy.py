@@ -126,3 +126,29 @@ def test_mfu_in_metrics_and_loss_curve_png(run_factory):
         assert m["mfu"] == pytest.approx(m["tokens_per_s"] * per_token / 1e9) and 0 < m["mfu"]
     png = peaked / "pretrain" / "loss_curve.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+class _Ranks:
+    """DistContext.gather of a job whose ranks chose the given steps."""
+
+    def __init__(self, *steps):
+        self.steps = steps
+
+    def gather(self, value):
+        assert value[0] == self.steps[0]  # this process is rank 0
+        return [(step, f"node{rank}") for rank, step in enumerate(self.steps)]
+
+
+def test_ranks_resuming_from_different_checkpoints_are_refused_on_every_rank():
+    """A node whose copy of the checkpoints differs (its own newest, or none) resumed at another step than rank 0's,
+    and the job hung at its first collective with the ranks steps apart."""
+    from training.resume import agree_on_resume_step
+
+    agree_on_resume_step(_Ranks(8, 8), 8)
+    agree_on_resume_step(_Ranks(None, None), None)
+    with pytest.raises(ContractError, match=r"^the ranks of this job would resume from different checkpoints: rank 0 "
+                                            r"\(host node0\) from step 4, rank 1 \(host node1\) from step 8; their "
+                                            r"nodes hold different checkpoints"):
+        agree_on_resume_step(_Ranks(4, 8), 4)
+    with pytest.raises(ContractError, match=r"rank 0 \(host node0\) from step 8, rank 1 \(host node1\) from scratch"):
+        agree_on_resume_step(_Ranks(8, None), 8)
