@@ -370,9 +370,16 @@ def refuse_shared_names(fmt: str, inputs: list[InputFile]) -> None:
     """Two input files of a `text` or `parallel` corpus with one file name (2019/speech.txt, 2020/speech.txt):
     their documents would get the same ids and the second file's be quarantined as duplicate keys of the first's,
     so the job is refused before it reads anything, naming both. (The id keeps to the file name so that the same
-    corpus read from another folder or a bucket gives the same ids, shards and held-out split.)"""
+    corpus read from another folder or a bucket gives the same ids, shards and held-out split.) A sentence pair's id
+    also holds its languages: parallel files are compared only where the name carries them (`x.en-fr.en`,
+    `news.en-fr.tsv`); a gettext catalogue's (`locale/fr/LC_MESSAGES/django.po` beside `locale/de/...`), a UDHR
+    file's or a header row's come from its folder or its text, and files of other languages do not collide."""
     if fmt not in NAMED_BY_FILE:
         return
+    if fmt == "parallel":
+        from .sources.parallel import languages_in_name
+
+        inputs = [f for f in inputs if languages_in_name(f.location) is not None]
     first: dict[str, str] = {}
     for f in inputs:
         name = f.location.rstrip("/").rsplit("/", 1)[-1]

@@ -90,13 +90,18 @@ def detect_format(path: str | Path) -> str:
                      f"a UDHR <code>.html, or Moses files NAME.xx-yy.xx + NAME.xx-yy.yy (or set format)")
 
 
-def _languages_from_name(path: str | Path, options: ParallelOptions,
-                         header: tuple[str, str] | None = None) -> tuple[str, str]:
-    """(source, target) language: the options', else the header row's, else the name's."""
+def languages_in_name(path: str | Path) -> tuple[str | None, str | None] | None:
+    """The (source, target) codes a file's name carries (`news.en-fr.tsv`, Moses `x.en-fr.en`), else None."""
     stem = strip_compression_suffix(path)
     stem = stem[: stem.rfind(".")] if "." in stem else stem
     m = _PAIR_IN_NAME.search(stem)
-    named = (normalise_lang_code(m.group(1)), normalise_lang_code(m.group(2))) if m else (None, None)
+    return (normalise_lang_code(m.group(1)), normalise_lang_code(m.group(2))) if m else None
+
+
+def _languages_from_name(path: str | Path, options: ParallelOptions,
+                         header: tuple[str, str] | None = None) -> tuple[str, str]:
+    """(source, target) language: the options', else the header row's, else the name's."""
+    named = languages_in_name(path) or (None, None)
     src, tgt = header or named
     src, tgt = options.src_lang or src, options.tgt_lang or tgt
     if src is None or tgt is None:

@@ -65,3 +65,14 @@ def test_jsonl_files_sharing_a_name_whose_records_have_ids_still_run(tmp_path, c
     assert code == 0, err
     manifest = json.loads((tmp_path / "run" / "shards" / "manifest.json").read_text())
     assert (manifest["counts"]["docs_kept"], manifest["counts"]["quarantined"]) == (8, {})  # every record of both
+
+
+def test_parallel_files_sharing_a_name_are_refused_only_where_the_name_holds_their_languages():
+    # a pair's id holds its languages: the gettext layout (every catalogue named django.po, its language from
+    # locale/<lang>/ or its header) gives distinct ids and was read whole before the refusal; so does a header-row TSV
+    refuse_shared_names("parallel", [InputFile(p, p) for p in (
+        "locale/de/LC_MESSAGES/django.po", "locale/fr/LC_MESSAGES/django.po", "en-ar/pairs.tsv", "en-fr/pairs.tsv")])
+    with pytest.raises(InputError, match="b/news.en-fr.tsv: has the same file name as a/news.en-fr.tsv"):
+        refuse_shared_names("parallel", [InputFile(p, p) for p in ("a/news.en-fr.tsv", "b/news.en-fr.tsv")])
+    with pytest.raises(InputError, match="b/x.en-fr.en: has the same file name as a/x.en-fr.en"):
+        refuse_shared_names("parallel", [InputFile(p, p) for p in ("a/x.en-fr.en", "b/x.en-fr.en")])
