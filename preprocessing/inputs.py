@@ -176,6 +176,7 @@ def _directory_files(directory: Path) -> list[Path]:
         for name in [d for d in dirs if d.startswith(".")]:
             hidden.append(f"{(rel / name).as_posix()}/")
             dirs.remove(name)
+        dirs.sort()  # walked in name order, not the file system's: which of two ways to one folder is kept is the same everywhere
         for name in list(dirs):
             real = (base / name).resolve()
             if real in walked:  # a link to a folder walked already: a loop, or the same files twice

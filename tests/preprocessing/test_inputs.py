@@ -231,6 +231,18 @@ def test_links_in_an_input_directory_are_followed_and_loops_and_dangling_links_a
         f"{corpus}: left out 2 link(s) to a folder listed already (loop/, sub/up/) and 1 special file(s), no regular "
         "file (pipe): not corpus"]
     (corpus / "gone.txt").symlink_to(tmp_path / "nothing.txt")
+    _two_ways_to_one_folder_keep_the_first_by_name(tmp_path)
     with pytest.raises(InputError, match=rf"^{re.escape(str(corpus / 'gone.txt'))}: a symbolic link to "
                                          rf"{re.escape(str(tmp_path / 'nothing.txt'))}, which does not exist"):
         expand_inputs(_corpus("text", corpus))
+
+
+def _two_ways_to_one_folder_keep_the_first_by_name(tmp_path):
+    """Two links to one folder: the one kept (the other is a loop) is the first by name, not by the file system's
+    listing order, so the manifest's paths are the same on every machine."""
+    corpus, shared = tmp_path / "two", tmp_path / "shared"
+    _tree(shared, "d.txt")
+    corpus.mkdir()
+    for name in ("zz", "mm", "aa"):  # made in reverse name order: a listing in creation order would keep zz
+        (corpus / name).symlink_to(shared)
+    assert [f.location for f in expand_inputs(_corpus("text", corpus))] == [str(corpus / "aa/d.txt")]
