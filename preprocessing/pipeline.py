@@ -338,7 +338,8 @@ def _run_preprocess(corpus: CorpusConfig, cfg: PreprocessConfig, run_dir: Path) 
         logger.info("instances: %s, %d tokens, %d masked positions over %d variants", counts["instances"],
                     counts["tokens"], counts["masked_tokens"], cfg.masking.variants)
         _warn_empty_heldout(cfg, counts)
-        warn_unknown_languages(counts["fertility"], cfg.tokenizer, str(given) if given is not None else None)
+        warn_unknown_languages(counts["fertility"], cfg.tokenizer, str(given) if given is not None else None,
+                               inherited=increment is not None)
 
         manifest = build_manifest(corpus, cfg, tokenizer, sha256_file(staging.tokenizer), specials, counts, buckets,
                                   splits, sources, run_dir)

@@ -156,18 +156,26 @@ def check_unk_rate(tokenizer: Tokenizer, corpus: CorpusConfig, files: list[str],
                      f"(preprocess.tokenizer.allow_high_unk: true) to use it anyway")
 
 
-def warn_unknown_languages(fertility: dict, cfg: TokenizerConfig, source: str | None) -> list[str]:
+def warn_unknown_languages(fertility: dict, cfg: TokenizerConfig, source: str | None,
+                           inherited: bool = False) -> list[str]:
     """One warning per language of the manifest's fertility table (preprocessing/fertility.py: a bounded sample
     per language, after cleaning and language identification) whose share of unknown tokens is above
     cfg.max_unk_rate. The check before the job measures the corpus as a blend: an English tokenizer on a corpus
     that is mostly English passes it while a Burmese tenth of the corpus becomes [UNK]s (MiniLM's WordPiece: 92 %
     unknown on the Burmese news sample). `source`: the given tokenizer, None for one trained on this corpus (whose
-    alphabet limit can leave a script out). Returns the warnings."""
-    fix = ("train one on this corpus (--vocab-size N instead of --tokenizer)" if source is not None else
-           "raise preprocess.tokenizer.limit_alphabet (the characters it keeps) or vocab_size")
+    alphabet limit can leave a script out); `inherited`: it is a corpus version's parent's, which every version of
+    the line keeps (token ids mean the same in all of them). Text of no language (`und`: digits, symbols) is not
+    said. Returns the warnings."""
+    if inherited:
+        fix = ("start a new corpus line without --parent (a version keeps its parent's tokenizer, so that token ids "
+               "mean the same in every version)")
+    elif source is not None:
+        fix = "train one on this corpus (--vocab-size N instead of --tokenizer)"
+    else:
+        fix = "raise preprocess.tokenizer.limit_alphabet (the characters it keeps) or vocab_size"
     said = []
     for lang, row in sorted(fertility.items()):
-        if row.get("tokens") and row.get("unk_rate", 0.0) > cfg.max_unk_rate:
+        if lang != "und" and row.get("tokens") and row.get("unk_rate", 0.0) > cfg.max_unk_rate:
             said.append(f"tokenizer {source or '(trained on this corpus)'}: {row['unk_rate']:.1%} of the tokens of "
                         f"the {lang!r} documents are unknown (the fertility sample: {row['tokens']:,} tokens of "
                         f"{row['texts']:,} texts), above preprocess.tokenizer.max_unk_rate={cfg.max_unk_rate:g}: "

@@ -36,10 +36,19 @@ def test_a_language_the_given_tokenizer_cannot_read_is_warned_after_the_job(tmp_
 def test_only_languages_above_the_limit_are_said_and_a_trained_tokenizer_gets_its_own_fix():
     fertility = {"en": {"tokens": 1000, "texts": 10, "unk_rate": 0.01},
                  "th": {"tokens": 400, "texts": 4, "unk_rate": 0.3},
-                 "und": {"tokens": 0, "texts": 1, "unk_rate": 0.0}}
+                 "und": {"tokens": 20, "texts": 1, "unk_rate": 0.5}}  # digits and symbols: no language to cover
     said = warn_unknown_languages(fertility, TokenizerConfig(max_unk_rate=0.05), None)
     assert said == ["tokenizer (trained on this corpus): 30.0% of the tokens of the 'th' documents are unknown (the "
                     "fertility sample: 400 tokens of 4 texts), above preprocess.tokenizer.max_unk_rate=0.05: its text "
                     "reaches the model as unknown tokens; to cover 'th', raise preprocess.tokenizer.limit_alphabet "
                     "(the characters it keeps) or vocab_size"]
     assert warn_unknown_languages(fertility, TokenizerConfig(max_unk_rate=0.5), "t.json") == []
+
+
+def test_a_corpus_version_is_not_told_to_train_another_tokenizer():
+    """A refresh keeps its parent's tokenizer (token ids mean the same in every version): the fix is a new line."""
+    said = warn_unknown_languages({"th": {"tokens": 400, "texts": 4, "unk_rate": 0.3}}, TokenizerConfig(),
+                                  "runs/r/corpora/tokenizer/tokenizer.json", inherited=True)
+    assert len(said) == 1 and said[0].endswith("to cover 'th', start a new corpus line without --parent (a version "
+                                               "keeps its parent's tokenizer, so that token ids mean the same in every "
+                                               "version)")
