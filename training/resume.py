@@ -15,7 +15,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from bertfactory.errors import ContractError
+from bertfactory.errors import ConfigError, ContractError
 from bertfactory.io import atomic_write_text, read_json_file
 
 from .checkpoint import (list_checkpoints, load_training_state, load_weights, missing_files, MODEL_FILE,
@@ -102,11 +102,14 @@ def resume_or_start(trainer: Trainer, saver: RunSaver, cfg: PretrainConfig) -> i
     """Load the newest intact checkpoint of this config into `trainer` (stacked as deep as the run was at its
     step) and return its step; without one, start from scratch (None), dropping metrics of an earlier attempt."""
     paths, dist = saver.paths, saver.dist
-    latest = intact_checkpoint(paths.checkpoints)
-    longer = False
-    if latest is not None and extends(saved := saved_fingerprint(latest[1]), saver.fingerprint):
-        latest, longer = _extension_checkpoint(paths, latest, saved, saver.fingerprint, cfg, dist.is_main), True
-    agree_on_resume_step(dist, latest[0] if latest is not None else None)
+    latest, longer, failure = None, False, None
+    try:
+        latest = intact_checkpoint(paths.checkpoints)
+        if latest is not None and extends(saved := saved_fingerprint(latest[1]), saver.fingerprint):
+            latest, longer = _extension_checkpoint(paths, latest, saved, saver.fingerprint, cfg, dist.is_main), True
+    except (ConfigError, ContractError) as err:  # said on every rank, not raised by this one alone (a hang)
+        failure = err
+    agree_on_resume_step(dist, latest[0] if latest is not None else None, failure)
     if latest is None:
         if dist.is_main and paths.metrics.exists():  # left by a run that stopped before its first checkpoint
             paths.metrics.unlink()
@@ -128,19 +131,27 @@ def resume_or_start(trainer: Trainer, saver: RunSaver, cfg: PretrainConfig) -> i
     return step
 
 
-def agree_on_resume_step(dist, step: int | None) -> None:
+def agree_on_resume_step(dist, step: int | None, failure: Exception | None = None) -> None:
     """Every rank must continue from the same step (None: from scratch), or the job hangs at its first collective
     with the ranks a few steps apart. Each node chooses from its own copy of the checkpoints (a run on object
     storage: every machine's working copy), so a node whose copy differs is refused here, on every rank, in one
     line naming each rank's choice. (flows/run_sync.py drops checkpoints the bucket never completed, which is what
-    made copies differ; this is the check that the choice agrees, whatever made it differ.)"""
+    made copies differ; this is the check that the choice agrees, whatever made it differ.) `failure`: why this rank
+    cannot choose (no intact checkpoint, an extension its schedule refuses); raised here on this rank, and named on
+    the others, which would otherwise wait for it at their next collective."""
     import socket
 
-    chosen = dist.gather((step, socket.gethostname()))
-    if len({s for s, _ in chosen}) > 1:
+    chosen = dist.gather((step, socket.gethostname(), str(failure) if failure is not None else None))
+    if failure is not None:
+        raise failure
+    failed = [(rank, host, why) for rank, (_, host, why) in enumerate(chosen) if why is not None]
+    if failed:
+        rank, host, why = failed[0]
+        raise ContractError(f"rank {rank} (host {host}) cannot resume: {why}")
+    if len({s for s, *_ in chosen}) > 1:
         raise ContractError("the ranks of this job would resume from different checkpoints: " + ", ".join(
             f"rank {rank} (host {host}) from {'scratch' if s is None else f'step {s}'}"
-            for rank, (s, host) in enumerate(chosen))
+            for rank, (s, host, _) in enumerate(chosen))
             + "; their nodes hold different checkpoints (RUN/pretrain/checkpoints): give every node the same ones "
               "(on object storage each node's working copy follows the bucket) and start the job again")
 
@@ -149,8 +160,6 @@ def _extension_checkpoint(paths: PretrainPaths, newest: tuple[int, Path], saved:
                           cfg: PretrainConfig, is_main: bool = True) -> tuple[int, Path]:
     """The checkpoint a raised max_steps continues: the newest whose steps the new schedule leaves unchanged (or
     the newest with pretrain.extend); ConfigError naming the schedule when there is none (training/extend.py)."""
-    from bertfactory.errors import ConfigError
-
     from .extend import refusal, schedule_reason
 
     candidates = {s: d for s, d in list_checkpoints(paths.checkpoints) if s <= newest[0]}

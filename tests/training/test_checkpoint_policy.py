@@ -131,12 +131,12 @@ def test_mfu_in_metrics_and_loss_curve_png(run_factory):
 class _Ranks:
     """DistContext.gather of a job whose ranks chose the given steps."""
 
-    def __init__(self, *steps):
-        self.steps = steps
+    def __init__(self, *steps, failures=None):
+        self.steps, self.failures = steps, failures or {}
 
     def gather(self, value):
         assert value[0] == self.steps[0]  # this process is rank 0
-        return [(step, f"node{rank}") for rank, step in enumerate(self.steps)]
+        return [(step, f"node{rank}", self.failures.get(rank)) for rank, step in enumerate(self.steps)]
 
 
 def test_ranks_resuming_from_different_checkpoints_are_refused_on_every_rank():
@@ -152,3 +152,16 @@ def test_ranks_resuming_from_different_checkpoints_are_refused_on_every_rank():
         agree_on_resume_step(_Ranks(4, 8), 4)
     with pytest.raises(ContractError, match=r"rank 0 \(host node0\) from step 8, rank 1 \(host node1\) from scratch"):
         agree_on_resume_step(_Ranks(8, None), 8)
+
+
+def test_a_rank_that_cannot_resume_is_named_on_every_rank_instead_of_hanging_the_others():
+    """No intact checkpoint on one node: that rank raised alone and the others waited for it at their next
+    collective until the process group's timeout."""
+    from training.resume import agree_on_resume_step
+
+    with pytest.raises(ContractError, match=r"^rank 1 \(host node1\) cannot resume: no intact checkpoint to resume "
+                                            r"from"):
+        agree_on_resume_step(_Ranks(8, None, failures={1: "no intact checkpoint to resume from, ..."}), 8)
+    own = ContractError("no intact checkpoint to resume from: step-8/model.safetensors is missing")
+    with pytest.raises(ContractError, match="^no intact checkpoint to resume from: step-8"):  # its own error, as it was
+        agree_on_resume_step(_Ranks(None, 8, failures={0: str(own)}), None, own)
