@@ -4,8 +4,8 @@ without pickle) and `meta.json`.
 
 The cache is only valid for the tokenizer that made it: loading it for a checkpoint whose tokenizer.json has
 another sha256 raises ContractError naming both sha256s (ids of one vocabulary mean other words in another —
-the same refusal as for shards). A cache made from other data or settings (task file content, max_seq_len,
-doc_stride, example cuts) is stale and rebuilt.
+the same refusal as for shards). A cache made from other data or settings (task file content, the columns
+and label set it is read with, max_seq_len, doc_stride, example cuts) is stale and rebuilt.
 
     features = load_or_build(cache_dir, task_name, tokenizer_sha256, key, build=lambda: {...})
 """
@@ -34,8 +34,10 @@ _LISTS = ("ids", "segments", "feature_rows", "token_labels", "word_starts", "tok
 _ARRAYS = ("labels", "start_positions", "end_positions", "row_example")
 
 
-def cache_key(task_name: str, source_sha256: str, example_ids: dict[str, list[str]], settings: dict) -> str:
-    return content_hash({"task": task_name, "source": source_sha256, "examples": example_ids, "settings": settings,
+def cache_key(task_name: str, source_sha256: str, examples: dict, settings: dict) -> str:
+    """`examples`: what identifies the examples encoded, per split (evaluation/run.py: a hash of each split's
+    examples as read: ids, texts, label ids)."""
+    return content_hash({"task": task_name, "source": source_sha256, "examples": examples, "settings": settings,
                          "version": VERSION})
 
 

@@ -28,6 +28,7 @@ lr<lr>-seed<seed>; `evaluate.tracking`).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import time
@@ -288,8 +289,10 @@ def _features(name: str, data: TaskData, text_encoder: TextEncoder, ft: Finetune
     if not use_cache:
         return build()
     settings = {k: getattr(ft, k) for k in ("max_seq_len", "doc_stride", "max_query_len")}
-    ids = {s: [e.id for e in getattr(data, s)] for s in ("train", "dev", "test")}
-    key = cache_key(name, str(data.source.get("sha256", "")), ids, {**settings, "task_type": data.task_type})
+    # the examples as read, not only their ids: another text_column, label_column or label_names reads the same
+    # file under the same ids into other texts or label ids, which the encodings hold
+    examples = {s: content_hash([dataclasses.asdict(e) for e in getattr(data, s)]) for s in ("train", "dev", "test")}
+    key = cache_key(name, str(data.source.get("sha256", "")), examples, {**settings, "task_type": data.task_type})
     return load_or_build(cache_dir, name, text_encoder.sha256, key, build)
 
 
