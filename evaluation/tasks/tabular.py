@@ -165,7 +165,8 @@ def text_value(records: Records, lineno: int, row: dict, name: str, role: str) -
 
 
 def label_value(records: Records, lineno: int, row: dict, name: str) -> str:
-    """The label as text; '' for a JSON null or NaN (a missing label, see is_missing_label)."""
+    """The label as text; '' for a JSON null or NaN (a missing label, see is_missing_label); a JSON number with no
+    fraction as the integer (1.0 -> '1')."""
     value = _value(records, lineno, row, name, "label")
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
@@ -173,6 +174,8 @@ def label_value(records: Records, lineno: int, row: dict, name: str) -> str:
         return "true" if value else "false"
     if isinstance(value, int) or isinstance(value, str):
         return str(value).strip()
+    if isinstance(value, float) and value.is_integer():  # pandas writes an integer column holding NaN as 1.0, null
+        return str(int(value))
     raise InputError(f"{records.path}:{lineno}: label {value!r} in {name!r} must be a string or an integer")
 
 

@@ -319,3 +319,16 @@ def test_bad_squad_files_name_the_place(tmp_path, doc, message):
     assert str(path) in str(err.value)
     with pytest.raises(ConfigError, match="split_seed_key 'doc' for a SQuAD file"):
         load_task_file(path, "squad", split_seed_key="doc")
+
+
+def test_integer_labels_written_as_floats_with_nulls_read_as_integers(tmp_path):
+    """pandas writes an integer label column holding a missing value as floats: `"label": 1.0` and `"label": null`
+    (df.to_json(orient="records", lines=True)). Was: refused at line 1, `label 0.0 in 'label' must be a string or an
+    integer`, so the documented dropping of null labels never reached such a file."""
+    records = [{"text": review(i), "label": float(i % 2)} for i in range(60)] + [{"text": "no label", "label": None}]
+    data = load_task_file(write_jsonl(tmp_path / "pandas.jsonl", records), "classification")
+    assert data.label_names == ("0", "1") and data.dropped == {"missing_label": 1}
+    assert {e.text: data.label_names[e.label] for e in all_examples(data)} == \
+        {r["text"]: str(int(r["label"])) for r in records[:-1]}
+    with pytest.raises(InputError, match=r"half.jsonl:2: label 0.5 in 'label' must be a string or an integer"):
+        load_task_file(write_jsonl(tmp_path / "half.jsonl", [records[0], {"text": "x", "label": 0.5}]), "classification")
