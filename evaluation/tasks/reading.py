@@ -110,6 +110,15 @@ class LabelSet:
     def infer(values: Iterable[str]) -> LabelSet:
         """The distinct values, numerically sorted when all are integers ('0' < '1' < '10'), else sorted as text."""
         distinct = set(values)
-        if all(v.lstrip("-").isdigit() for v in distinct):
+        if all(as_integer(v) is not None for v in distinct):
             return LabelSet(sorted(distinct, key=int))
         return LabelSet(sorted(distinct))
+
+
+def as_integer(value: str) -> int | None:
+    """The integer a label spells (`'10'`, `'-1'`), else None. (`str.isdigit` also accepts what int() refuses, such
+    as `'²'`, and a `lstrip('-')` test accepts `'--1'`: both were tracebacks.)"""
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -33,7 +33,7 @@ from typing import Any
 from bertfactory.errors import InputError
 
 from .base import AnyExample, ChoiceExample, Example, RegressionExample
-from .reading import LabelSet, read_text, split_lines
+from .reading import LabelSet, as_integer, read_text, split_lines
 
 # Labels that mean "no label": what pandas writes for NaN/None/NA and spreadsheets for an empty or #N/A cell.
 # ("none" and "na" are not here: they are real class names in some tasks.)
@@ -225,7 +225,7 @@ def option_values(records: Records, lineno: int, row: dict) -> tuple[str, ...]:
 
 def choice_label(records: Records, lineno: int, row: dict, name: str, options: tuple[str, ...]) -> int:
     raw = label_value(records, lineno, row, name)
-    if raw.isdigit():
+    if raw.isdigit() and as_integer(raw) is not None:
         index = int(raw)
     elif len(raw) == 1 and raw.isalpha() and raw.isupper():
         index = ord(raw) - ord("A")  # RACE's answers are letters

@@ -332,3 +332,13 @@ def test_integer_labels_written_as_floats_with_nulls_read_as_integers(tmp_path):
         {r["text"]: str(int(r["label"])) for r in records[:-1]}
     with pytest.raises(InputError, match=r"half.jsonl:2: label 0.5 in 'label' must be a string or an integer"):
         load_task_file(write_jsonl(tmp_path / "half.jsonl", [records[0], {"text": "x", "label": 0.5}]), "classification")
+
+
+def test_labels_that_look_like_integers_but_are_not_sort_as_text(tmp_path):
+    """'²' passes str.isdigit and '--1' a lstrip('-') test, but int() refuses both: was a ValueError traceback."""
+    for odd in ("²", "--1"):
+        path = write_tsv(tmp_path / "odd.tsv", ["text", "label"], [[review(i), odd if i % 2 else "1"] for i in range(60)])
+        assert load_task_file(path, "classification").label_names == tuple(sorted(["1", odd]))
+    records = [{"question": f"q {i}", "options": ["a", "b"], "label": "²" if i == 3 else "1"} for i in range(40)]
+    with pytest.raises(InputError, match=r"mc.jsonl:4: label '²' is not an option index 0-1 or letter A-B"):
+        load_task_file(write_jsonl(tmp_path / "mc.jsonl", records), "multiple-choice")
