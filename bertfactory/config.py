@@ -72,14 +72,74 @@ def validate(model: type[M], data: Mapping[str, Any], source: str = "config") ->
         raise ConfigError(format_validation_error(model, err, source)) from None
 
 
+def _where(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _yaml_error_line(path: Path, err: yaml.YAMLError) -> str:
+    """A YAML syntax error in one line: the file, where, what (PyYAML's own text spans several lines and, for a
+    string read from a file, names "<unicode string>" instead of the file)."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem_mark is None:
+        return f"{path} is not valid YAML: {' '.join(str(err).split())}"
+    text = f"{path} is not valid YAML: {_where(err.problem_mark)}: {err.problem}"
+    if err.context:
+        starts = (f" that starts at {_where(err.context_mark)}" if err.context_mark is not None
+                  and err.context_mark.line != err.problem_mark.line else "")
+        text += f" ({err.context}{starts})"
+    if "'\\t'" in str(err.problem):
+        text += "; YAML indents with spaces, not tabs"
+    return text
+
+
+def _duplicate_key(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> str | None:
+    """The first key that a mapping under `node` holds twice, as 'KEY (line L, again at line M)'; None without."""
+    if id(node) in seen:  # an alias of a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], Any] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in first:
+                    name = ".".join((*path, key.value))
+                    return (f"key '{name}' appears twice (line {first[key.tag, key.value].line + 1}, again at line "
+                            f"{key.start_mark.line + 1}); YAML would keep the second and silently drop the first "
+                            "one's settings: merge them into one")
+                first[key.tag, key.value] = key.start_mark
+            found = _duplicate_key(value, (*path, key.value if isinstance(key, yaml.ScalarNode) else "?"), seen)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            if found := _duplicate_key(item, (*path, str(index)), seen):
+                return found
+    return None
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document in `path` (safe types); ConfigError in one line naming the file for a syntax error or a key
+    that a mapping holds twice (PyYAML keeps the last one without a word)."""
+    loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+    loader.name = str(path)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        duplicate = _duplicate_key(node, (), set())
+        if duplicate:
+            raise ConfigError(f"{path}: {duplicate}")
+        return loader.construct_document(node)
+    except yaml.YAMLError as err:
+        raise ConfigError(_yaml_error_line(path, err)) from None
+    finally:
+        loader.dispose()
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    data = read_yaml(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -12,9 +12,7 @@ import argparse
 import re
 from pathlib import Path
 
-import yaml
-
-from bertfactory.errors import ConfigError
+from bertfactory.config import load_yaml
 
 # a full stop that ends a sentence: followed by a capital, and not the one of "et al." or "e.g."
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)\.\s+(?=[A-Z])")
@@ -34,11 +32,7 @@ def add_recipes_parser(sub) -> None:
 def _kind(path: Path) -> str:
     """'recipe' for a pipeline recipe (flows.recipe.Recipe sections), 'distill' for a distillation config (its
     `teacher` section), from the top-level keys alone (nothing is validated or imported)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({err})") from None
-    return "distill" if isinstance(data, dict) and "teacher" in data else "recipe"
+    return "distill" if "teacher" in load_yaml(path) else "recipe"
 
 
 def _summary(path: Path) -> str:

@@ -46,3 +46,32 @@ def test_overrides_are_typed_and_nested():
         apply_overrides({"name": "x"}, ["name.deeper=1"])
     with pytest.raises(ConfigError):
         parse_override("no-equals-sign")
+
+
+def test_a_key_twice_in_a_recipe_is_refused_naming_it_and_both_lines(tmp_path):
+    from bertfactory.config import load_yaml
+
+    top = tmp_path / "top.yaml"
+    top.write_text("name: x\npretrain:\n  max_steps: 5\npretrain:\n  learning_rate: 0.1\n")
+    with pytest.raises(ConfigError, match=r"top.yaml: key 'pretrain' appears twice \(line 2, again at line 4\)"):
+        load_yaml(top)  # PyYAML kept the second section: max_steps 5 was dropped without a word
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("pretrain:\n  max_steps: 5\n  max_steps: 7\n")
+    with pytest.raises(ConfigError, match=r"key 'pretrain.max_steps' appears twice \(line 2, again at line 3\)"):
+        load_yaml(nested)
+    merged = tmp_path / "merged.yaml"  # a merge key's values may be overridden: not a duplicate
+    merged.write_text("base: &b {steps: 1}\ninner:\n  <<: *b\n  steps: 2\n")
+    assert load_yaml(merged)["inner"] == {"steps": 2}
+
+
+def test_a_yaml_syntax_error_is_one_line_naming_the_file_and_the_line(tmp_path):
+    from bertfactory.config import load_yaml
+
+    tab = tmp_path / "tab.yaml"
+    tab.write_text("name: x\npretrain:\n\tmax_steps: 5\n")
+    with pytest.raises(ConfigError) as e:
+        load_yaml(tab)
+    msg = str(e.value)
+    assert "\n" not in msg and "<unicode string>" not in msg
+    assert msg.startswith(f"{tab} is not valid YAML: line 3, column 1: found character")
+    assert msg.endswith("YAML indents with spaces, not tabs")

@@ -76,3 +76,12 @@ def test_a_reader_that_goes_away_ends_the_listing_quietly(tmp_path):
     proc.stdout.close()  # gone before the command (still importing) writes, as `| head` once it has its lines
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_a_recipe_with_a_section_twice_is_refused_in_one_line(tmp_path, capsys):
+    recipe = tmp_path / "twice.yaml"
+    recipe.write_text("name: twice\npretrain:\n  max_steps: 5\npretrain:\n  learning_rate: 0.1\n")
+    assert main(["describe", str(recipe)]) == 2  # was described with max_steps left at the default
+    err = capsys.readouterr().err
+    assert err == (f"error: {recipe}: key 'pretrain' appears twice (line 2, again at line 4); YAML would keep the "
+                   "second and silently drop the first one's settings: merge them into one\n")
