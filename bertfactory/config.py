@@ -7,8 +7,9 @@ config class that lives next to the code it configures.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -48,13 +49,21 @@ def _fields_of(section: Any) -> dict[str, Any] | None:
     return getattr(section, "model_fields", None) or getattr(section, "__pydantic_fields__", None)
 
 
+def did_you_mean(name: object, choices: Iterable[str]) -> str:
+    """'did you mean 'max_steps'?' for the choice closest to a misspelt `name` (difflib, cutoff 0.6); '' when none is
+    close. The one 'did you mean' of every refusal of a name (recipe keys, recipe names, objectives, tasks)."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
 def format_validation_error(model: type[BaseModel], err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration in {source}:"]
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(root)"
         if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # the latter: a dataclass section
             valid = _valid_keys_at(model, e["loc"])
-            hint = f"; valid keys here: {', '.join(valid)}" if valid else ""
+            close = did_you_mean(e["loc"][-1], valid) if valid else ""
+            hint = (f" ({close})" if close else "") + (f"; valid keys here: {', '.join(valid)}" if valid else "")
             lines.append(f"  - unknown key '{key}'{hint}")
         else:
             got = e.get("input")

@@ -315,12 +315,11 @@ class EvaluateConfig(StrictModel):
 def unknown_task_message(name: str) -> str:
     """The one line refusing a task `name` that is neither built in nor declared from a file: the built-in names,
     the closest of them when one is close, and how to declare a task from a file."""
-    import difflib
+    from bertfactory.config import did_you_mean
 
     from .tasks.registry import BUILTIN_TASKS
 
-    close = difflib.get_close_matches(name, list(BUILTIN_TASKS), n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    hint = (did_you_mean(name, BUILTIN_TASKS) + " ").lstrip()
     return (f"evaluate.tasks.{name}: {name!r} is not a built-in task ({hint}built-in: {', '.join(BUILTIN_TASKS)}); "
             f"a task from a file needs `input` and `task_type` (e.g. {name}: {{input: data/{name}.tsv, task_type: "
             "classification}, docs/tasks.md)")

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from pydantic import Field, model_validator
 
-from bertfactory.config import StrictModel, apply_overrides, load_yaml, validate
+from bertfactory.config import StrictModel, apply_overrides, did_you_mean, load_yaml, validate
 from bertfactory.errors import ConfigError
 from evaluation.config import EvaluateConfig
 from preprocessing.config import CorpusConfig, PreprocessConfig
@@ -114,8 +114,9 @@ def resolve_recipe(spec: str | Path) -> Path:
     bundled = bundled_recipe(spec)
     if bundled is not None:
         return bundled
-    raise ConfigError(f"config file not found: {spec} (no such file from {Path.cwd()}, and no bundled recipe of that "
-                      "name: `bertfactory recipes list` shows them)")
+    close = did_you_mean(_bundled_name(str(spec)) or "", bundled_recipes())
+    raise ConfigError(f"config file not found: {spec}{'; ' + close if close else ''} (no such file from {Path.cwd()}, "
+                      "and no bundled recipe of that name: `bertfactory recipes list` shows them)")
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from bertfactory.config import StrictModel
+from bertfactory.config import StrictModel, did_you_mean
 
 from .batch_ramp_config import BatchRampConfig
 from .fsdp_config import FsdpConfig
@@ -187,10 +187,18 @@ class PretrainConfig(StrictModel):
                                    "(built with the run's tokenizer; relative to the run directory) whose batches "
                                    "alternate with the run's MLM batches (training/xlm_data.py)")
 
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, value: str) -> str:
+        # a field validator, so the error names pretrain.objective (and the closest objective)
+        if value not in objective_names():
+            close = did_you_mean(value, objective_names())
+            raise ValueError(f"unknown objective {value!r}{f' ({close})' if close else ''}; valid choices: "
+                             f"{', '.join(objective_names())}")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":
-        if self.objective not in objective_names():
-            raise ValueError(f"unknown objective {self.objective!r}; valid choices: {', '.join(objective_names())}")
         if self.stream_batches:
             problem = stream_batches_problem(self)
             if problem:

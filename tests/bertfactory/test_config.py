@@ -75,3 +75,15 @@ def test_a_yaml_syntax_error_is_one_line_naming_the_file_and_the_line(tmp_path):
     assert "\n" not in msg and "<unicode string>" not in msg
     assert msg.startswith(f"{tab} is not valid YAML: line 3, column 1: found character")
     assert msg.endswith("YAML indents with spaces, not tabs")
+
+
+def test_a_misspelt_key_is_offered_the_closest_valid_one():
+    with pytest.raises(ConfigError) as e:
+        validate(Outer, {"inner": {"stpes": 3}}, "r.yaml")
+    assert "unknown key 'inner.stpes' (did you mean 'steps'?); valid keys here: mode, steps" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        validate(Outer, {"innr": {}}, "r.yaml")
+    assert "unknown key 'innr' (did you mean 'inner'?)" in str(e.value)
+    with pytest.raises(ConfigError) as e:  # nothing close: no guess
+        validate(Outer, {"zzz": 1}, "r.yaml")
+    assert "did you mean" not in str(e.value)

@@ -85,3 +85,15 @@ def test_a_recipe_with_a_section_twice_is_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == (f"error: {recipe}: key 'pretrain' appears twice (line 2, again at line 4); YAML would keep the "
                    "second and silently drop the first one's settings: merge them into one\n")
+
+
+def test_a_misspelt_recipe_name_key_or_objective_is_offered_the_closest(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["recipes", "show", "bert-bse"]) == 2
+    assert capsys.readouterr().err.startswith("error: config file not found: bert-bse; did you mean 'bert-base'? (")
+    assert main(["describe", "local", "--set", "pretrain.max_stepz=3"]) == 2
+    assert "unknown key 'pretrain.max_stepz' (did you mean 'max_steps'?); valid keys here:" in capsys.readouterr().err
+    assert main(["describe", "local", "--set", "pretrain.objective=electr"]) == 2
+    # named by its key (it was 'pretrain': ... (got {...}), the whole section)
+    assert "'pretrain.objective': Value error, unknown objective 'electr' (did you mean 'electra'?); valid choices: " \
+        in capsys.readouterr().err

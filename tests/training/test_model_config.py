@@ -93,5 +93,5 @@ def test_an_unknown_key_of_a_member_section_lists_the_valid_ones():
     with pytest.raises(ValidationError) as caught:
         ModelConfig.model_validate({"electra": {"generator_sise": 0.5}})
     assert format_validation_error(ModelConfig, caught.value, "r.yaml").splitlines()[1] == (
-        "  - unknown key 'electra.generator_sise'; valid keys here: disc_weight, generator_size, generator_steps, "
-        "two_stage")
+        "  - unknown key 'electra.generator_sise' (did you mean 'generator_size'?); valid keys here: disc_weight, "
+        "generator_size, generator_steps, two_stage")

@@ -22,7 +22,8 @@ def test_every_objective_trains_a_registered_architecture():
 
 
 def test_unknown_objective_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown objective 'mlm_xyz'; valid choices: .*mlm_nsp"):
+    with pytest.raises(ValueError, match="unknown objective 'mlm_xyz' \\(did you mean 'mlm'\\?\\); valid choices: "
+                       ".*mlm_nsp"):
         PretrainConfig(objective="mlm_xyz")
 
 
