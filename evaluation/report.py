@@ -353,12 +353,23 @@ def render_comparison(runs: list[tuple[str, dict]]) -> str:
             lines.append(f"| {metric} | " + " | ".join(
                 _f((i or {}).get(metric)) + (" (one label only)" if metric == "nsp_accuracy" and
                                              nsp_one_label_note(i or {}) else "") for _, i in intrinsic) + " |")
-    tasks = sorted({t for _, r in runs for t in r["tasks"]})
-    for task in tasks:
-        pers = [r["tasks"].get(task) for _, r in runs]
+    # a task name with another task type in another run (two files named train.tsv) is another task: its own
+    # section, as the metrics of one type are not those of the other
+    sections = sorted({(t, per["task_type"]) for _, r in runs for t, per in r["tasks"].items()})
+    for task, task_type in sections:
+        pers = [p if (p := r["tasks"].get(task)) and p["task_type"] == task_type else None for _, r in runs]
         known = next(p for p in pers if p)
-        lines += ["", f"## {task} ({known['task_type']})", "", "| model · metric | " + " | ".join(names) + " |",
-                  "|---" * (len(names) + 1) + "|"]
+        lines += ["", f"## {task} ({task_type})", ""]
+        others = sorted({t for t_, t in sections if t_ == task and t != task_type})
+        if others:
+            lines += [f"`{task}` is a {' / '.join(others)} task in other runs (its own section): another task under "
+                      "the same name.", ""]
+        data = {p["data"]["source_sha256"] for p in pers if p}
+        if len(data) > 1:
+            read = ", ".join(f"{n} {p['data']['source_sha256'][:12]}…" for n, p in zip(names, pers) if p)
+            lines += [f"The runs read other data for `{task}` (source sha256: {read}): their scores are not on one "
+                      "test set.", ""]
+        lines += ["| model · metric | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
         for metric in task_metrics(known):
             lines.append(f"| pretrained · {metric} | " + " | ".join(_pm((p or {}).get("pretrained"), metric) for p in pers) + " |")
         primary = known["primary_metric"]

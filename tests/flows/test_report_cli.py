@@ -82,3 +82,26 @@ def test_an_nsp_accuracy_over_isnext_pairs_only_is_said_wherever_it_is_shown(tmp
         assert ("evaluate", "held-out nsp accuracy", 0.6) in summary_rows(run)
     assert f"| NSP accuracy | 0.6000 ({NOTE}) |" in render_markdown(read_results(one / "eval"), {}, "")
     assert "| NSP accuracy | 0.6000 |" in render_markdown(read_results(both / "eval"), {}, "")
+
+
+def test_one_task_name_of_two_types_or_on_other_data_is_said(tmp_path, capsys):
+    """Two runs each evaluated on a file named train.tsv: a classification task in one, a regression task in the
+    other. Was: one section `## train (classification)`, the regression run's column all '—' (its Pearson nowhere in
+    the report); now a section per type, each saying so. The same type on other files is said too."""
+    a = write_run(tmp_path / "sst")
+    doc = clean(example())
+    doc["tasks"] = {"movie_sentiment": doc["tasks"]["movie_valence"]}  # the same name, a regression task
+    doc["tasks"]["movie_sentiment"]["pretrained"]["pearson"] = 0.61
+    write_results(tmp_path / "stsb" / "eval" / "results.json", doc)
+    c = clean(example())
+    c["tasks"]["movie_sentiment"]["data"]["source_sha256"] = "12" * 32
+    write_results(tmp_path / "other" / "eval" / "results.json", c)
+    assert main(["report", str(a), str(tmp_path / "stsb"), str(tmp_path / "other")]) == 0
+    out = capsys.readouterr().out
+    assert "## movie_sentiment (classification)" in out and "## movie_sentiment (regression)" in out, out
+    regression = out.split("## movie_sentiment (regression)")[1]
+    assert "`movie_sentiment` is a classification task in other runs" in regression
+    assert "| pretrained · pearson | — | 0.6100 ± 0.1000 | — |" in regression, regression
+    classification = out.split("## movie_sentiment (classification)")[1].split("## ")[0]
+    assert "The runs read other data for `movie_sentiment` (source sha256: sst efefefefefef…, other 121212121212…)" \
+        in classification, classification
