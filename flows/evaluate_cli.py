@@ -121,10 +121,22 @@ def _learning_rate_given(overrides: list[str]) -> bool:
                for k in keys)
 
 
+# the options that describe a --task-file (argparse dest, option)
+_FILE_OPTIONS = (("task_type", "--task-type"), ("task_name", "--task-name"), ("text_column", "--text-column"),
+                 ("text_b_column", "--text-b-column"), ("label_column", "--label-column"),
+                 ("label_names", "--label-names"), ("dev_file", "--dev-file"), ("test_file", "--test-file"))
+
+
 def task_overrides(args: argparse.Namespace, scaled_grid: bool = False) -> list[str]:
     """--task / --task-file options -> an `evaluate.tasks=...` override (JSON is YAML), or none. `scaled_grid`: the
     file's task tries learning rates scaled to the model's size (evaluate.finetune.size_scaled_grid, docs/tasks.md)
     unless a --set gives a learning rate."""
+    if not args.task_file:
+        given = [option for key, option in _FILE_OPTIONS if getattr(args, key)]
+        given += ["--language"] if args.language != "en" else []
+        if given:  # else left out without a word, and the recipe's (or every default) task evaluated instead
+            raise ConfigError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} a --task-file, and none "
+                              "was given: add --task-file PATH (a built-in --task has its own layout and splits)")
     if not args.tasks and not args.task_file:
         return []
     tasks: dict[str, dict] = {check_name(name, "--task"): {} for name in args.tasks}
@@ -143,8 +155,6 @@ def task_overrides(args: argparse.Namespace, scaled_grid: bool = False) -> list[
         if scaled_grid and not _learning_rate_given(args.overrides):
             entry["finetune"] = {"size_scaled_grid": True}
         tasks[_file_task_name(args)] = entry
-    elif args.task_type or args.text_column or args.label_column:
-        raise ConfigError("--task-type/--text-column/--label-column describe a --task-file; none was given")
     return [f"evaluate.tasks={json.dumps(tasks)}"]
 
 

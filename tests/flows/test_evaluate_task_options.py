@@ -201,3 +201,21 @@ def test_a_run_directory_without_a_final_model_says_so(tmp_path, monkeypatch, ca
     (tmp_path / "other").mkdir()  # a directory that is no run at all keeps its message
     assert main(["evaluate", "other", "--task-file", "task.tsv", "--task-type", "classification"]) == 2
     assert "other is neither a recipe YAML, a model directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--task", "trec_coarse", "--dev-file", "dev.tsv"], "--dev-file describes"),
+    (["--task", "trec_coarse", "--label-names", "a,b", "--language", "de"], "--label-names, --language describe"),
+    (["--text-column", "review", "--task-type", "classification"], "--task-type, --text-column describe"),
+    (["--task-name", "mine", "--test-file", "test.tsv"], "--task-name, --test-file describe"),
+])
+def test_task_file_options_without_a_task_file_are_refused(options, named, tmp_path, monkeypatch, capsys):
+    """Was: left out without a word (only --task-type/--text-column/--label-column with a --task were refused), so
+    `evaluate CHECKPOINT --text-column review` (the --task-file forgotten) fine-tuned every default task at paper
+    scale, and `--task trec_coarse --dev-file dev.tsv` scored trec_coarse on its own dev split."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", str(tmp_path / "model"), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {named} a --task-file, and none was given: add --task-file PATH") and \
+        len(err.splitlines()) == 1, err
+    assert files_under(tmp_path) == []
