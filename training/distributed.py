@@ -88,6 +88,31 @@ class DistContext:
         dist.all_gather_object(values, value)
         return values
 
+    def fail_together(self, failure: Exception | None, doing: str) -> None:
+        """A collective every rank calls after a step of the set-up that reads node-local files (the checkpoint it
+        resumes from, pretrain.init_from): `failure` is why this rank could not (None: it could). A rank that
+        failed raises its own error; every other rank raises one line naming the first failed rank, its host and
+        why, instead of meeting its absence at the next collective (gloo's "Connection closed by peer" traceback,
+        or a wait until the process group's timeout while the failed process lingers). `doing`: what failed, for
+        that line ("resume", "warm-start from pretrain.init_from")."""
+        if not self.enabled:
+            if failure is not None:
+                raise failure
+            return
+        import socket
+
+        from bertfactory.errors import ContractError
+
+        outcomes = self.gather((socket.gethostname(), type(failure).__name__ if failure is not None else None,
+                                str(failure) if failure is not None else None))
+        if failure is not None:
+            raise failure
+        failed = [(rank, host, kind, why) for rank, (host, kind, why) in enumerate(outcomes) if why is not None]
+        if failed:
+            rank, host, kind, why = failed[0]
+            error = ConfigError if kind == "ConfigError" else ContractError
+            raise error(f"rank {rank} (host {host}) cannot {doing}: {why}")
+
     def shutdown(self) -> None:
         if self.enabled and dist.is_initialized():
             dist.destroy_process_group()

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from bertfactory.cpu_kernels import match_inductor
-from bertfactory.errors import ConfigError
+from bertfactory.errors import BertfactoryError, ConfigError
 
 from .checkpoint import CONFIG_FILE, load_weights, MODEL_FILE, read_checkpoint_config, verify_weights
 from .distributed import DistContext
@@ -175,7 +175,12 @@ def build_model(data: TrainingData, cfg: PretrainConfig, device: torch.device, d
     seed_everything(cfg.seed)
     model = data.architecture.build(data.arch_config).to(device)
     if cfg.init_from:  # a resumed checkpoint replaces these weights, as it replaces a random init
-        warm_start(model, Path(cfg.init_from), data.objective.architecture, tokenizer_sha256, tokenizer_path)
+        failure = None
+        try:  # init_from is a node's own path (run_checks.NODE_LOCAL_FIELDS): one node may lack it
+            warm_start(model, Path(cfg.init_from), data.objective.architecture, tokenizer_sha256, tokenizer_path)
+        except BertfactoryError as err:
+            failure = err
+        dist.fail_together(failure, "warm-start from pretrain.init_from")
     # each declared by the architecture (Architecture.supports, refused otherwise by training/recipe_checks.py);
     # the attributes are capabilities.MODEL_SWITCHES, which a model rebuilt mid-run (stacking) takes over
     if cfg.unpad:

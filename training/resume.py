@@ -138,20 +138,15 @@ def agree_on_resume_step(dist, step: int | None, failure: Exception | None = Non
     line naming each rank's choice. (flows/run_sync.py drops checkpoints the bucket never completed, which is what
     made copies differ; this is the check that the choice agrees, whatever made it differ.) `failure`: why this rank
     cannot choose (no intact checkpoint, an extension its schedule refuses); raised here on this rank, and named on
-    the others, which would otherwise wait for it at their next collective."""
+    the others, which would otherwise wait for it at their next collective (DistContext.fail_together)."""
     import socket
 
-    chosen = dist.gather((step, socket.gethostname(), str(failure) if failure is not None else None))
-    if failure is not None:
-        raise failure
-    failed = [(rank, host, why) for rank, (_, host, why) in enumerate(chosen) if why is not None]
-    if failed:
-        rank, host, why = failed[0]
-        raise ContractError(f"rank {rank} (host {host}) cannot resume: {why}")
-    if len({s for s, *_ in chosen}) > 1:
+    dist.fail_together(failure, "resume")
+    chosen = dist.gather((step, socket.gethostname()))
+    if len({s for s, _ in chosen}) > 1:
         raise ContractError("the ranks of this job would resume from different checkpoints: " + ", ".join(
             f"rank {rank} (host {host}) from {'scratch' if s is None else f'step {s}'}"
-            for rank, (s, host, _) in enumerate(chosen))
+            for rank, (s, host) in enumerate(chosen))
             + "; their nodes hold different checkpoints (RUN/pretrain/checkpoints): give every node the same ones "
               "(on object storage each node's working copy follows the bucket) and start the job again")
 

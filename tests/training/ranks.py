@@ -1,7 +1,7 @@
 """Launching a pretraining run as torchrun does, for the data-parallel tests: one Python process per rank with
 RANK / LOCAL_RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set, each calling training.pretrain.pretrain on the same
 run directory (gloo on the CPU). Returns every rank's summary. `rank_cfgs`: another config for some ranks (a node
-started with other settings)."""
+started with other settings); `wait_all`: a failed rank does not end the launch (to see what the others do then)."""
 
 from __future__ import annotations
 
@@ -44,13 +44,13 @@ _PORT_TAKEN = ("Address already in use", "EADDRINUSE", "failed to listen", "Fail
 
 def launch_ranks(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int = 2,
                  stop_after: int | None = None, timeout: float = 600, attempts: int = 3,
-                 rank_cfgs: dict[int, PretrainConfig] | None = None) -> list[dict]:
+                 rank_cfgs: dict[int, PretrainConfig] | None = None, wait_all: bool = False) -> list[dict]:
     """Every rank's summary. free_port() releases the port it found before rank 0 binds it, so another process
     can take it in between: a launch whose ranks fail on that bind (nothing trained yet) is retried on a new
     port, up to `attempts` launches; any other failure fails at once."""
     for attempt in range(1, attempts + 1):
         try:
-            return _launch_once(model, cfg, run, world, stop_after, timeout, rank_cfgs or {})
+            return _launch_once(model, cfg, run, world, stop_after, timeout, rank_cfgs or {}, wait_all)
         except _PortTaken:
             if attempt == attempts:
                 raise
@@ -62,7 +62,7 @@ class _PortTaken(AssertionError):
 
 
 def _launch_once(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int, stop_after: int | None,
-                 timeout: float, rank_cfgs: dict[int, PretrainConfig]) -> list[dict]:
+                 timeout: float, rank_cfgs: dict[int, PretrainConfig], wait_all: bool = False) -> list[dict]:
     port = free_port()
     procs, logs = [], []
     with tempfile.TemporaryDirectory(prefix="ranks-") as log_dir:
@@ -80,7 +80,8 @@ def _launch_once(model: ModelConfig, cfg: PretrainConfig, run: Path, world: int,
             deadline = time.monotonic() + timeout
             # a rank that fails ends the launch: the others would wait for it (a rendezvous, a collective)
             while any(proc.poll() is None for proc in procs):
-                if any(proc.returncode not in (None, 0) for proc in procs) or time.monotonic() > deadline:
+                one_failed = not wait_all and any(proc.returncode not in (None, 0) for proc in procs)
+                if one_failed or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
         finally:

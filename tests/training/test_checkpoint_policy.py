@@ -12,6 +12,7 @@ from training.checkpoint import best_checkpoint, list_checkpoints, save_checkpoi
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
 from training.flops import train_flops_per_token
+from training.distributed import DistContext
 from training.models.bert.model import BertConfig, BertForPreTraining
 from training.pretrain import pretrain
 from .conftest import make_run
@@ -128,15 +129,22 @@ def test_mfu_in_metrics_and_loss_curve_png(run_factory):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
-class _Ranks:
-    """DistContext.gather of a job whose ranks chose the given steps."""
+class _Ranks(DistContext):
+    """A rank 0 whose job's ranks chose the given steps (failures: rank -> why it could not choose); gather answers
+    DistContext.fail_together's outcomes and agree_on_resume_step's steps."""
 
     def __init__(self, *steps, failures=None):
-        self.steps, self.failures = steps, failures or {}
+        super().__init__(rank=0, world_size=len(steps))
+        object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "failures", failures or {})
 
     def gather(self, value):
-        assert value[0] == self.steps[0]  # this process is rank 0
-        return [(step, f"node{rank}", self.failures.get(rank)) for rank, step in enumerate(self.steps)]
+        if len(value) == 3:  # fail_together: (host, kind, why)
+            assert value[2] == self.failures.get(0)  # this process is rank 0
+            return [(f"node{rank}", "ContractError" if rank in self.failures else None, self.failures.get(rank))
+                    for rank in range(len(self.steps))]
+        assert value[0] == self.steps[0]
+        return [(step, f"node{rank}") for rank, step in enumerate(self.steps)]
 
 
 def test_ranks_resuming_from_different_checkpoints_are_refused_on_every_rank():

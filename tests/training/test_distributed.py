@@ -2,6 +2,7 @@
 error when the world size does not divide the batch, and 2 gloo processes x B training exactly like 1 x 2B."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -95,6 +96,26 @@ def test_ranks_started_with_different_settings_are_refused_in_one_line(run_facto
                                              r"in pretrain.learning_rate: rank 0 0.0001, rank 1 0.0005\. Start every"):
         launch_ranks(tiny, cfg, run, world=2, timeout=300, rank_cfgs={1: other})  # timeout: a bound for a hang
     assert not (run / "pretrain/checkpoints").exists()  # refused before a step was trained
+
+
+def test_a_node_that_cannot_warm_start_is_named_on_every_rank(run_factory, tmp_path):
+    # pretrain.init_from is a node's own path (each node may keep the model elsewhere): a node without it raised
+    # alone at the warm start, and the other ranks stopped in DDP's constructor with gloo's "Connection closed by
+    # peer" traceback, which does not say why
+    run = run_factory("warm", max_seq_len=24, min_seq_len=24, train_rows=32, heldout_rows=8)
+    tiny = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=32)
+    cfg = PretrainConfig(batch_size=8, max_steps=1, warmup_steps=1, log_every=1, save_every=1, device="cpu")
+    pretrain(tiny, cfg, run)  # the model to warm-start from, trained on the same tokenizer
+    source = tmp_path / "source"
+    (run / "pretrain/final").rename(source)
+    shutil.rmtree(run / "pretrain")
+    ranks = {0: cfg.model_copy(update={"init_from": str(source)}),
+             1: cfg.model_copy(update={"init_from": str(tmp_path / "not-on-this-node")})}
+    with pytest.raises(AssertionError, match=r"rank 0 failed:[\s\S]*ContractError: rank 1 \(host [^)]+\) cannot "
+                                             r"warm-start from pretrain.init_from: no config.json in [^ ]*not-on-this-"
+                                             r"node"):
+        launch_ranks(tiny, cfg, run, world=2, timeout=120, rank_cfgs=ranks, wait_all=True)  # timeout: bounds a hang
+    assert not (run / "pretrain/checkpoints").exists()
 
 
 def test_the_launcher_retries_a_port_taken_before_rank_0_binds_it(run_factory, monkeypatch):
