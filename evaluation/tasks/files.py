@@ -55,6 +55,16 @@ def _split_method(plan: str, what: str, dev_path: Path | None, test_path: Path |
     return "; ".join(parts)
 
 
+def _few_keys(train: Sequence[tuple[str, AnyExample]], plan: str, key_what: str) -> str:
+    """Why a split drawn from the first file can be empty although it has many examples: they share few split keys
+    (duplicates, or a SQuAD file of one article or without titles), each key's examples going to one split."""
+    keys = len({key for key, _ in train})
+    if plan == "train" or keys >= 20 or keys == len(train):
+        return ""
+    return (f": its {len(train)} examples have {keys} distinct split key(s) ({key_what}), and the examples of a key "
+            "share a split; give the missing splits their own files (dev_path / test_path; --dev-file / --test-file)")
+
+
 def _check_unique_ids(files: dict[str, Sequence[tuple[str, AnyExample]]]) -> None:
     seen: dict[str, str] = {}
     for file, items in files.items():
@@ -192,7 +202,7 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
         examples = {"train": [e for e in usable if e is not None],
                     "dev": [q.example for q in examples["dev"]], "test": [q.example for q in examples["test"]]}
         _check_unique_ids({"the SQuAD files": [(e.id, e) for split in examples.values() for e in split]})
-    require_filled(examples, str(paths["train"]))
+    require_filled(examples, str(paths["train"]), _few_keys(items["train"], plan, key_what))
     source = describe_sources(list(paths.values()))
     source.update(source_extra)
     return TaskData.from_splits(

@@ -83,11 +83,12 @@ def assign_splits(items: Iterable[T], key_of: Callable[[T], str], plan: dict[str
     return out
 
 
-def require_filled(splits: dict[str, Sequence], where: str) -> None:
+def require_filled(splits: dict[str, Sequence], where: str, why: str = "") -> None:
+    """Refuses a split without examples; `why` (e.g. how many distinct split keys there were) ends the message."""
     empty = [name for name, items in splits.items() if not items]
     if empty:
         sizes = ", ".join(f"{name} {len(items)}" for name, items in splits.items())
-        raise InputError(f"{where}: too few examples to fill every split ({sizes}); {', '.join(empty)} is empty")
+        raise InputError(f"{where}: too few examples to fill every split ({sizes}); {', '.join(empty)} is empty{why}")
 
 
 class LabelSet:

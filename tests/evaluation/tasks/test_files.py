@@ -342,3 +342,20 @@ def test_labels_that_look_like_integers_but_are_not_sort_as_text(tmp_path):
     records = [{"question": f"q {i}", "options": ["a", "b"], "label": "²" if i == 3 else "1"} for i in range(40)]
     with pytest.raises(InputError, match=r"mc.jsonl:4: label '²' is not an option index 0-1 or letter A-B"):
         load_task_file(write_jsonl(tmp_path / "mc.jsonl", records), "multiple-choice")
+
+
+def test_a_split_left_empty_by_few_split_keys_says_so(tmp_path):
+    """A SQuAD file of one article (or without titles) puts every question in one split, as its key is the title.
+    Was: `too few examples to fill every split (train 60, dev 0, test 0)` for 60 questions, without a why."""
+    doc = {"data": [{"title": "Only", "paragraphs": [{"context": "abc", "qas": [
+        {"id": str(i), "question": f"q {i}", "answers": [{"text": "b", "answer_start": 1}]} for i in range(60)]}]}]}
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"one.json: too few examples to fill every split \(train 60, dev 0, test 0\); "
+                       r"dev, test is empty: its 60 examples have 1 distinct split key\(s\) \(article title\), and the "
+                       r"examples of a key share a split; give the missing splits their own files"):
+        load_task_file(path, "squad")
+    few = write_tsv(tmp_path / "few.tsv", ["text", "label"], [[review(i), i % 2] for i in range(3)])
+    with pytest.raises(InputError, match=r"few.tsv: too few examples to fill every split \(train 2, dev 0, test 1\); "
+                       r"dev is empty$"):  # as many keys as examples: nothing more to say
+        load_task_file(few, "classification")
