@@ -22,8 +22,9 @@ What each record becomes besides a `Document`:
   character, so it is too long whatever it holds) is skipped in 1 MiB chunks without being read into memory.
 - `Quarantined("invalid_utf8")` — bytes that do not decode (each line is decoded by the reader itself; the detail
   gives the byte offset in the decompressed file); with another `encoding`, `Quarantined("undecodable")`.
-- JSONL only: `invalid_json`, `not_an_object` (an array, a string, ...), `missing_text` (no text field, or not a
-  string), `bad_id` (an id that is not a string or an integer).
+- JSONL only: `invalid_json` (also: a lone UTF-16 surrogate escape such as `\\ud800` in any string, which is no
+  character), `not_an_object` (an array, a string, ...), `missing_text` (no text field, or not a string), `bad_id`
+  (an id that is not a string or an integer).
 - `Dropped("empty_text")` — a JSONL object whose text has no non-blank line: well-formed, nothing to train on
   (dropped and counted like WARC's too_short, not quarantined: it is not a defect of the file). Text documents
   cannot be empty by construction.
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +58,7 @@ from .lines import LineReader, open_input
 TextFormat = Literal["text", "jsonl"]
 _MAX_BYTES_PER_CHAR = 4  # UTF-8; single-byte encodings need less, so the byte bound is safe for them too
 _SNIFF_LINE_BYTES = 4 << 20
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class TextOptions(StrictModel):
@@ -170,6 +173,23 @@ def _text_documents(lines: LineReader, source: int, name: str,
         yield finish()
 
 
+def _lone_surrogate(value: object, where: str = "the line") -> str | None:
+    """Where a decoded JSON value holds a lone UTF-16 surrogate, None when nowhere. JSON lets a `\\ud800` escape
+    without its pair through (RFC 8259 8.2), and Python's json decodes it to a code point that is no character: no
+    UTF-8 can hold it, so the document would stop the job where it is first written."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return None if found is None else f"{where} holds the escape \\u{ord(found.group()):04x}, a lone UTF-16 " \
+                                          f"surrogate (no character; not valid Unicode)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        inner = f"{where}[{key!r}]" if where != "the line" else f"field {key!r}"
+        found = _lone_surrogate(key, f"a field name in {where}") if isinstance(key, str) else None
+        if (found := found or _lone_surrogate(item, inner)) is not None:
+            return found
+    return None
+
+
 def _scalar(value: object) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
@@ -207,6 +227,9 @@ def _json_documents(lines: LineReader, source: int, name: str,
             continue
         if not isinstance(obj, dict):
             yield quarantined("not_an_object", f"a JSON {type(obj).__name__}, expected an object")
+            continue
+        if "\\u" in raw and (where := _lone_surrogate(obj)) is not None:
+            yield quarantined("invalid_json", where)
             continue
         record_id = obj.get(options.id_field)
         if record_id is not None and (isinstance(record_id, bool) or not isinstance(record_id, (str, int))):

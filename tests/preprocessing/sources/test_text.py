@@ -238,3 +238,22 @@ def test_utf8_bom_is_accepted_and_other_encodings_are_decoded(tmp_path):
     assert by_kind(iter_records(latin, 0, "text")) == Counter({"Quarantined:invalid_utf8": 1})
     with pytest.raises(ValueError, match="not ASCII-compatible"):
         TextOptions(encoding="utf-16")
+
+
+def test_a_lone_surrogate_escape_is_quarantined_not_passed_on(tmp_path):
+    # JSON lets "\ud800" (a UTF-16 surrogate without its pair) through and Python's json decodes it; no UTF-8 holds
+    # it, so such a document stopped `bertfactory preprocess` with a UnicodeEncodeError traceback in CleanDocument
+    path = tmp_path / "surrogates.jsonl"
+    path.write_text("\n".join([
+        r'{"id": "a", "text": "caf\ud800 au lait"}',
+        r'{"id": "b\udc00", "text": "a fine text"}',
+        r'{"id": "c", "text": "x", "title": "t", "tags": [{"k": "\udfff"}]}',
+        r'{"id": "d", "text": "a pair is one character: \ud83d\ude00, an escaped backslash is text: \\ud800"}',
+    ]) + "\n", encoding="ascii")
+    records = list(iter_records(path, 0, "jsonl"))
+    assert by_kind(records) == Counter({"Quarantined:invalid_json": 3, "Document": 1})
+    assert [r.record_id for r in records[:3]] == ["line 1", "line 2", "line 3"]
+    assert records[0].detail.startswith(r"field 'text' holds the escape \ud800, a lone UTF-16 surrogate")
+    assert records[1].detail.startswith(r"field 'id' holds the escape \udc00")
+    assert records[2].detail.startswith(r"field 'tags'[0]['k'] holds the escape \udfff")
+    assert records[3].paragraphs == ["a pair is one character: \U0001F600, an escaped backslash is text: \\ud800"]
