@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from bertfactory.config import StrictModel
+from bertfactory.config import StrictModel, did_you_mean
 from evaluation.config import FinetuneConfig
 from training.tracking import TrackingConfig
 
@@ -119,6 +119,18 @@ class DistillConfig(StrictModel):
                                "e.g. one process per student on a multi-core machine")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="every distillation phase's metrics "
                                      "also to TensorBoard (RUN/distill/tensorboard/NN-<phase>) and MLflow")
+
+    @field_validator("task")
+    @classmethod
+    def _builtin_task(cls, value: str) -> str:
+        # checked when the config loads (it was refused after the teacher was loaded, the general students distilled)
+        from evaluation.tasks.registry import BUILTIN_TASKS
+
+        if value not in BUILTIN_TASKS:
+            close = did_you_mean(value, BUILTIN_TASKS)
+            raise ValueError(f"{value!r} is not a built-in task ({close + ' ' if close else ''}built-in: "
+                             f"{', '.join(BUILTIN_TASKS)}); distillation scores a built-in classification task")
+        return value
 
     @model_validator(mode="after")
     def _general_only_needs_the_cache(self) -> "DistillConfig":

@@ -76,19 +76,27 @@ def _copy_layers(student: BertForPreTraining, teacher: BertForPreTraining, teach
     student.load_state_dict(new, strict=True)
 
 
+def layer_copy_config(teacher_config: BertConfig,
+                      teacher_layers: list[int] | None = None) -> tuple[BertConfig, list[int]]:
+    """(the config, the teacher layers) of a student copying `teacher_layers` (1-based; None = every other) of a
+    teacher of `teacher_config`; ConfigError when they do not fit it. Builds nothing (checked before any training)."""
+    layers = teacher_layers if teacher_layers is not None else every_other(teacher_config.num_layers)
+    bad = [l for l in layers if not 1 <= l <= teacher_config.num_layers]
+    if bad or not layers:
+        raise ConfigError(f"student layers {layers}: teacher layers are 1..{teacher_config.num_layers}")
+    config = dataclasses.replace(teacher_config, num_layers=len(layers))
+    if isinstance(config, ModernBertConfig):  # each copied layer keeps its kind, rotary base and window
+        kinds = attention_kinds(teacher_config)
+        every = global_every_for([kinds[l - 1] for l in layers], teacher_config.global_attn_every_n_layers)
+        config = dataclasses.replace(config, global_attn_every_n_layers=every)
+    return config, list(layers)
+
+
 def distilbert_student(teacher: BertForPreTraining, teacher_layers: list[int] | None = None) -> BertForPreTraining:
     """DistilBERT: the teacher's width with every other layer (or `teacher_layers`, 1-based), weights copied."""
-    layers = teacher_layers if teacher_layers is not None else every_other(teacher.config.num_layers)
-    bad = [l for l in layers if not 1 <= l <= teacher.config.num_layers]
-    if bad or not layers:
-        raise ConfigError(f"student layers {layers}: teacher layers are 1..{teacher.config.num_layers}")
-    config = dataclasses.replace(teacher.config, num_layers=len(layers))
-    if isinstance(config, ModernBertConfig):  # each copied layer keeps its kind, rotary base and window
-        kinds = attention_kinds(teacher.config)
-        every = global_every_for([kinds[l - 1] for l in layers], teacher.config.global_attn_every_n_layers)
-        config = dataclasses.replace(config, global_attn_every_n_layers=every)
+    config, layers = layer_copy_config(teacher.config, teacher_layers)
     student = _student_class(config)(config)
-    _copy_layers(student, teacher, list(layers))
+    _copy_layers(student, teacher, layers)
     return student
 
 
@@ -115,6 +123,16 @@ def narrow_student(teacher_config: BertConfig, hidden_size: int, num_layers: int
     `seed` (the global RNG is left untouched). num_heads None = the teacher's (attention distillation needs it).
     architecture: "teacher" = the teacher's member (a ModernBERT teacher's attention pattern, window and rotary
     bases), "bert" = a BERT student (the teacher's vocabulary, length, dropout; learned positions)."""
+    config = narrow_student_config(teacher_config, hidden_size, num_layers, intermediate_size, num_heads, architecture)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _student_class(config)(config)
+
+
+def narrow_student_config(teacher_config: BertConfig, hidden_size: int, num_layers: int, intermediate_size: int,
+                          num_heads: int | None = None, architecture: str = "teacher") -> BertConfig:
+    """The config of `narrow_student`'s student; ConfigError when the shape is not a valid model. Builds nothing
+    (checked before any training)."""
     if architecture not in STUDENT_ARCHITECTURES:
         raise ConfigError(f"student architecture must be one of {', '.join(STUDENT_ARCHITECTURES)} (got "
                           f"{architecture!r})")
@@ -133,9 +151,7 @@ def narrow_student(teacher_config: BertConfig, hidden_size: int, num_layers: int
         problems = "; ".join(e.get("msg", str(e)) for e in err.errors()) if hasattr(err, "errors") else str(err)
         raise ConfigError(f"tinybert: the student {hidden_size} wide, {num_layers} layers, {heads} heads is not a "
                           f"valid model: {problems}") from None
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return _student_class(config)(config)
+    return config
 
 
 class Projections(nn.Module):

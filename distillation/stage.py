@@ -43,7 +43,8 @@ from .general_cache import GeneralDistillation
 from .layer_map import check_map, pkd_map, tinybert_map
 from .loop import (DistilBertObjective, DistillModel, PkdObjective, TaskBatches, Teacher,
                    TinyBertIntermediateObjective, TinyBertPredictionObjective, run_distillation)
-from .models import Projections, check_tokenizers, distilbert_student, first_layers_student, narrow_student, num_parameters
+from .models import (Projections, check_tokenizers, distilbert_student, first_layers_student, layer_copy_config,
+                     narrow_student, narrow_student_config, num_parameters)
 from .state_cache import RngState, StateCache, arrays_digest, resolve_cache, state_digest
 from .weight_selection import select_from_teacher
 
@@ -104,9 +105,38 @@ def _shard_batches(cfg: DistillConfig, run_dir: Path, teacher: Teacher, batch_si
     return PretrainBatches.open(shard_dir, teacher.tokenizer_sha256, batch_size, seed)
 
 
+def _students_fit(cfg: DistillConfig, teacher: Teacher) -> None:
+    """Refuse a student that does not fit the teacher (more layers than it has, a PKD-Skip depth that does not divide
+    it, a TinyBERT width its heads do not divide, a layer map out of range), naming its settings and the teacher's
+    shape; nothing is built. Each was refused only when its method's turn came, after the teacher's fine-tuning and
+    the earlier methods' training."""
+    config = teacher.model.config
+    n = config.num_layers
+    d, p, t = cfg.distilbert, cfg.pkd, cfg.tinybert
+    checks = []
+    if d.enabled and (d.general_steps or not cfg.general_only):
+        checks.append((f"distilbert.teacher_layers {d.teacher_layers if d.teacher_layers is not None else 'null'}",
+                       lambda: layer_copy_config(config, d.teacher_layers)))
+    if p.enabled and not cfg.general_only:
+        checks.append((f"pkd.student_layers {p.student_layers} (strategy {p.strategy})", lambda: (
+            pkd_map(n, p.student_layers, p.strategy), layer_copy_config(config, list(range(1, p.student_layers + 1))))))
+    if t.enabled and (t.general_steps or not cfg.general_only):
+        checks.append((f"tinybert's student (num_layers {t.num_layers}, hidden_size {t.hidden_size}, num_heads "
+                       f"{t.num_heads if t.num_heads is not None else 'null'})", lambda: (
+                           _tinybert_layer_map(cfg, n), narrow_student_config(
+                               config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, t.student))))
+    for what, check in checks:
+        try:
+            check()
+        except ConfigError as err:
+            raise ConfigError(f"{what} does not fit the teacher {teacher.source} ({n} layers, hidden "
+                              f"{config.hidden_size}, {config.num_heads} heads): {err}") from None
+
+
 def _preflight(cfg: DistillConfig, run_dir: Path, teacher: Teacher) -> None:
-    """Refuse bad input before any training: logit distillation from a teacher without an MLM head, shards of
-    another tokenizer."""
+    """Refuse bad input before any training: students that do not fit the teacher, logit distillation from a teacher
+    without an MLM head, shards of another tokenizer."""
+    _students_fit(cfg, teacher)
     d, t = cfg.distilbert, cfg.tinybert
     if d.enabled and d.general_steps and d.alpha_ce:
         teacher.require_mlm_head("distilbert.alpha_ce > 0 (soft cross-entropy on MLM logits)")
@@ -327,8 +357,6 @@ def run_distill(cfg: DistillConfig, run_dir: Path) -> dict:
     text_encoder = TextEncoder.from_file(tokenizer_path)
     pad_id = text_encoder.pad_id
     pretrainer: BertForPreTraining = teacher.model
-    if cfg.task not in BUILTIN_TASKS:
-        raise ConfigError(f"task {cfg.task!r} is not a built-in task ({', '.join(BUILTIN_TASKS)})")
     task = prepare_task(BUILTIN_TASKS[cfg.task](None), text_encoder, cfg.finetune)
     if task.spec.task_type not in ("classification", "pair-classification"):
         raise ConfigError(f"task {cfg.task}: task distillation supports classification tasks (got {task.spec.task_type})")

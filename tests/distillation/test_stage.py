@@ -191,3 +191,37 @@ def test_unpadded_fine_tuning_reaches_every_model_of_the_stage(run_factory, monk
     assert set(results["methods"]) == {"distilbert", "pkd_skip", "tinybert"}
     for name, r in results["methods"].items():
         assert 0.0 <= r["student"]["score"] <= 1.0 and r["speedup"] > 0, name
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"pkd": {**TINY["pkd"], "student_layers": 5}},
+     r"pkd.student_layers 5 \(strategy skip\) does not fit the teacher .*pretrain/final \(4 layers, hidden 16, 2 "
+     r"heads\): PKD needs 1 <= student layers <= teacher layers \(got 5 and 4\)"),
+    ({"pkd": {**TINY["pkd"], "student_layers": 3}}, r"pkd.student_layers 3 .*PKD-Skip needs teacher layers 4 "
+                                                    r"divisible by student layers 3"),
+    ({"tinybert": {**TINY["tinybert"], "num_layers": 6}}, r"tinybert's student \(num_layers 6, hidden_size 8, "
+                                                          r"num_heads null\) does not fit the teacher"),
+    ({"tinybert": {**TINY["tinybert"], "hidden_size": 9}}, r"tinybert.hidden_size 9 is not divisible by the "
+                                                           r"student's 2 attention heads"),
+    ({"distilbert": {**TINY["distilbert"], "teacher_layers": [1, 5]}}, r"distilbert.teacher_layers \[1, 5\] does "
+                                                                       r"not fit the teacher"),
+])
+def test_a_student_that_does_not_fit_the_teacher_is_refused_before_any_training(run_factory, monkeypatch, settings,
+                                                                                expected):
+    from distillation import stage
+
+    run, _ = _run_with_teacher(run_factory)  # 4 layers, hidden 16, 2 heads
+    # the teacher's fine-tuning and DistilBERT's training came first: PKD's and TinyBERT's students were refused
+    # only when their turn came
+    monkeypatch.setattr(stage, "_finetune", lambda *a, **k: pytest.fail("trained before refusing"))
+    monkeypatch.setattr(stage, "run_distillation", lambda *a, **k: pytest.fail("trained before refusing"))
+    with pytest.raises(ConfigError, match=expected):
+        run_distill(DistillConfig.model_validate({**TINY, **settings}), run)
+
+
+def test_a_misspelt_task_is_refused_when_the_config_loads_with_the_closest_name():
+    from bertfactory.config import validate
+
+    with pytest.raises(ConfigError, match=r"'task': Value error, 'movie_sentimnt' is not a built-in task \(did you "
+                                          r"mean 'movie_sentiment'\? built-in: movie_sentiment, "):
+        validate(DistillConfig, {"task": "movie_sentimnt"}, "d.yaml")
