@@ -334,7 +334,11 @@ def sample_dir(name: str, root: Path | None = None) -> Path:
 
 def _get(name: str) -> Sample:
     if name not in SAMPLES:
-        raise BertfactoryError(f"unknown sample '{name}'; known samples: {', '.join(sorted(SAMPLES))}")
+        from .config import did_you_mean
+
+        close = did_you_mean(name, SAMPLES)
+        raise BertfactoryError(f"unknown sample '{name}'{f' ({close})' if close else ''}; known samples: "
+                               f"{', '.join(sorted(SAMPLES))}")
     return SAMPLES[name]
 
 

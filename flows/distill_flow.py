@@ -59,9 +59,15 @@ def run_distill_stage(cfg, run_dir: Path, force: bool = False) -> dict:
                  ".bertfactory/distill.started.json"])
     files = distill_inputs(cfg, run_dir)
     missing = [f for f in files if not f.is_file()]
+    if missing and cfg.teacher.hf is not None:  # the teacher's directory itself: the only path whose files are listed
+        shown = f" ({missing[0]})" if str(missing[0]) != cfg.teacher.hf else ""
+        raise BertfactoryError(f"teacher.hf {cfg.teacher.hf}: no such directory{shown}; give a Hugging Face BERT "
+                               "directory or sample:NAME (e.g. sample:minilm)")
     if missing:
-        raise BertfactoryError(f"distill needs {missing[0]}, which does not exist; for our teacher run "
-                               "`bertfactory run` (or pretrain) with the same --run-dir first")
+        raise BertfactoryError(f"distill needs {missing[0]}, which does not exist (teacher.checkpoint "
+                               f"{cfg.teacher.checkpoint}, relative to the run directory); for our teacher run "
+                               "`bertfactory run` (or pretrain) with the same --run-dir first, or point "
+                               "teacher.checkpoint (or teacher.hf) at the teacher")
     from .stage_runner import RESULT_NEUTRAL, portable_stage_key
 
     # tracking and threads do not change the results: left out of the key (toggling them never reruns)

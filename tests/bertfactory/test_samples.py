@@ -16,6 +16,8 @@ def test_unknown_sample_lists_known_ones():
     with pytest.raises(BertfactoryError) as e:
         samples.sample_path("nope")
     assert "enwiki" in str(e.value)
+    with pytest.raises(BertfactoryError, match=r"unknown sample 'minilmm' \(did you mean 'minilm'\?\); known "):
+        samples.resolve_input("sample:minilmm")
 
 
 def test_fetch_verifies_and_is_idempotent(tmp_path):

@@ -93,3 +93,18 @@ def test_a_changed_distill_config_moves_distill_aside_but_keeps_the_general_stud
     assert any(p.name.startswith("distill.replaced-") for p in run.iterdir()), "the first seed's outputs moved aside"
     reused = second["summary"]["methods"]["tinybert"]["general_distillation"]
     assert reused["reused"] is True and reused["cache"] == made["cache"]
+
+
+def test_a_wrong_teacher_path_is_one_line_naming_the_setting(tmp_path, capsys):
+    from flows.cli import main
+
+    config = tmp_path / "distill.yaml"
+    config.write_text(yaml.safe_dump(DISTILL))
+    run = str(tmp_path / "run")
+    # an HF teacher that is not there was told to run `bertfactory run` for "our teacher"
+    assert main(["distill", str(config), "--run-dir", run, "--set", f"teacher.hf={tmp_path / 'no-hf'}"]) == 2
+    assert capsys.readouterr().err == (f"error: teacher.hf {tmp_path / 'no-hf'}: no such directory; give a Hugging "
+                                       "Face BERT directory or sample:NAME (e.g. sample:minilm)\n")
+    assert main(["distill", str(config), "--run-dir", run, "--set", "teacher.checkpoint=pretrain/finall"]) == 2
+    assert "model.safetensors, which does not exist (teacher.checkpoint pretrain/finall, relative to the run " \
+        "directory)" in capsys.readouterr().err
