@@ -91,8 +91,44 @@ def _decompressed(raw: BinaryIO, compression: str | None, name: str) -> BinaryIO
         import zstandard
     except ImportError:
         raise InputError(f"{name}: .zst input needs the `zstandard` package (pip install zstandard)") from None
-    # zstandard's reader has no readline(); BufferedReader adds it (and bounded readline(limit))
-    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))
+    # BufferedReader adds readline() and its bounded readline(limit)
+    return io.BufferedReader(_ZstdFrames(raw, zstandard.ZstdDecompressor()))
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a stream of zstd frames, one after another, and an EOFError when the stream ends
+    inside a frame, as gzip, bz2 and lzma raise on a truncated file: zstandard's stream_reader ends there without a
+    word, so a cut .zst was read as a whole file shorter than it is. The compressed bytes go in _FEED at a time,
+    which bounds what one call gives out (a zstd block gives at most 128 KiB and takes at least 4 bytes: 16 MiB)."""
+
+    _FEED = 512
+
+    def __init__(self, raw: BinaryIO, decompressor):
+        self.raw, self.decompressor = raw, decompressor
+        self.frame = None  # the decompressobj of the frame being read; None between frames
+        self.unused = b""  # compressed bytes read past the end of the last frame: the next frame's
+        self.out, self.at = b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self.at == len(self.out):
+            data = self.unused or self.raw.read(self._FEED)
+            self.unused = b""
+            if not data:
+                if self.frame is not None:
+                    raise EOFError("Compressed file ended before the end-of-stream marker was reached "
+                                   "(the file ends inside a zstd frame)")
+                return 0
+            self.frame = self.frame or self.decompressor.decompressobj()
+            self.out, self.at = self.frame.decompress(data), 0
+            if self.frame.eof:
+                self.unused, self.frame = self.frame.unused_data, None
+        n = min(len(buffer), len(self.out) - self.at)
+        buffer[:n] = self.out[self.at:self.at + n]
+        self.at += n
+        return n
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import zstandard
 from bertfactory.errors import InputError
 from bertfactory.samples import sample_dir, sample_path
 from preprocessing.records import Document
+from preprocessing.sources.corrupt import CorruptInput
 from preprocessing.sources.text import TextOptions, iter_records, validate_file
 
 SENTENCES_PER_DOC = 3
@@ -257,3 +258,25 @@ def test_a_lone_surrogate_escape_is_quarantined_not_passed_on(tmp_path):
     assert records[1].detail.startswith(r"field 'id' holds the escape \udc00")
     assert records[2].detail.startswith(r"field 'tags'[0]['k'] holds the escape \udfff")
     assert records[3].paragraphs == ["a pair is one character: \U0001F600, an escaped backslash is text: \\ud800"]
+
+
+@pytest.mark.parametrize("suffix,compress", [
+    (".gz", gzip.compress), (".bz2", lambda b: bz2.compress(b, 1)), (".xz", lzma.compress),
+    (".zst", lambda b: zstandard.ZstdCompressor().compress(b)),
+    (".zst", lambda b: b"".join(zstandard.ZstdCompressor().compress(b[i:i + 50_000])
+                                for i in range(0, len(b), 50_000))),  # many frames, cut inside one
+])
+def test_a_cut_compressed_file_is_corrupt_input_with_the_lines_read(tmp_path, suffix, compress):
+    # a .zst cut short was read as a shorter whole file without a word (zstandard's stream reader ends quietly):
+    # the lines after the cut were lost uncounted and the last one, cut in two, became a record of its own
+    data = "".join(json.dumps({"id": i, "text": f"document {i} " * 20}) + "\n" for i in range(5000)).encode()
+    packed = compress(data)
+    path = tmp_path / f"cut.jsonl{suffix}"
+    path.write_bytes(packed[: len(packed) * 2 // 3])
+    validate_file(path, "jsonl")  # the head is fine: the damage is found while reading
+    with pytest.raises(CorruptInput, match=r"cut\.jsonl\.\w+: corrupt or truncated compressed data after \d+ lines "
+                                           r"\(EOFError") as caught:
+        list(iter_records(path, 0, "jsonl"))
+    assert 0 < caught.value.records_read < 5000 and caught.value.reason == "corrupt_compression"
+    path.write_bytes(packed)
+    assert sum(1 for _ in iter_records(path, 0, "jsonl")) == 5000
