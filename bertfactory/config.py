@@ -70,6 +70,11 @@ def format_validation_error(model: type[BaseModel], err: ValidationError, source
             got_s = repr(got) if not isinstance(got, dict) else "{...}"
             if len(got_s) > 80:
                 got_s = got_s[:77] + "..."
+            if e["type"] == "string_type" and isinstance(got, (bool, int, float)):
+                # the Norway problem: `lang: no` (Norwegian) and `--set corpus.lang=no` read as False
+                text = ("yes" if got else "no") if isinstance(got, bool) else str(got)
+                got_s += ("; YAML reads an unquoted no, yes, on, off, true, false as a boolean and digits as a number: "
+                          f"quote it for text, e.g. {e['loc'][-1]}: \"{text}\" in the file or --set '{key}=\"{text}\"'")
             lines.append(f"  - '{key}': {e['msg']} (got {got_s})")
     return "\n".join(lines)
 

@@ -87,3 +87,15 @@ def test_a_misspelt_key_is_offered_the_closest_valid_one():
     with pytest.raises(ConfigError) as e:  # nothing close: no guess
         validate(Outer, {"zzz": 1}, "r.yaml")
     assert "did you mean" not in str(e.value)
+
+
+def test_an_unquoted_yaml_boolean_or_number_for_a_text_field_says_to_quote_it():
+    # `lang: no` (Norwegian) reads as False: the refusal said only "Input should be a valid string (got False)"
+    with pytest.raises(ConfigError) as e:
+        validate(Outer, apply_overrides({}, ["name=no"]), "r.yaml")
+    assert ("'name': Input should be a valid string (got False; YAML reads an unquoted no, yes, on, off, true, false "
+            "as a boolean and digits as a number: quote it for text, e.g. name: \"no\" in the file or --set "
+            "'name=\"no\"')") in str(e.value)
+    assert validate(Outer, apply_overrides({}, ['name="no"'])).name == "no"
+    with pytest.raises(ConfigError, match=r"got 2024; YAML reads .* e.g. name: \"2024\""):
+        validate(Outer, {"name": 2024})
