@@ -15,7 +15,6 @@ and std over its seeds. In the evaluate stage the targets ride along with the so
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Sequence
 
 import torch
@@ -51,15 +50,15 @@ def _target_key(target: TaskData, taken: set[str]) -> str:
 
 def load_target(target: CrosslingualTarget, source: TaskData) -> TaskData:
     """`target.input` read as the source's task type with the source's label set (a label outside it is an error
-    naming the file, line and value). Every example of the file is a test example: the reader's train/dev/test
-    split of a single file is undone, since nothing of the target language is trained on or chosen by."""
+    naming the file, line and value). Every example of the file is a test example (the file is not split, so a
+    small file is not refused for a split left empty), since nothing of the target language is trained on or
+    chosen by."""
     from .tasks.registry import load_task_file
 
     data = load_task_file(resolve_input(target.input), source.task_type, text_column=target.text_column,
                           text_b_column=target.text_b_column, label_column=target.label_column,
                           label_names=list(source.label_names) or None, language=target.language,
-                          name=f"{source.name}:{target.key}")
-    data = dataclasses.replace(data, train=(), dev=(), test=data.train + data.dev + data.test)
+                          name=f"{source.name}:{target.key}", test_only=True)
     _check_compatible(source, data)
     return data
 

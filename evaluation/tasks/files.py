@@ -161,9 +161,13 @@ def _tagging_items(paths: dict[str, Path], label_names: Sequence[str] | None,
 def load_task_file(path: str | Path, task_type: str, text_column: str | None = None, text_b_column: str | None = None,
                    label_column: str | None = None, label_names: Sequence[str] | None = None, language: str = "en",
                    name: str | None = None, dev_path: str | Path | None = None, test_path: str | Path | None = None,
-                   split_seed_key: str | None = None) -> TaskData:
+                   split_seed_key: str | None = None, test_only: bool = False) -> TaskData:
+    """`test_only`: every example of the one file is a test example (a cross-lingual target, never trained on): the
+    file is not split, so no split has to be filled."""
     if task_type not in TASK_TYPES:
         raise ConfigError(f"task type {task_type!r} is not one of {', '.join(TASK_TYPES)}")
+    if test_only and (dev_path is not None or test_path is not None):
+        raise ConfigError("test_only reads one file as test examples; it takes no dev_path / test_path")
     paths = {"train": Path(path)}
     paths.update({split: Path(p) for split, p in (("dev", dev_path), ("test", test_path)) if p is not None})
     plan = _plan(paths.get("dev"), paths.get("test"))
@@ -196,13 +200,22 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
         if split in items:
             splits[split] = items[split]
     examples = {split: [item[1] for item in splits.get(split, [])] for split in ("train", "dev", "test")}
-    if task_type == "squad":
+    if test_only:  # kept in the order of the reader's splits, as before test_only existed (which examples a
+        # max_eval_examples subset takes depends on it)
+        examples = {"train": [], "dev": [], "test": [e for split in examples.values() for e in split]}
+        if task_type == "squad":
+            examples["test"] = [q.example for q in examples["test"]]
+        if not examples["test"]:
+            raise InputError(f"{paths['train']}: no examples")
+    elif task_type == "squad":
         usable = [usable_for_training(q) for q in examples["train"]]
         dropped["train_question_without_valid_answer"] = sum(e is None for e in usable)
         examples = {"train": [e for e in usable if e is not None],
                     "dev": [q.example for q in examples["dev"]], "test": [q.example for q in examples["test"]]}
+    if task_type == "squad":
         _check_unique_ids({"the SQuAD files": [(e.id, e) for split in examples.values() for e in split]})
-    require_filled(examples, str(paths["train"]), _few_keys(items["train"], plan, key_what))
+    if not test_only:
+        require_filled(examples, str(paths["train"]), _few_keys(items["train"], plan, key_what))
     source = describe_sources(list(paths.values()))
     source.update(source_extra)
     return TaskData.from_splits(
@@ -210,7 +223,8 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
         name=name or paths["train"].stem,
         label_names=tuple(names),
         source=source,
-        split_method=_split_method(plan, key_what, paths.get("dev"), paths.get("test")),
+        split_method=("every example is a test example (not split)" if test_only else
+                      _split_method(plan, key_what, paths.get("dev"), paths.get("test"))),
         dropped=dropped,
         suspicious_labels=suspicious,
         task_type=task_type,

@@ -214,3 +214,24 @@ def test_results_v3_parts_validate(tmp_path):
                "pretrained": {**zero_shot, "pearson": 0.5}}}}}}
     with pytest.raises(ContractError, match=r"targets.de.pretrained: pearson not metrics of classification"):
         write_results(tmp_path / "bad.json", wrong)
+
+
+def test_a_small_target_file_is_read_whole_whatever_its_hashes(tmp_path):
+    """Was: the target file went through the 80/10/10 split of a task file and then was put together again, so a
+    split left empty refused it: `de.tsv: too few examples to fill every split (train 14, dev 0, test 6); dev is
+    empty` for one 20-sentence file in five (and always for a SQuAD target of one article), although a target has no
+    splits."""
+    from tests.evaluation.test_finetune import rule_task
+
+    source = rule_task("classification", 120)
+    path = tmp_path / "de.tsv"
+    for trial in range(12):  # 20 sentences: several of these files leave a dev or test bucket empty
+        path.write_text("text\tlabel\n" + "".join(f"Satz {trial}-{i}\t{('no', 'yes')[i % 2]}\n" for i in range(20)))
+        target = load_target(CrosslingualTarget(task="has_the", input=str(path), language="de"), source)
+        assert len(target.test) == 20 and not target.train and not target.dev
+        assert target.split_method == "every example is a test example (not split)"
+    path.write_text("text\tlabel\n" + "".join(f"Satz {i}\t{('no', 'yes')[i % 2]}\n" for i in range(3)))
+    assert len(load_target(CrosslingualTarget(task="has_the", input=str(path), language="de"), source).test) == 3
+    path.write_text("text\tlabel\nSatz\t\n")  # no labelled example at all
+    with pytest.raises(InputError, match=rf"{path}: no examples"):
+        load_target(CrosslingualTarget(task="has_the", input=str(path), language="de"), source)
