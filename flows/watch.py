@@ -235,8 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recipe = load_recipe(str(resolve_recipe(args.config)))
         found = discover_all(args.sources or list(recipe.corpus.inputs), recipe.corpus, recipe.refresh)
-    except BertfactoryError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except Exception as err:
+        from .user_errors import is_user_error, user_error_line
+
+        if not is_user_error(err):
+            raise
+        print(f"error: {user_error_line(err)}", file=sys.stderr)  # one line, as the bertfactory command prints it
         return 2
     for item in found:
         print(item.location)

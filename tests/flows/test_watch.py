@@ -213,3 +213,14 @@ def test_the_watch_command_prints_each_file_or_one_error_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as usage:
         main([])
     assert usage.value.code == 2
+
+
+def test_the_watch_command_prints_a_recipe_error_in_one_line(tmp_path, capsys):
+    from flows.watch import main
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("corpus:\n  inputz: [a]\n  format: txt\n")
+    assert main([str(recipe)]) == 2  # was the config error's header and one line per problem
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: invalid configuration in {recipe}: 'corpus.format': ")
+    assert "; unknown key 'corpus.inputz' (did you mean 'inputs'?)" in err
