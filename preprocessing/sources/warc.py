@@ -16,7 +16,8 @@ What each record becomes:
   `Dropped(too_short)` — an HTML page whose extracted main text is shorter than `min_chars` (a normal empty page:
   galleries, redirects with a body, index pages — not a defect, so not quarantined).
 - `Quarantined` — `bad_length` (Content-Length not a number, or the block is not followed by CRLF CRLF, or the file
-  ends inside it; the reader resynchronises on the next `WARC/1.x` line), `record_too_large`, `bad_http_headers`,
+  ends inside it; the reader resynchronises on the next `WARC/1.x` line, also one inside a block that runs past the
+  end of the file), `record_too_large`, `bad_http_headers`,
   `binary_payload` (declared HTML, but NUL bytes or a binary file signature), `undecodable` (bytes invalid in the
   declared charset — HTTP header, else `<meta charset>` — or, with nothing declared, neither UTF-8 nor a charset
   detected by charset_normalizer; a declared charset is trusted over guessing, mojibake is worse than a lost page),
@@ -68,6 +69,7 @@ _DATE_META = ("article:published_time", "og:published_time", "datepublished", "p
               "publish-date", "date", "dc.date.issued", "dc.date", "parsely-pub-date", "sailthru.date",
               "article.published", "published_time")
 _WARC_VERSION_LINE = re.compile(rb"^WARC/1\.[01]\r*\n$")
+_NEXT_RECORD = re.compile(rb"\r\n\r\n(WARC/1\.[01]\r*\n)")  # a block's end and the next record's version line
 
 
 class WarcOptions(StrictModel):
@@ -210,14 +212,24 @@ class _Stream:
         head, self.pushed = self.pushed[:n], self.pushed[n:]
         return head + (self._wrap(lambda: self.raw.read(n - len(head))) if n > len(head) else b"")
 
-    def skip(self, n: int) -> int:
-        skipped = 0
+    def skip(self, n: int, keep: int = 0) -> tuple[int, bytes | None]:
+        """Read past `n` bytes without holding them: (bytes there were, the bytes from the first record start in
+        them on when there is one and they are at most `keep` bytes, else None)."""
+        skipped, tail, rest = 0, b"", None
         while skipped < n:
             chunk = self.read(min(1 << 20, n - skipped))
             if not chunk:
                 break
             skipped += len(chunk)
-        return skipped
+            if rest is None and tail is not None:
+                window = tail + chunk
+                found = _NEXT_RECORD.search(window)
+                rest, tail = ([window[found.start(1):]], None) if found else (None, window[-16:])
+            elif rest is not None:
+                rest.append(chunk)
+                if sum(map(len, rest)) > keep:
+                    rest = None  # too much to hold: skipped as the record it claims to be
+        return skipped, b"".join(rest) if rest is not None else None
 
     def push_back(self, data: bytes) -> None:
         self.pushed = data + self.pushed
@@ -287,26 +299,33 @@ def _records(stream: _Stream, name: str, max_record_bytes: int) -> Iterator[tupl
             continue
         length = int(length_text)
         if length > max_record_bytes:
-            got = stream.skip(length)
+            got, rest = stream.skip(length, keep=max_record_bytes)
+            if got < length and rest is not None:  # the file ends inside it, a record starts inside: a wrong length
+                stream.push_back(rest)
+                yield headers, None, f"bad_length: Content-Length {length} runs into the next record and " \
+                                     f"{length - got} bytes past the end of the file"
+                continue
             yield headers, None, f"record_too_large: Content-Length {length} > max_record_bytes {max_record_bytes}"
             if got < length:
                 return
             continue
         block = stream.read(length)
-        if len(block) < length:
-            yield headers, None, f"bad_length: file ends {length - len(block)} bytes before the declared " \
-                                 f"Content-Length {length}"
-            return
-        trailer = stream.read(4)
+        trailer = stream.read(4) if len(block) == length else b""
         if trailer == b"\r\n\r\n":
             yield headers, block, None
             continue
-        # Content-Length too long: the next record starts inside the block. Too short: the block goes on.
-        nxt = re.search(rb"\r\n\r\n(WARC/1\.[01]\r*\n)", block + trailer)
+        # Content-Length too long: the next record starts inside the block (which may run past the end of the file:
+        # the records after this one are read all the same). Too short: the block goes on.
+        nxt = _NEXT_RECORD.search(block + trailer)
         if nxt is not None:
             stream.push_back((block + trailer)[nxt.start(1):])
-            yield headers, None, f"bad_length: Content-Length {length} runs {length + 4 - nxt.start(1)} bytes " \
-                                 f"into the next record"
+            runs = (f"into the next record and {length - len(block)} bytes past the end of the file"
+                    if len(block) < length else f"{length + 4 - nxt.start(1)} bytes into the next record")
+            yield headers, None, f"bad_length: Content-Length {length} runs {runs}"
+        elif len(block) < length:
+            yield headers, None, f"bad_length: file ends {length - len(block)} bytes before the declared " \
+                                 f"Content-Length {length}"
+            return
         else:
             stream.push_back(trailer)
             yield headers, None, f"bad_length: block of Content-Length {length} is not followed by CRLF CRLF"

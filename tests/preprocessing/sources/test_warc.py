@@ -246,3 +246,21 @@ def test_options_and_lang_normalisation():
         WarcOptions(min_chars=-1)
     assert [normalise_lang(v) for v in ("en-US", "zh_Hans", "ENG", "de, en", "", None, "x-klingon", "12")] == \
         ["en", "zh", "eng", "de", None, None, None, None]
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_content_length_past_the_end_of_the_file_loses_no_record_after_it(tmp_path, gzipped):
+    # a record whose Content-Length runs past the end of the file swallowed every record after it without a word
+    # (one bad_length counted, the rest of the file gone): also past max_record_bytes, skipped as record_too_large
+    good = write_warc(tmp_path / "good.warc", [html_response(f"https://b.example/{i}", ARTICLE.encode())
+                                               for i in range(3)]).read_bytes()
+    first = next(re.finditer(rb"\r\nContent-Length: (\d+)\r\n", good))
+    for length in (int(first.group(1)) + 100_000, 10 ** 9):
+        bad = good[:first.start(1)] + str(length).encode() + good[first.end(1):]
+        path = tmp_path / ("past.warc.gz" if gzipped else "past.warc")
+        path.write_bytes(gzip.compress(bad) if gzipped else bad)
+        records = list(iter_records(path, 0, max_record_bytes=1 << 20))
+        assert by_kind(records) == {"Quarantined:bad_length": 1, "Document": 2}, records
+        assert [r.key for r in records[1:]] == ["https://b.example/1", "https://b.example/2"]
+        assert re.fullmatch(rf"Content-Length {length} runs into the next record and \d+ bytes past the end of "
+                            rf"the file", records[0].detail)
