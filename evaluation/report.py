@@ -374,9 +374,10 @@ def render_comparison(runs: list[tuple[str, dict]]) -> str:
             lines.append(f"| pretrained · {metric} | " + " | ".join(_pm((p or {}).get("pretrained"), metric) for p in pers) + " |")
         primary = known["primary_metric"]
         for model in MODELS[1:]:
-            if any((p or {}).get(model) for p in pers):
-                lines.append(f"| {MODEL_LABELS[model]} · {primary} | " +
-                             " | ".join(_pm((p or {}).get(model), primary) for p in pers) + " |")
+            present = [(p or {}).get(model) for p in pers]
+            if any(present):  # a section holds one task type: a regression task's TF-IDF baseline is Ridge in every run
+                lines.append(f"| {model_label(model, next(s for s in present if s))} · {primary} | " +
+                             " | ".join(_pm(scores, primary) for scores in present) + " |")
         for label in dict.fromkeys(label for p in pers for label in ((p or {}).get("compared") or {})):
             lines.append(f"| checkpoint `{label}` · {primary} | " +
                          " | ".join(_pm(((p or {}).get("compared") or {}).get(label), primary) for p in pers) + " |")

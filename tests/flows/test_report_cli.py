@@ -105,3 +105,17 @@ def test_one_task_name_of_two_types_or_on_other_data_is_said(tmp_path, capsys):
     classification = out.split("## movie_sentiment (classification)")[1].split("## ")[0]
     assert "The runs read other data for `movie_sentiment` (source sha256: sst efefefefefef…, other 121212121212…)" \
         in classification, classification
+
+
+def test_a_regression_tasks_tfidf_baseline_is_named_ridge(tmp_path, capsys):
+    """report.md said `TF-IDF + Ridge regression` for a regression task; `bertfactory report` said `TF-IDF + logistic
+    regression · pearson` (a classifier that a regression task never trains)."""
+    doc = clean(example())
+    doc["tasks"]["movie_valence"]["tfidf_logreg"] = {"pearson": 0.3, "pearson_std": 0.0, "dev": {"pearson": 0.2},
+                                                     "details": {"model": "Ridge", "alpha": 1.0}}
+    write_results(tmp_path / "a" / "eval" / "results.json", doc)
+    assert main(["report", str(tmp_path / "a"), str(write_run(tmp_path / "b"))]) == 0
+    out = capsys.readouterr().out
+    valence = out.split("## movie_valence (regression)")[1]
+    assert "| TF-IDF + Ridge regression · pearson | 0.3000 | — |" in valence, valence
+    assert "| TF-IDF + logistic regression · accuracy |" in out.split("## movie_sentiment (classification)")[1]
