@@ -87,7 +87,7 @@ def validate_file(corpus, path: str) -> None:
     elif fmt in ("text", "jsonl"):
         from .text import validate_file as validate_text
 
-        validate_text(path, fmt)
+        validate_text(path, fmt, corpus.text)
     elif fmt == "parallel":
         from .parallel import validate_file as validate_parallel
 

@@ -87,10 +87,12 @@ class TextOptions(StrictModel):
         return name
 
 
-def validate_file(path: str | Path, fmt: TextFormat = "text") -> None:
+def validate_file(path: str | Path, fmt: TextFormat = "text", options: TextOptions | None = None) -> None:
     """Cheap up-front check: the file exists, is not empty, decompresses, is not UTF-16/32, and (jsonl) its first
-    non-blank line is a JSON object. Raises InputError naming the file."""
+    non-blank line is a JSON object (read in options.encoding; bytes that do not decode are the record's problem,
+    quarantined by iter_records, not the file's). Raises InputError naming the file."""
     name = str(path)
+    encoding = (options or TextOptions()).encoding
     with open_input(path, name) as stream:
         if fmt != "jsonl":
             return
@@ -100,8 +102,8 @@ def validate_file(path: str | Path, fmt: TextFormat = "text") -> None:
                     return  # a huge first line is a record problem, found by iter_records
                 continue
             try:
-                value = json.loads(line.data)
-            except (ValueError, UnicodeDecodeError) as e:
+                value = json.loads(line.data.decode(encoding, errors="replace"))
+            except ValueError as e:
                 raise InputError(f"{name}: line {line.number} is not JSON ({e}); expected JSON Lines (one object "
                                  f"per line) — is this a plain-text file (format: text)?") from None
             if not isinstance(value, dict):

@@ -280,3 +280,19 @@ def test_a_cut_compressed_file_is_corrupt_input_with_the_lines_read(tmp_path, su
     assert 0 < caught.value.records_read < 5000 and caught.value.reason == "corrupt_compression"
     path.write_bytes(packed)
     assert sum(1 for _ in iter_records(path, 0, "jsonl")) == 5000
+
+
+def test_the_first_line_check_reads_the_files_encoding_and_leaves_bad_bytes_to_the_record(tmp_path):
+    # corpus.text.encoding latin-1: a JSONL file with "é" on line 1 was refused before the job as "line 1 is not
+    # JSON ('utf-8' codec can't decode byte 0xe9 ...) — is this a plain-text file (format: text)?", and so was a
+    # UTF-8 file whose first record has one bad byte (any other line's is quarantined as invalid_utf8)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes('{"id": "a", "text": "Café crème."}\n{"id": "b", "text": "Déjà vu."}\n'.encode("latin-1"))
+    options = TextOptions(encoding="latin-1")
+    validate_file(latin, "jsonl", options)
+    assert [r.paragraphs for r in iter_records(latin, 0, "jsonl", options)] == [["Café crème."], ["Déjà vu."]]
+    validate_file(latin, "jsonl")  # read as UTF-8: each record is quarantined, the file is not refused
+    assert by_kind(iter_records(latin, 0, "jsonl")) == Counter({"Quarantined:invalid_utf8": 2})
+    (tmp_path / "prose.txt.jsonl").write_bytes("Caf\xe9, just prose.\n".encode("latin-1"))
+    with pytest.raises(InputError, match=r"prose\.txt\.jsonl: line 1 is not JSON .*format: text"):
+        validate_file(tmp_path / "prose.txt.jsonl", "jsonl", options)
