@@ -171,7 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe value (repeatable)")
 
-    p = sub.add_parser("inspect", help="show a shard directory's manifest and one decoded instance with its masks")
+    text = "show a shard directory's manifest and one decoded instance with its masks"
+    p = sub.add_parser("inspect", help=text, description=text + ", so a person can check the data the model will "
+                       "see: the tokens of segments A and B, the NSP label, each masked position and what it became "
+                       "([MASK], kept, a random token), and the model's input. The shards are verified as pretraining "
+                       "verifies them (sha256 of every shard, the tokenizer's against the manifest's). With dynamic "
+                       "masking, --variant N shows the masks the loader draws in epoch N. See docs/shards.md.")
     p.add_argument("shard_dir", help="a shards directory (RUN/shards) or a run directory")
     p.add_argument("--split", default="train", help="train or heldout (default train)")
     p.add_argument("--index", type=int, default=0, help="row to decode (default 0; -1 the last)")

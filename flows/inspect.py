@@ -16,6 +16,10 @@ from .summary import fmt
 
 
 def _shard_dir(path: Path) -> Path:
+    if path.name == MANIFEST_NAME and path.is_file():  # the manifest itself: its shard directory
+        return path.parent
+    if not path.exists():  # a mistyped path: not a stage to run first
+        raise InputError(f"{path}: no such directory (give a shard directory, RUN/shards, or a run directory)")
     if (path / MANIFEST_NAME).is_file():
         return path
     if (path / "shards" / MANIFEST_NAME).is_file():

@@ -58,3 +58,17 @@ def test_a_row_past_the_split_is_refused_in_one_line_and_minus_one_is_the_last(s
     rows = int(err.split(" has ")[1].split(" rows")[0].replace(",", ""))
     assert main(["inspect", str(shard_run), "--index", "-1"]) == 0
     assert f"train[{rows - 1}]" in capsys.readouterr().out
+
+
+def test_a_path_that_is_not_there_is_named_and_the_manifest_itself_is_read(shard_run, tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "runz")]) == 2  # was "no manifest.json in …; run preprocess first"
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'runz'}: no such directory (give a shard directory, "
+                                       "RUN/shards, or a run directory)\n")
+    assert main(["inspect", str(shard_run / "shards" / "manifest.json")]) == 0
+    assert f"shards: {shard_run / 'shards'}" in capsys.readouterr().out
+
+
+def test_inspect_help_explains_what_it_shows(capsys):
+    with pytest.raises(SystemExit):
+        main(["inspect", "--help"])
+    assert "the model's input" in " ".join(capsys.readouterr().out.split())
