@@ -333,12 +333,15 @@ def expand_inputs(corpus) -> list[InputFile]:
             files.append(InputFile(spec, str(path)))
         else:
             raise InputError(f"{path}: input file not found (corpus.inputs entry {spec!r})")
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # a local path by its absolute form: corpus/a.jsonl is /data/corpus/a.jsonl
     for f in files:
-        if f.location in seen:
-            raise InputError(f"{f.location}: listed twice in corpus.inputs (directly or through a directory/glob)")
-        seen.add(f.location)
-    return _without_read_sides(fmt, files, seen)
+        key = f.location if f.is_url else os.path.abspath(f.location)
+        if key in seen:
+            also = f" (also as {seen[key]})" if seen[key] != f.location else ""
+            raise InputError(f"{f.location}: listed twice in corpus.inputs (directly or through a directory/glob)"
+                             f"{also}")
+        seen[key] = f.location
+    return _without_read_sides(fmt, files, set(seen.values()))
 
 
 def _without_read_sides(fmt: str, files: list[InputFile], locations: set[str]) -> list[InputFile]:

@@ -80,6 +80,19 @@ def test_what_matches_nothing_or_twice_is_named(tmp_path):
         expand_inputs(_corpus("text", tmp_path / "a.txt", tmp_path))
 
 
+def test_one_file_spelt_two_ways_is_listed_twice(tmp_path, monkeypatch):
+    # a relative and an absolute path (or one through ..) to one file were two inputs: every record read twice and
+    # the second copy quarantined as duplicate_key (jsonl, warc, wikipedia), or a text corpus refused with "has the
+    # same file name as ...: give the files distinct names"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.jsonl").write_text('{"text": "x"}\n')
+    for fmt, other in (("jsonl", str(tmp_path / "corpus")), ("warc", str(tmp_path / "corpus" / "*.jsonl")),
+                       ("text", "corpus/../corpus/a.jsonl")):
+        with pytest.raises(InputError, match=r"listed twice in corpus.inputs .*\(also as corpus/a\.jsonl\)$"):
+            expand_inputs(_corpus(fmt, "corpus/a.jsonl", other))
+
+
 def _tree(root, *names):
     for name in names:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
