@@ -109,10 +109,11 @@ class LabelSet:
 
     @staticmethod
     def infer(values: Iterable[str]) -> LabelSet:
-        """The distinct values, numerically sorted when all are integers ('0' < '1' < '10'), else sorted as text."""
+        """The distinct values, numerically sorted when all are integers ('0' < '1' < '10'; one number spelt two ways,
+        '01' and '1', in text order), else sorted as text."""
         distinct = set(values)
         if all(as_integer(v) is not None for v in distinct):
-            return LabelSet(sorted(distinct, key=int))
+            return LabelSet(sorted(distinct, key=lambda v: (int(v), v)))  # never the set's (hash seed's) order
         return LabelSet(sorted(distinct))
 
 

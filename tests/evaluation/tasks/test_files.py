@@ -359,3 +359,20 @@ def test_a_split_left_empty_by_few_split_keys_says_so(tmp_path):
     with pytest.raises(InputError, match=r"few.tsv: too few examples to fill every split \(train 2, dev 0, test 1\); "
                        r"dev is empty$"):  # as many keys as examples: nothing more to say
         load_task_file(few, "classification")
+
+
+def test_one_number_spelt_two_ways_gets_the_same_label_ids_in_every_process(tmp_path):
+    """'1' and '01' (or '2' and '+2') are two labels of one number: their order came from a set, i.e. from Python's
+    hash seed, so label ids (and label_names in results.json) changed between two runs of the same command."""
+    import os
+    import subprocess
+    import sys
+
+    path = write_tsv(tmp_path / "spelt.tsv", ["text", "label"], [[review(i), ("1", "01", "2", "+2")[i % 4]]
+                                                                   for i in range(80)])
+    code = ("from evaluation.tasks.registry import load_task_file; "
+            f"print(load_task_file({str(path)!r}, 'classification').label_names)")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+            for seed in range(8)}
+    assert seen == {"('01', '1', '+2', '2')\n"}, seen
