@@ -33,15 +33,39 @@ def _valid_keys_at(model: type[BaseModel], loc: Sequence[Any]) -> list[str] | No
         fields = _fields_of(current)
         if fields is None or not isinstance(part, str) or part not in fields:
             return None
-        ann = fields[part].annotation
-        # unwrap Optional[...] and similar single-model unions
-        args = getattr(ann, "__args__", None)
-        if args:
-            models = [a for a in args if isinstance(a, type) and _fields_of(a) is not None]
-            ann = models[0] if models else ann
-        current = ann
+        current = _section_type(fields[part].annotation)
     fields = _fields_of(current)
     return sorted(fields) if fields else None
+
+
+def _section_type(ann: Any) -> Any:
+    """A field's annotation with Optional[...] and similar single-model unions unwrapped to the model."""
+    args = getattr(ann, "__args__", None)
+    if args:
+        models = [a for a in args if isinstance(a, type) and _fields_of(a) is not None]
+        return models[0] if models else ann
+    return ann
+
+
+def _key_paths(model: Any, prefix: tuple[str, ...] = (), depth: int = 6) -> list[tuple[str, ...]]:
+    """Every key of a config and its nested sections, as paths (('pretrain', 'max_steps'), ...)."""
+    fields = _fields_of(model)
+    if not fields or depth == 0:
+        return []
+    paths = []
+    for name, info in fields.items():
+        paths.append((*prefix, name))
+        paths += _key_paths(_section_type(info.annotation), (*prefix, name), depth - 1)
+    return paths
+
+
+def _elsewhere(model: type[BaseModel], loc: Sequence[Any]) -> str:
+    """'did you mean 'model.hidden_size'?' for an unknown key that is a key of another section (those below the
+    section it was given in first); '' when it is a key of none, or of many (`enabled`: a guess would be noise)."""
+    others = [path for path in _key_paths(model) if path[-1] == loc[-1] and path != tuple(loc)]
+    below = [path for path in others if path[: len(loc) - 1] == tuple(loc[:-1])]
+    others = below or others
+    return f"did you mean {' or '.join(repr('.'.join(o)) for o in others)}?" if 0 < len(others) <= 2 else ""
 
 
 def _fields_of(section: Any) -> dict[str, Any] | None:
@@ -62,7 +86,7 @@ def format_validation_error(model: type[BaseModel], err: ValidationError, source
         key = ".".join(str(p) for p in e["loc"]) or "(root)"
         if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # the latter: a dataclass section
             valid = _valid_keys_at(model, e["loc"])
-            close = did_you_mean(e["loc"][-1], valid) if valid else ""
+            close = (did_you_mean(e["loc"][-1], valid) if valid else "") or _elsewhere(model, e["loc"])
             hint = (f" ({close})" if close else "") + (f"; valid keys here: {', '.join(valid)}" if valid else "")
             lines.append(f"  - unknown key '{key}'{hint}")
         else:

@@ -99,3 +99,34 @@ def test_an_unquoted_yaml_boolean_or_number_for_a_text_field_says_to_quote_it():
     assert validate(Outer, apply_overrides({}, ['name="no"'])).name == "no"
     with pytest.raises(ConfigError, match=r"got 2024; YAML reads .* e.g. name: \"2024\""):
         validate(Outer, {"name": 2024})
+
+
+def test_a_key_of_another_section_is_offered_its_full_path():
+    class Model(StrictModel):
+        hidden_size: int = 8
+
+    class Train(StrictModel):
+        max_steps: int = 1
+        enabled: bool = True
+
+    class Eval(StrictModel):
+        enabled: bool = True
+
+    class Extra(StrictModel):
+        enabled: bool = True
+
+    class Whole(StrictModel):
+        model: Model = Field(default_factory=Model)
+        train: Train = Field(default_factory=Train)
+        eval: Eval | None = None
+        extra: Extra = Field(default_factory=Extra)
+
+    with pytest.raises(ConfigError) as e:
+        validate(Whole, {"train": {"hidden_size": 64}})
+    assert "unknown key 'train.hidden_size' (did you mean 'model.hidden_size'?); valid keys here: enabled" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        validate(Whole, {"max_steps": 3})
+    assert "unknown key 'max_steps' (did you mean 'train.max_steps'?)" in str(e.value)
+    with pytest.raises(ConfigError) as e:  # a key of many sections: no guess
+        validate(Whole, {"model": {"enabled": True}})
+    assert "did you mean" not in str(e.value)

@@ -217,7 +217,8 @@ def test_missing_checkpoint_and_unknown_config_keys(tmp_path):
         run_evaluate(EvaluateConfig(device="cpu"), tmp_path)
     from bertfactory.config import validate
 
-    with pytest.raises(ConfigError, match=r"unknown key 'finetune.epoch' \(did you mean 'epochs'\?\); valid keys here: .*epochs"):
+    with pytest.raises(ConfigError, match=r"unknown key 'finetune.epoch' \(did you mean 'epochs'\?\); "
+                                          r"valid keys here: .*epochs"):
         validate(EvaluateConfig, {"finetune": {"epoch": 3}}, "test.yaml")
 
 

@@ -93,6 +93,8 @@ def test_a_misspelt_recipe_name_key_or_objective_is_offered_the_closest(tmp_path
     assert capsys.readouterr().err.startswith("error: config file not found: bert-bse; did you mean 'bert-base'? (")
     assert main(["describe", "local", "--set", "pretrain.max_stepz=3"]) == 2
     assert "unknown key 'pretrain.max_stepz' (did you mean 'max_steps'?); valid keys here:" in capsys.readouterr().err
+    assert main(["describe", "local", "--set", "pretrain.hidden_size=64"]) == 2  # a key of another section
+    assert "unknown key 'pretrain.hidden_size' (did you mean 'model.hidden_size'?)" in capsys.readouterr().err
     assert main(["describe", "local", "--set", "pretrain.objective=electr"]) == 2
     # named by its key (it was 'pretrain': ... (got {...}), the whole section)
     assert "'pretrain.objective': Value error, unknown objective 'electr' (did you mean 'electra'?); valid choices: " \
