@@ -60,6 +60,11 @@ def compression_of(path: str | Path) -> str | None:
     return _COMPRESSION_BY_SUFFIX.get(name[dot:]) if dot >= 0 else None
 
 
+def compression_by_signature(head: bytes) -> str | None:
+    """'gzip' / 'bz2' / 'xz' / 'zstd' when `head`, a file's first bytes, starts with that compression's signature."""
+    return next((kind for kind, signature in _MAGIC.items() if head.startswith(signature)), None)
+
+
 def strip_compression_suffix(path: str | Path) -> str:
     """The file name without a compression suffix: 'a.en-fr.tsv.gz' -> 'a.en-fr.tsv'."""
     name = str(path).rsplit("/", 1)[-1]
@@ -145,10 +150,9 @@ def open_input(path: str | Path, name: str | None = None) -> Iterator[BinaryIO]:
         magic = raw.read(6)
         raw.seek(0)
         if compression is None:
-            for kind, signature in _MAGIC.items():
-                if magic.startswith(signature):
-                    raise InputError(f"{name}: the file is {kind}-compressed but its name has no compression "
-                                     f"suffix; rename it (e.g. to {name}.{'gz' if kind == 'gzip' else kind})")
+            if (kind := compression_by_signature(magic)) is not None:
+                raise InputError(f"{name}: the file is {kind}-compressed but its name has no compression "
+                                 f"suffix; rename it (e.g. to {name}.{'gz' if kind == 'gzip' else kind})")
         elif not magic.startswith(_MAGIC[compression]):
             raise InputError(f"{name}: the name says {compression} but the file does not start with a {compression} "
                              f"signature (it starts with {magic!r}); corrupt, or misnamed")
@@ -229,4 +233,5 @@ def _break_length(raw: bytes) -> int:
     return 1 if raw.endswith(b"\n") else 0
 
 
-__all__ = ["open_input", "LineReader", "Line", "compression_of", "strip_compression_suffix", "DECOMPRESSION_ERRORS"]
+__all__ = ["open_input", "LineReader", "Line", "compression_of", "compression_by_signature", "strip_compression_suffix",
+           "DECOMPRESSION_ERRORS"]

@@ -26,6 +26,7 @@ from bertfactory.errors import InputError
 
 from . import remote
 from .corrupt import CorruptInput
+from .lines import compression_by_signature
 
 BZ2_MAGIC = b"BZh"
 _SNIFF_BYTES = 64 << 10
@@ -96,6 +97,10 @@ def validate_dump(path: remote.Location) -> None:
             head = f.read(_SNIFF_BYTES)
     except (OSError, EOFError, ValueError) as err:
         raise InputError(f"{path}: not a readable bz2 file ({err}); expected a bz2-compressed MediaWiki XML export") from None
+    other = None if compressed else compression_by_signature(head)
+    if other is not None:
+        raise InputError(f"{path}: the file is {other}-compressed; a MediaWiki XML export is read plain or "
+                         f"bz2-compressed: decompress it first, or recompress it with bzip2")
     kind = "bz2-compressed file" if compressed else "file"
     try:
         for _event, element in ET.iterparse(io.BytesIO(head), events=("start",)):

@@ -1,8 +1,11 @@
 """preprocessing.sources.wikipedia: streaming pages, quarantining malformed ones, clear errors for bad files."""
 
 import bz2
+import gzip
+import lzma
 
 import pytest
+import zstandard
 
 from bertfactory.errors import InputError
 from preprocessing.sources.wikipedia import Page, Quarantined, iter_pages, validate_dump
@@ -84,3 +87,18 @@ def test_a_utf16_dump_reads_the_same_pages_as_utf8(tmp_path, wiki, encoding):
     validate_dump(utf16)
     assert [(type(r), r.ordinal, getattr(r, "text", None)) for r in iter_pages(utf16)] == \
         [(type(r), r.ordinal, getattr(r, "text", None)) for r in iter_pages(utf8)]
+
+
+@pytest.mark.parametrize("suffix, compress, kind", [
+    (".gz", gzip.compress, "gzip"), (".xz", lzma.compress, "xz"),
+    (".zst", lambda data: zstandard.ZstdCompressor().compress(data), "zstd"),
+])
+def test_a_dump_in_another_compression_is_named_as_such(tmp_path, wiki, suffix, compress, kind):
+    # it was "this file is not MediaWiki XML (not well-formed (invalid token): line 1, column 0; it starts with
+    # '\x1f\ufffd\x08...')", the compressed bytes shown as text
+    data = (wiki.header + "".join(wiki.standard_pages()) + "</mediawiki>\n").encode()
+    path = tmp_path / f"enwiki-pages-articles.xml{suffix}"
+    path.write_bytes(compress(data))
+    with pytest.raises(InputError, match=rf"pages-articles\.xml\{suffix}: the file is {kind}-compressed; a MediaWiki "
+                                         rf"XML export is read plain or bz2-compressed: decompress it first"):
+        validate_dump(path)

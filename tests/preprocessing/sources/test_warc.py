@@ -3,6 +3,7 @@ segment (exact counts), and every kind of bad input (each its own WARC, written 
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
@@ -233,6 +234,11 @@ def test_not_a_warc(tmp_path):
         validate_file(tmp_path / "x.warc.gz")
     # a WARC whose later bytes are garbage: names how many records were read
     good = write_warc(tmp_path / "g.warc", [html_response("https://f.example/", ARTICLE.encode())]).read_bytes()
+    # another compression than gzip is named (it was "not a WARC file: first line is b'BZh91AY&SY...'")
+    (tmp_path / "g.warc.bz2").write_bytes(bz2.compress(good))
+    with pytest.raises(InputError, match=r"g\.warc\.bz2: the file is bz2-compressed; a WARC file is read plain or "
+                                         r"gzip-compressed \(\.warc, \.warc\.gz\)"):
+        list(iter_records(tmp_path / "g.warc.bz2", 0))
     (tmp_path / "tail.warc").write_bytes(good + b"garbage that is no record\r\n")
     with pytest.raises(InputError, match="after 1 records"):
         list(iter_records(tmp_path / "tail.warc", 0))
