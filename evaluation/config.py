@@ -170,6 +170,16 @@ class TaskConfig(StrictModel):
             raise ValueError(problems) from None
         return value
 
+    @model_validator(mode="after")
+    def _columns_read(self) -> "TaskConfig":
+        """A column setting the task type does not read is refused when the recipe is validated, before any stage."""
+        from .tasks.files import unread_columns
+
+        if self.task_type is not None and \
+                (problem := unread_columns(self.task_type, self.text_column, self.text_b_column, self.label_column)):
+            raise ValueError(problem)
+        return self
+
     def finetune_config(self, base: FinetuneConfig) -> FinetuneConfig:
         """The shared fine-tuning settings with this task's overrides applied."""
         return FinetuneConfig.model_validate({**base.model_dump(), **self.finetune})

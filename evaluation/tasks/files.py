@@ -43,6 +43,24 @@ SQUAD_SPLIT_KEYS = ("title", "id", "context")
 RARE_LABEL_FRACTION = 0.05
 
 
+def unread_columns(task_type: str, text_column: str | None, text_b_column: str | None,
+                   label_column: str | None) -> str | None:
+    """Why a column named for this task type would not be read (a second text of a `classification` task, any column
+    of a CoNLL or SQuAD file), or None. Left out without a word, such a setting changed what the user evaluated:
+    `--task-type classification --text-b-column hypothesis` fine-tuned on the premises alone."""
+    if task_type == "classification" and text_b_column is not None:
+        return (f"text_b_column (--text-b-column) {text_b_column!r}: a classification task reads one text; a task of "
+                "two texts is task type pair-classification")
+    named = [f"{key} (--{key.replace('_', '-')}) {value!r}" for key, value in
+             (("text_column", text_column), ("text_b_column", text_b_column), ("label_column", label_column))
+             if value is not None]
+    if task_type in ("tagging", "squad") and named:
+        layout = ("a CoNLL/BIO file has no named columns: the first field of a line is the word, the last its tag"
+                  if task_type == "tagging" else "a SQuAD file has no columns: its JSON keys are fixed")
+        return f"{', '.join(named)}: {layout}"
+    return None
+
+
 def _plan(dev_path: Path | None, test_path: Path | None) -> str:
     if dev_path is None:
         return "train/dev/test" if test_path is None else "train/dev"
@@ -166,6 +184,8 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
     file is not split, so no split has to be filled."""
     if task_type not in TASK_TYPES:
         raise ConfigError(f"task type {task_type!r} is not one of {', '.join(TASK_TYPES)}")
+    if (problem := unread_columns(task_type, text_column, text_b_column, label_column)) is not None:
+        raise ConfigError(problem)
     if test_only and (dev_path is not None or test_path is not None):
         raise ConfigError("test_only reads one file as test examples; it takes no dev_path / test_path")
     paths = {"train": Path(path)}

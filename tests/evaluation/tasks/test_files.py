@@ -376,3 +376,25 @@ def test_one_number_spelt_two_ways_gets_the_same_label_ids_in_every_process(tmp_
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
             for seed in range(8)}
     assert seen == {"('01', '1', '+2', '2')\n"}, seen
+
+
+@pytest.mark.parametrize("task_type, columns, message", [
+    ("classification", {"text_column": "premise", "text_b_column": "hypothesis"},
+     r"^text_b_column \(--text-b-column\) 'hypothesis': a classification task reads one text; a task of two texts is "
+     r"task type pair-classification$"),
+    ("tagging", {"label_column": "ner"}, r"^label_column \(--label-column\) 'ner': a CoNLL/BIO file has no named "
+                                         r"columns: the first field of a line is the word, the last its tag$"),
+    ("squad", {"text_column": "context"}, r"^text_column \(--text-column\) 'context': a SQuAD file has no columns"),
+])
+def test_a_column_the_task_type_does_not_read_is_refused(tmp_path, task_type, columns, message):
+    """Was: left out without a word: `--task-type classification --text-b-column hypothesis` fine-tuned on the
+    premises alone (Example(text='p 0', text_b=None)); `--task-type tagging --label-column ner` read the last field."""
+    from evaluation.config import TaskConfig
+
+    path = tmp_path / "pairs.csv"
+    path.write_text("premise,hypothesis,label\n" + "".join(f"p {i},h {i},{i % 2}\n" for i in range(60)))
+    with pytest.raises(ConfigError, match=message):
+        load_task_file(path, task_type, **columns)
+    with pytest.raises(ValueError, match=message[1:-1] if message.endswith("$") else message[1:]):  # recipe / CLI
+        TaskConfig(input=str(path), task_type=task_type, **columns)
+    assert load_task_file(path, "pair-classification", text_column="premise", text_b_column="hypothesis").train[0].text_b
