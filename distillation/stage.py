@@ -57,7 +57,13 @@ TEACHER_ARCHITECTURES = ("BertForPreTraining", "ModernBertForMaskedLM")
 def load_distill_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> DistillConfig:
     """Validate a distill YAML with `a.b=value` overrides (errors name the field and the file)."""
     source = str(path) + (f" with overrides {list(overrides)}" if overrides else "")
-    return validate(DistillConfig, apply_overrides(load_yaml(path), list(overrides)), source=source)
+    data = load_yaml(path)
+    if data and not set(data) & set(DistillConfig.model_fields):  # not a list of unknown keys, one per section
+        raise ConfigError(f"{path} holds no distillation setting (its keys {', '.join(data)} are none of a distillation "
+                          f"config's: {', '.join(DistillConfig.model_fields)}); a pipeline recipe runs with "
+                          "`bertfactory run`, a distillation config (kind `distill` in `bertfactory recipes list`, "
+                          "e.g. distill-local) with `bertfactory distill`")
+    return validate(DistillConfig, apply_overrides(data, list(overrides)), source=source)
 
 
 def load_teacher(cfg: DistillConfig, run_dir: Path, out_dir: Path) -> tuple[Teacher, Path]:

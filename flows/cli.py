@@ -273,16 +273,7 @@ def _cmd_describe(args) -> int:
     from .recipe import load_recipe
     from .summary import fmt
 
-    from .recipe import resolve_recipe
-    from .recipes_cli import _kind
-
-    if _kind(resolve_recipe(args.config)) == "distill":
-        from bertfactory.errors import ConfigError
-
-        raise ConfigError(f"{args.config} is a distillation config (it has a teacher section), not a pipeline recipe: "
-                          "describe reads a pipeline recipe (kind `recipe` in `bertfactory recipes list`); run a "
-                          "distillation config with `bertfactory distill`")
-    recipe = load_recipe(args.config, args.overrides)
+    recipe = load_recipe(args.config, args.overrides)  # a distillation config: one line naming bertfactory distill
     vocab, vocab_note = recipe.preprocess.tokenizer.vocab_size, ""
     adopted = recipe.preprocess.tokenizer.path
     if adopted:  # an adopted tokenizer decides the vocabulary when it is there already

@@ -119,8 +119,19 @@ def resolve_recipe(spec: str | Path) -> Path:
                       "and no bundled recipe of that name: `bertfactory recipes list` shows them)")
 
 
+def config_kind(data: dict) -> str:
+    """'distill' for a distillation config (distillation/config.py: its `teacher` section), 'recipe' for a pipeline
+    recipe, from the top-level keys alone (`bertfactory recipes list` shows it)."""
+    return "distill" if "teacher" in data else "recipe"
+
+
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
-    path = resolve_recipe(path)
-    data = apply_overrides(load_yaml(path), list(overrides))
+    spec, path = path, resolve_recipe(path)
+    data = load_yaml(path)
+    if config_kind(data) == "distill":  # not a list of unknown keys, one per distillation setting
+        raise ConfigError(f"{spec} is a distillation config (it has a teacher section), not a pipeline recipe: run a "
+                          f"distillation config with `bertfactory distill {spec} --run-dir RUN` (kind `distill` in "
+                          "`bertfactory recipes list`)")
+    data = apply_overrides(data, list(overrides))
     source = str(path) + (f" with overrides {list(overrides)}" if overrides else "")
     return validate(Recipe, data, source)

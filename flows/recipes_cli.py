@@ -31,8 +31,10 @@ def add_recipes_parser(sub) -> None:
 
 def _kind(path: Path) -> str:
     """'recipe' for a pipeline recipe (flows.recipe.Recipe sections), 'distill' for a distillation config (its
-    `teacher` section), from the top-level keys alone (nothing is validated or imported)."""
-    return "distill" if "teacher" in load_yaml(path) else "recipe"
+    `teacher` section), from the top-level keys alone (nothing is validated)."""
+    from .recipe import config_kind
+
+    return config_kind(load_yaml(path))
 
 
 def _summary(path: Path) -> str:

@@ -99,3 +99,22 @@ def test_a_misspelt_recipe_name_key_or_objective_is_offered_the_closest(tmp_path
     # named by its key (it was 'pretrain': ... (got {...}), the whole section)
     assert "'pretrain.objective': Value error, unknown objective 'electr' (did you mean 'electra'?); valid choices: " \
         in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["run"], ["pretrain"], ["evaluate"], ["refresh", "--run-dir", "RUN"],
+                                     ["describe"]])
+def test_a_distillation_config_given_to_a_pipeline_command_is_one_line(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.chdir(tmp_path)
+    args = [a if a != "RUN" else str(tmp_path / "run") for a in command]
+    assert main([args[0], "distill-local", *args[1:]]) == 2  # was one 'unknown key' per distillation setting
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown key" not in err and "is a distillation config (it has a teacher " \
+        "section), not a pipeline recipe: run a distillation config with `bertfactory distill " in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_pipeline_recipe_given_to_distill_is_one_line(tmp_path, capsys):
+    assert main(["distill", "local", "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown key" not in err
+    assert "local.yaml holds no distillation setting (its keys name, corpus, " in err and "`bertfactory run`" in err
