@@ -37,7 +37,7 @@ with the byte offset and the records read, which the pipeline quarantines instea
 Locations: a local path or a URL (s3://, gs://, any fsspec URL; sources.remote), streamed either way (a URL through
 the store's read-ahead buffer, never downloaded whole), with the same records.
 Line ends: `WARC/1.0` lines and header lines may end CR LF, LF or CR CR LF (warcio reads all three, and crawlers
-have written the last).
+have written the last); a block may be followed by LF LF instead of CR LF CR LF (a WARC written with LF line ends).
 """
 
 from __future__ import annotations
@@ -315,7 +315,8 @@ def _records(stream: _Stream, name: str, max_record_bytes: int) -> Iterator[tupl
             continue
         block = stream.read(length)
         trailer = stream.read(4) if len(block) == length else b""
-        if trailer == b"\r\n\r\n":
+        if trailer == b"\r\n\r\n" or trailer.startswith(b"\n\n"):  # a WARC written with LF line ends: LF LF
+            stream.push_back(trailer[2:] if trailer[0:1] == b"\n" else b"")
             yield headers, block, None
             continue
         # Content-Length too long: the next record starts inside the block (which may run past the end of the file:

@@ -46,6 +46,25 @@ def test_a_warc_version_line_ending_cr_cr_lf_is_read(tmp_path):
     assert [r.key for r in records] == ["https://quay.example/0", "https://quay.example/1"]
 
 
+def test_a_warc_written_with_lf_line_ends_is_read(tmp_path):
+    # WARC header lines ending LF were read, but the LF LF after each block was "not followed by CRLF CRLF": every
+    # record of such a file was quarantined as bad_length (warcio reads them all)
+    data, records, at = _warc_bytes(), [], 0
+    while at < len(data):
+        end = data.index(b"\r\n\r\n", at)
+        header = data[at:end]
+        length = int(header.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        records.append(header.replace(b"\r\n", b"\n") + b"\n\n" + data[end + 4:end + 4 + length] + b"\n\n")
+        at = end + 4 + length + 4
+    path = tmp_path / "lf.warc"
+    path.write_bytes(b"".join(records))
+    with open(path, "rb") as f:
+        assert [r.rec_type for r in ArchiveIterator(f)] == ["response", "response"]
+    records = list(iter_records(path, 0, min_chars=50))
+    assert [type(r) for r in records] == [Document, Document]
+    assert [r.key for r in records] == ["https://quay.example/0", "https://quay.example/1"]
+
+
 def test_a_flipped_byte_in_a_bz2_dump_is_a_corrupt_bz2_stream_not_broken_xml(tmp_path):
     data = bytearray(sample_path("enwiki").read_bytes())
     data[len(data) // 2] ^= 0x10  # one bit: the block decompresses to garbage before its CRC check fails
