@@ -157,7 +157,10 @@ def _to_record(element: ET.Element, source: int, file: str, ordinal: int) -> Pag
     except ValueError:
         return bad("bad_number", f"<ns>{ns!r}</ns> / <id>{pid!r}</id> is not an integer")
     redirect = any(_local(c.tag) == "redirect" for c in element)
-    text = _child_text(element, "revision", "text")
+    # an export with history (Special:Export, pages-meta-history) lists a page's revisions oldest first: the last
+    # one is the page as it stands
+    revision = next((c for c in reversed(element) if _local(c.tag) == "revision"), None)
+    text = _child_text(revision, "text") if revision is not None else None
     if text is None:
         return bad("missing_text", "<page> has no <revision><text>")
     return Page(source, ordinal, title, namespace, page_id, redirect, text)

@@ -102,3 +102,14 @@ def test_a_dump_in_another_compression_is_named_as_such(tmp_path, wiki, suffix, 
     with pytest.raises(InputError, match=rf"pages-articles\.xml\{suffix}: the file is {kind}-compressed; a MediaWiki "
                                          rf"XML export is read plain or bz2-compressed: decompress it first"):
         validate_dump(path)
+
+
+def test_a_page_with_its_history_is_read_at_its_last_revision(tmp_path, wiki):
+    # an export with history (Special:Export, pages-meta-history) lists the revisions oldest first, and the page
+    # was read at its first revision: the text of years ago, without a word
+    page = wiki.page_xml("Harbour", "The newest text of the page.", page_id=5).replace(
+        "<revision>", "<revision><id>1</id><text>The first draft.</text></revision>\n    "
+                      "<revision><id>2</id><text>A later text.</text></revision>\n    <revision>", 1)
+    path = wiki.write_dump(tmp_path / "history.xml", [page], compress=False)
+    [record] = iter_pages(path)
+    assert isinstance(record, Page) and record.text == "The newest text of the page."
