@@ -12,12 +12,12 @@ before any lock is taken or file written:
 from __future__ import annotations
 
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator, TypeVar
 
 from pydantic import Field, field_validator
 
 from bertfactory.config import StrictModel, validate
+from bertfactory.errors import ConfigError
 
 from bertfactory.run_location import resolve_run_dir
 
@@ -30,17 +30,22 @@ P = TypeVar("P", bound="StageParams")
 class StageParams(StrictModel):
     """The parameters every flow takes: a recipe, overrides and the run directory it writes."""
 
-    config: str = Field(min_length=1, description="recipe (or distillation config) YAML path, as seen by the worker")
+    config: str = Field(min_length=1, description="recipe (or distillation config) YAML path, as seen by the worker, "
+                        "or a bundled recipe's name (local, bert-base, distill-local: `bertfactory recipes list`)")
     run_dir: str = Field(min_length=1, description="run directory (docs/run-directory.md); locked while the flow runs")
     overrides: list[str] = Field(default_factory=list, description="KEY=VALUE recipe overrides, like the CLI's --set")
 
     @field_validator("config")
     @classmethod
     def _config_exists(cls, value: str) -> str:
-        if not Path(value).expanduser().is_file():
-            raise ValueError(f"no such file {value!r} (relative paths are resolved from the worker's working "
-                             f"directory {Path.cwd()})")
-        return value
+        # a path, or a bundled recipe's name, resolved as every command resolves it (flows/recipe.py): the file the
+        # flow reads (a deployment given `config: bert-base` was refused as "no such file")
+        from .recipe import resolve_recipe
+
+        try:
+            return str(resolve_recipe(value))
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
 
     @field_validator("overrides", mode="before")
     @classmethod

@@ -115,3 +115,15 @@ def test_bad_parameters_fail_the_flow_run_with_a_message_naming_them(tmp_path, w
     with pytest.raises(ConfigError, match=r"'overrides': .*KEY=VALUE"):
         corpus_refresh(str(config), str(tmp_path / "run"), overrides=["refresh.list_attempts"])
     assert not (tmp_path / "run").exists()
+
+
+def test_a_flow_takes_a_bundled_recipes_name_as_the_commands_do(tmp_path):
+    from bertfactory.config import validate
+    from flows.params import StageParams
+    from flows.recipe import bundled_recipe
+
+    # a deployment run with config=bert-base was refused as "no such file 'bert-base'"
+    params = validate(StageParams, {"config": "bert-base", "run_dir": str(tmp_path / "run")})
+    assert params.config == str(bundled_recipe("bert-base"))
+    with pytest.raises(ConfigError, match=r"'config': .*config file not found: bert-bse; did you mean 'bert-base'\?"):
+        validate(StageParams, {"config": "bert-bse", "run_dir": str(tmp_path / "run")})
