@@ -287,7 +287,9 @@ class EvaluateConfig(StrictModel):
     def _feature_task_listed(self) -> "EvaluateConfig":
         if self.feature_based.enabled and self.feature_based.task not in self.tasks:
             raise ValueError(f"feature_based.task {self.feature_based.task!r} is not among evaluate.tasks "
-                             f"({', '.join(self.tasks) or 'none'})")
+                             f"({', '.join(self.tasks) or 'none'}): add it to evaluate.tasks, set "
+                             "evaluate.feature_based.task to one of them, or switch the comparison off (--set "
+                             "evaluate.feature_based.enabled=false)")
         return self
 
     @model_validator(mode="after")

@@ -98,8 +98,10 @@ def test_task_options_switch_off_the_recipes_feature_based_comparison(name, tmp_
 def test_a_recipe_that_names_the_wrong_task_itself_is_still_refused(capsys):
     from bertfactory.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="feature_based.task 'wnut16' is not among evaluate.tasks"):
-        load_recipe("local", ["evaluate.tasks={trec_coarse: {}}"])
+    with pytest.raises(ConfigError, match="feature_based.task 'wnut16' is not among evaluate.tasks \\(trec_coarse\\): "
+                       "add it to evaluate.tasks, set evaluate.feature_based.task to one of them, or switch the "
+                       "comparison off \\(--set evaluate.feature_based.enabled=false\\)"):
+        load_recipe("local", ["evaluate.tasks={trec_coarse: {}}"])  # it said only what was wrong
     # a --set of the same call that asks for the comparison is the user's: validation names the missing task
     with pytest.raises(ConfigError, match="feature_based.task 'wnut16' is not among evaluate.tasks \\(trec_coarse\\)"):
         recipe_with("local", args_of(["trec_coarse"], overrides=["evaluate.feature_based.enabled=true"]), capsys)
