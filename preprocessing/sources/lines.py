@@ -9,8 +9,9 @@ Paths: local files and fsspec URLs (`file://`, `memory://`, `https://`, `gs://`,
 their fsspec backend installed). Compression follows the extension: `.gz`, `.bz2`, `.xz`, `.zst`. File-level
 problems raise `InputError` naming the file: missing, 0 bytes, empty after decompression, compressed data under a
 name that says otherwise, corrupt or truncated compression (with how many lines were read: a `CorruptInput`, which
-the pipeline quarantines, sources.corrupt), and a UTF-16/UTF-32
-byte-order mark (these readers split lines on the byte 0x0A, which UTF-16 text does not have on its own).
+the pipeline quarantines, sources.corrupt), a UTF-16/UTF-32
+byte-order mark (these readers split lines on the byte 0x0A, which UTF-16 text does not have on its own), and an
+archive of files (tar, also inside gzip & co., zip, 7z: its headers would be read as text).
 """
 
 from __future__ import annotations
@@ -156,6 +157,10 @@ def open_input(path: str | Path, name: str | None = None) -> Iterator[BinaryIO]:
         elif not magic.startswith(_MAGIC[compression]):
             raise InputError(f"{name}: the name says {compression} but the file does not start with a {compression} "
                              f"signature (it starts with {magic!r}); corrupt, or misnamed")
+        archive = _archive_kind(_first_bytes(raw, compression, name))
+        if archive is not None:
+            raise InputError(f"{name}: the file is a {archive} archive (files packed into one), not a text file; "
+                             f"extract it and give the extracted files, or their folder, as the input")
         stream = _decompressed(raw, compression, name)
         head = magic[:4]
         if compression is not None:
@@ -171,6 +176,26 @@ def open_input(path: str | Path, name: str | None = None) -> Iterator[BinaryIO]:
                 raise InputError(f"{name}: the file is {encoding} encoded (byte-order mark {bom.hex(' ').upper()}); "
                                  f"convert it to UTF-8 first, e.g. iconv -f {encoding} -t UTF-8")
         yield stream
+
+
+def _first_bytes(raw: BinaryIO, compression: str | None, name: str, n: int = 512) -> bytes:
+    """The first `n` bytes of the file after decompression, `raw` left at its start (b"" where the compressed data
+    breaks at once: the caller's own check names that)."""
+    try:  # a plain file read as it is (a BufferedReader around it would close it when dropped)
+        return (raw if compression is None else _decompressed(raw, compression, name)).read(n)
+    except DECOMPRESSION_ERRORS:
+        return b""
+    finally:
+        raw.seek(0)
+
+
+def _archive_kind(head: bytes) -> str | None:
+    """'tar' / 'zip' / '7z' when `head` starts an archive of files (tar: "ustar" at byte 257 of its first header)."""
+    if head[257:262] == b"ustar":
+        return "tar"
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    return "7z" if head.startswith(b"7z\xbc\xaf\x27\x1c") else None
 
 
 @dataclass(frozen=True)

@@ -296,3 +296,24 @@ def test_the_first_line_check_reads_the_files_encoding_and_leaves_bad_bytes_to_t
     (tmp_path / "prose.txt.jsonl").write_bytes("Caf\xe9, just prose.\n".encode("latin-1"))
     with pytest.raises(InputError, match=r"prose\.txt\.jsonl: line 1 is not JSON .*format: text"):
         validate_file(tmp_path / "prose.txt.jsonl", "jsonl", options)
+
+
+def test_an_archive_of_files_is_refused_naming_it(tmp_path):
+    # a corpus.tar.gz given as text was read as text: each document began with the tar header (the member's name,
+    # NUL padding, mode, owner), the files' lines glued on; a .zip gave invalid_utf8 records
+    import io
+    import tarfile
+    import zipfile
+
+    body = b"First document line.\nSecond line.\n\nAnother document.\n"
+    with tarfile.open(tmp_path / "corpus.tar.gz", "w:gz") as tar:
+        member = tarfile.TarInfo("corpus/a.txt")
+        member.size = len(body)
+        tar.addfile(member, io.BytesIO(body))
+    with zipfile.ZipFile(tmp_path / "corpus.zip", "w") as z:
+        z.writestr("a.txt", body)
+    for name, kind in (("corpus.tar.gz", "tar"), ("corpus.zip", "zip")):
+        for fmt in ("text", "jsonl"):
+            with pytest.raises(InputError, match=rf"{name}: the file is a {kind} archive \(files packed into one\), "
+                                                 rf"not a text file; extract it"):
+                list(iter_records(tmp_path / name, 0, fmt))
