@@ -195,3 +195,22 @@ def test_what_our_encoder_cannot_compute_is_refused(tmp_path):
         with pytest.raises(ContractError, match=message):
             import_from_hf(hf_dir, tmp_path / "out")
         assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_without_its_vocabulary_is_refused(tmp_path, capsys):
+    """transformers 5's BertTokenizerFast(vocab_file=...) ignores vocab_file (the argument is `vocab` now) and saves a
+    tokenizer.json of the 5 special tokens. Was: imported without a word, and every word of a task was [UNK] in the
+    evaluation. A few padded rows (a published model's matrix) still import."""
+    model = randomised(transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=24)))
+    model.save_pretrained(tmp_path / "hf")
+    write_tokenizer(tmp_path / "hf" / "tokenizer.json", 10)  # 15 tokens for 45 rows
+    capsys.readouterr()  # save_pretrained's progress bar
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "ours")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'hf' / 'tokenizer.json'} has 15 tokens for the model's 45 embedding "
+                          "rows") and "30 rows can never be read" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "ours").exists()
+    write_tokenizer(tmp_path / "hf" / "tokenizer.json", VOCAB - 5 - 3)  # 42 tokens, 3 padded rows: imported
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "ours")]) == 0

@@ -30,7 +30,7 @@ from bertfactory.io import apply_umask, atomic_write_json, publish_dir, read_jso
 from bertfactory.tokens import role_tokens_of_file
 
 from ..checkpoint import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, _fsync_file, _staging_dir, load_pretrained,
-                         read_checkpoint_config, save_pretrained, unreadable_pickle)
+                         read_checkpoint_config, save_pretrained, tokenizer_info, unreadable_pickle)
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +248,18 @@ def load_mapped(model: torch.nn.Module, state: dict[str, torch.Tensor], source: 
 
 def finish_import(model: torch.nn.Module, config: Any, tokenizer_path: Path, out: Path, hf_dir: Path,
                   architecture: str, initialised: list[str], seed: int, dropped: tuple[str, ...] = ()) -> HfImport:
-    """Log what was initialised, write our model directory `out`, and say what was done."""
+    """Refuse a tokenizer that can reach under half of the model's embedding rows, log what was initialised, write
+    our model directory `out`, and say what was done."""
+    rows = getattr(config, "vocab_size", None)
+    tokens = tokenizer_info(tokenizer_path)["vocab_size"]
+    if rows is not None and 2 * tokens < rows:
+        # a published model pads its matrix by a few rows at most (ModernBERT 50,368 for 50,280 tokens): a tokenizer
+        # this small is one saved without its vocabulary, and every word of a task would be read as unknown
+        raise ContractError(f"{tokenizer_path} has {tokens} tokens for the model's {rows} embedding rows "
+                            f"({hf_dir / 'config.json'}: vocab_size): {rows - tokens} rows can never be read and every "
+                            "word outside those tokens is unknown. A tokenizer "
+                            "saved without its vocabulary? (transformers 5's BertTokenizerFast takes vocab=, and ignores "
+                            "vocab_file=); save the model's own tokenizer with save_pretrained")
     if initialised:
         logger.warning("%s (%s) has no %s: initialised as our %s does (seed %d); train them before relying on "
                        "them", hf_dir, architecture, ", ".join(initialised), type(model).__name__, seed)
