@@ -154,10 +154,22 @@ def _duplicate_key(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> st
     return None
 
 
+def read_config_text(path: Path) -> str:
+    """A config file's text; ConfigError naming the file, the byte and its line when it is not UTF-8 (a recipe saved
+    as Latin-1 or UTF-16 by an editor was a UnicodeDecodeError traceback)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} at line {line}): save it as "
+                          "UTF-8") from None
+
+
 def read_yaml(path: Path) -> Any:
     """The YAML document in `path` (safe types); ConfigError in one line naming the file for a syntax error or a key
     that a mapping holds twice (PyYAML keeps the last one without a word)."""
-    loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+    loader = yaml.SafeLoader(read_config_text(path))
     loader.name = str(path)
     try:
         node = loader.get_single_node()

@@ -12,7 +12,7 @@ import argparse
 import re
 from pathlib import Path
 
-from bertfactory.config import load_yaml
+from bertfactory.config import load_yaml, read_config_text
 
 # a full stop that ends a sentence: followed by a capital, and not the one of "et al." or "e.g."
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)\.\s+(?=[A-Z])")
@@ -56,7 +56,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     from .recipe import bundled_recipes, resolve_recipe
 
     if args.recipes_command == "show":
-        print(resolve_recipe(args.name).read_text(encoding="utf-8"), end="")
+        print(read_config_text(resolve_recipe(args.name)), end="")
         return 0
     recipes = bundled_recipes()
     width = max(len(name) for name in recipes)

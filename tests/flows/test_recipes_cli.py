@@ -118,3 +118,11 @@ def test_a_pipeline_recipe_given_to_distill_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown key" not in err
     assert "local.yaml holds no distillation setting (its keys name, corpus, " in err and "`bertfactory run`" in err
+
+
+def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    recipe = tmp_path / "latin.yaml"
+    recipe.write_bytes("name: café\nmodel:\n  num_layers: 2\n".encode("latin-1"))  # as an editor may save it
+    for command in (["describe", str(recipe)], ["recipes", "show", str(recipe)]):
+        assert main(command) == 2  # was a UnicodeDecodeError traceback
+        assert capsys.readouterr().err == f"error: {recipe} is not UTF-8 text (byte 0xe9 at line 1): save it as UTF-8\n"
