@@ -16,7 +16,10 @@ from pathlib import Path
 def add_distill_parser(sub) -> None:
     text = "distil the run's teacher into DistilBERT / BERT-PKD / TinyBERT students -> RUN/distill"
     p = sub.add_parser("distill", help=text, description=text + ". Teacher and students are scored side by side on "
-                       "a real task (results.json + report.md). See distillation/.")
+                       "a real task (results.json + report.md). CONFIG is a distillation config (kind `distill` in "
+                       "`bertfactory recipes list`; its teacher, shards and task), not a pipeline recipe; a teacher "
+                       "of our own is trained first with `bertfactory run RECIPE --run-dir RUN`. Unchanged config and "
+                       "inputs: up to date, nothing retrained. See docs/distill.md.")
     p.add_argument("config", help="distill YAML or bundled config name, e.g. distill-local")
     p.add_argument("--run-dir", required=True, help="run directory holding the teacher (pretrain/final) and shards")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

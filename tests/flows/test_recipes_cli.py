@@ -126,3 +126,11 @@ def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path, capsys):
     for command in (["describe", str(recipe)], ["recipes", "show", str(recipe)]):
         assert main(command) == 2  # was a UnicodeDecodeError traceback
         assert capsys.readouterr().err == f"error: {recipe} is not UTF-8 text (byte 0xe9 at line 1): save it as UTF-8\n"
+
+
+def test_distill_help_names_its_config_kind_and_its_docs(capsys):
+    with pytest.raises(SystemExit):
+        main(["distill", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    # it ended "See distillation/." (a source folder) and did not say which kind of config it reads
+    assert "See docs/distill.md" in out and "kind `distill` in `bertfactory recipes list`" in out
