@@ -72,6 +72,10 @@ class Columns:
 
 def table_format(path: Path) -> str:
     fmt = TABLE_SUFFIXES.get(path.suffix.lower())
+    if fmt is None and path.suffix.lower() == ".json":  # renamed to .jsonl, a JSON array was refused at line 1
+        raise InputError(f"{path}: a .json file is no table layout: write one JSON object per line and name it .jsonl "
+                         "(a JSON array of records: pandas to_json(orient='records', lines=True)); a SQuAD file is task "
+                         "type squad")
     if fmt is None:
         raise InputError(f"{path}: cannot tell the layout from the extension {path.suffix!r}; "
                          f"name the file {', '.join(sorted(TABLE_SUFFIXES))}")
@@ -96,7 +100,8 @@ def _read_jsonl(path: Path, text: str) -> Records:
         except json.JSONDecodeError as err:
             raise InputError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
         if not isinstance(value, dict):
-            raise InputError(f"{path}:{lineno}: expected a JSON object, found {type(value).__name__}")
+            array = " (a JSON array of records? write one object per line)" if isinstance(value, list) else ""
+            raise InputError(f"{path}:{lineno}: expected a JSON object, found {type(value).__name__}{array}")
         rows.append((lineno, value))
     if not rows:
         raise InputError(f"{path}: no records")

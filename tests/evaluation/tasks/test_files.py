@@ -149,7 +149,13 @@ def test_dev_and_test_files(tmp_path):
      r":4: label 'neutral' is not in the label set \(neg, pos\)"),
     ("broken.jsonl", '{"text": "good", "label": "a"}\n{"text": "bad", "label": \n', {},
      r":2: not valid JSON \(Expecting value at column 26\)"),
-    ("array.jsonl", '["good", "a"]\n', {}, r":1: expected a JSON object, found list"),
+    ("array.jsonl", '["good", "a"]\n', {}, r":1: expected a JSON object, found list \(a JSON array of records\? write "
+     r"one object per line\)"),
+    # was: `cannot tell the layout from the extension '.json'; name the file .csv, .jsonl, ...`, and renamed to .jsonl
+    # the usual JSON array was refused at line 1
+    ("records.json", '[{"text": "good", "label": "a"}]', {}, r"records.json: a .json file is no table layout: write "
+     r"one JSON object per line and name it .jsonl \(a JSON array of records: pandas to_json\(orient='records', "
+     r"lines=True\)\); a SQuAD file is task type squad$"),
     ("empty.tsv", "", {}, r": the file is empty"),
     ("blank.jsonl", "\n  \n", {}, r": the file is empty"),
     ("header_only.tsv", "text\tlabel\n", {}, r": a header but no records"),
