@@ -21,7 +21,8 @@ What each record becomes:
   `binary_payload` (declared HTML, but NUL bytes or a binary file signature), `undecodable` (bytes invalid in the
   declared charset — HTTP header, else `<meta charset>` — or, with nothing declared, neither UTF-8 nor a charset
   detected by charset_normalizer; a declared charset is trusted over guessing, mojibake is worse than a lost page),
-  `bad_content_encoding`, `extraction_failed` (the extractor raised).
+  `bad_content_encoding`, `extraction_failed` (the extractor raised), `missing_uri` (a response without a
+  WARC-Target-URI, the document's identity).
 - `Document(key=WARC-Target-URI, paragraphs=main text lines, lang=<html lang> else Content-Language (primary
   subtag, lower case) else None, meta={url, domain, date, title, warc_record_id})`; `date` is the page's publish
   date (article:published_time and similar meta tags, or JSON-LD datePublished) when it parses as ISO 8601, else
@@ -435,6 +436,9 @@ def iter_records(path: remote.Location, source: int, display_name: str | None = 
             sniffed_html = not mime and re.match(rb"\s*(<!doctype html|<html)", body[:512], re.I) is not None
             if mime not in _HTML_TYPES and not sniffed_html:
                 yield Dropped(source, ordinal, "not_html")
+                continue
+            if not url:  # the document's identity: every response without one would be a duplicate of the first
+                yield quarantined("missing_uri", "an HTML response without a WARC-Target-URI")
                 continue
             encoding = http_headers.get("content-encoding", "").lower()
             if encoding in ("gzip", "x-gzip", "deflate") and body[:2] == b"\x1f\x8b":

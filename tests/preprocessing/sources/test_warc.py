@@ -270,3 +270,16 @@ def test_a_content_length_past_the_end_of_the_file_loses_no_record_after_it(tmp_
         assert [r.key for r in records[1:]] == ["https://b.example/1", "https://b.example/2"]
         assert re.fullmatch(rf"Content-Length {length} runs into the next record and \d+ bytes past the end of "
                             rf"the file", records[0].detail)
+
+
+def test_a_page_without_a_target_uri_is_quarantined(tmp_path):
+    # the URI is a WARC document's identity: pages without one were Documents keyed "", and the pipeline
+    # quarantined all but the first as duplicate_key of each other
+    good = write_warc(tmp_path / "good.warc", [html_response(f"https://g.example/{i}", ARTICLE.encode())
+                                               for i in range(3)]).read_bytes()
+    path = tmp_path / "nouri.warc"
+    path.write_bytes(re.sub(rb"WARC-Target-URI: https://g\.example/[01]\r\n", b"", good))
+    records = list(iter_records(path, 0))
+    assert by_kind(records) == {"Quarantined:missing_uri": 2, "Document": 1}
+    assert records[0].detail == "an HTML response without a WARC-Target-URI" and records[0].record_id
+    assert records[2].key == "https://g.example/2"
