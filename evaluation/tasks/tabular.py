@@ -218,9 +218,13 @@ def option_values(records: Records, lineno: int, row: dict) -> tuple[str, ...]:
         if not isinstance(options, list) or not all(isinstance(o, str) and o.strip() for o in options):
             raise InputError(f"{records.path}:{lineno}: 'options' must be a list of non-empty strings")
     else:
-        options = []
-        while f"option{len(options)}" in row:
-            options.append(text_value(records, lineno, row, f"option{len(options)}", "option"))
+        # a record with fewer options than the file's columns (ARC: 3 to 5) leaves the last cells empty
+        cells = []
+        while f"option{len(cells)}" in row:
+            cells.append(row[f"option{len(cells)}"])
+        while cells and not str(cells[-1]).strip():
+            cells.pop()
+        options = [text_value(records, lineno, row, f"option{i}", "option") for i in range(len(cells))]
     if len(options) < 2:
         raise InputError(f"{records.path}:{lineno}: a multiple-choice record needs at least 2 options "
                          f"({'options list' if records.columns is None else 'columns option0, option1, ...'}), "

@@ -404,3 +404,21 @@ def test_a_column_the_task_type_does_not_read_is_refused(tmp_path, task_type, co
     with pytest.raises(ValueError, match=message[1:-1] if message.endswith("$") else message[1:]):  # recipe / CLI
         TaskConfig(input=str(path), task_type=task_type, **columns)
     assert load_task_file(path, "pair-classification", text_column="premise", text_b_column="hypothesis").train[0].text_b
+
+
+def test_multiple_choice_rows_with_fewer_options_leave_the_last_cells_empty(tmp_path):
+    """ARC-style CSV (3 to 5 options per question). Was: `arc.csv:2: empty option in column 'option3'` for every
+    question with fewer options than the file's columns. An empty cell before a filled one is still refused."""
+    rows = [[f"q {i}?", f"a{i}", f"b{i}", f"c{i}", "" if i % 3 == 0 else f"d{i}", "C" if i % 3 == 0 else "D"]
+            for i in range(60)]
+    path = tmp_path / "arc.csv"
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows([["question", "option0", "option1", "option2", "option3", "label"], *rows])
+    data = load_task_file(path, "multiple-choice")
+    got = {e.question: (e.options, e.label) for e in all_examples(data)}
+    assert got == {r[0]: (tuple(o for o in r[1:5] if o), 2 if r[4] == "" else 3) for r in rows}
+    rows[6][2] = ""  # b6 empty, c6 and d6 not
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows([["question", "option0", "option1", "option2", "option3", "label"], *rows])
+    with pytest.raises(InputError, match=r"arc.csv:8: empty option in column 'option1'"):
+        load_task_file(path, "multiple-choice")
