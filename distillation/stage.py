@@ -126,11 +126,15 @@ def _students_fit(cfg: DistillConfig, teacher: Teacher) -> None:
     if p.enabled and not cfg.general_only:
         checks.append((f"pkd.student_layers {p.student_layers} (strategy {p.strategy})", lambda: (
             pkd_map(n, p.student_layers, p.strategy), layer_copy_config(config, list(range(1, p.student_layers + 1))))))
+    def tinybert() -> None:
+        layer_map = _tinybert_layer_map(cfg, n)
+        narrow_student_config(config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, t.student)
+        if t.init == "teacher":  # weight selection's own checks (BERT layouts, head count, widths): a small student
+            _tinybert_student(cfg, teacher.model, layer_map, cfg.seed)
+
     if t.enabled and (t.general_steps or not cfg.general_only):
         checks.append((f"tinybert's student (num_layers {t.num_layers}, hidden_size {t.hidden_size}, num_heads "
-                       f"{t.num_heads if t.num_heads is not None else 'null'})", lambda: (
-                           _tinybert_layer_map(cfg, n), narrow_student_config(
-                               config, t.hidden_size, t.num_layers, t.intermediate_size, t.num_heads, t.student))))
+                       f"{t.num_heads if t.num_heads is not None else 'null'}, init {t.init})", tinybert))
     for what, check in checks:
         try:
             check()

@@ -200,7 +200,10 @@ def test_unpadded_fine_tuning_reaches_every_model_of_the_stage(run_factory, monk
     ({"pkd": {**TINY["pkd"], "student_layers": 3}}, r"pkd.student_layers 3 .*PKD-Skip needs teacher layers 4 "
                                                     r"divisible by student layers 3"),
     ({"tinybert": {**TINY["tinybert"], "num_layers": 6}}, r"tinybert's student \(num_layers 6, hidden_size 8, "
-                                                          r"num_heads null\) does not fit the teacher"),
+                                                          r"num_heads null, init random\) does not fit the teacher"),
+    ({"tinybert": {**TINY["tinybert"], "init": "teacher", "hidden_size": 32}},
+     r"init teacher\) does not fit .*tinybert.init: teacher needs a student no wider than the teacher: "
+     r"hidden_size 32 > the teacher's 16"),
     ({"tinybert": {**TINY["tinybert"], "hidden_size": 9}}, r"tinybert.hidden_size 9 is not divisible by the "
                                                            r"student's 2 attention heads"),
     ({"distilbert": {**TINY["distilbert"], "teacher_layers": [1, 5]}}, r"distilbert.teacher_layers \[1, 5\] does "

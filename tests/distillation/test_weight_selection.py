@@ -176,7 +176,9 @@ def test_stage_with_teacher_init_runs_and_records_it(run_factory, monkeypatch):
     results = stage.run_distill(cfg, run)
     r = results["methods"]["tinybert"]
     assert r["init"] == "teacher" and 0.0 <= r["student"]["score"] <= 1.0
-    assert calls == [r["layer_map"]] * 2  # the student and the no_gd ablation's fresh one
+    # the check before any training (distillation/stage.py `_students_fit`), the student and the no_gd ablation's
+    # fresh one
+    assert calls == [r["layer_map"]] * 3
     assert set(r["ablations"]) == {"no_gd", "no_td", "no_da"}
 
 
