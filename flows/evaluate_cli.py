@@ -66,7 +66,8 @@ def add_evaluate_parser(sub) -> None:
     p.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME",
                    help="a built-in task by name (movie_sentiment, movie_valence, uci_sentences, trec_coarse, "
                    "trec_fine, wnut16); repeatable; replaces the recipe's tasks")
-    p.add_argument("--task-file", metavar="PATH", help="a user task: TSV/CSV/JSONL, CoNLL/BIO or SQuAD JSON")
+    p.add_argument("--task-file", metavar="PATH", action="append", help="a user task: TSV/CSV/JSONL, CoNLL/BIO or "
+                   "SQuAD JSON (one per call, described by the options below; evaluations of one run add up)")
     p.add_argument("--task-type", choices=TASK_TYPES, help="the task file's type (required with --task-file)")
     p.add_argument("--task-name", help="name of the file's task in results.json (default: the file name's stem)")
     p.add_argument("--text-column", help="column holding the text")
@@ -325,12 +326,24 @@ def _localize_target(url: str) -> Path:
     return localize(url)
 
 
+def _one_task_file(args: argparse.Namespace) -> None:
+    """--task-file given once -> args.task_file its path (or None). Given twice, the last one alone was evaluated,
+    without a word; the layout options describe one file, so a second file is its own call (results add up)."""
+    files = args.task_file if isinstance(args.task_file, list) else [args.task_file] if args.task_file else []
+    if len(files) > 1:
+        raise ConfigError(f"--task-file is given {len(files)} times ({', '.join(files)}); one task file per call, as "
+                          "--task-type, --text-column, ... describe it: run `bertfactory evaluate` once per file "
+                          "(the results of one run directory add up)")
+    args.task_file = files[0] if files else None
+
+
 def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     """Recipe: the evaluate stage via `run_recipe_stage(args)` (flows.cli's stage runner, which locks the run
     directory). Checkpoint: here, under the run directory's lock."""
     from bertfactory.run_location import origin_of, resolve_run_dir
     from bertfactory.storage import is_url
 
+    _one_task_file(args)
     # a model or run directory on object storage: checked, then its model files pulled into the working copy
     target = _localize_target(args.target) if is_url(args.target) else Path(args.target)
     from .recipe import bundled_recipe

@@ -221,3 +221,14 @@ def test_task_file_options_without_a_task_file_are_refused(options, named, tmp_p
     assert err.startswith(f"error: {named} a --task-file, and none was given: add --task-file PATH") and \
         len(err.splitlines()) == 1, err
     assert files_under(tmp_path) == []
+
+
+def test_a_second_task_file_is_refused_not_dropped(tmp_path, monkeypatch, capsys):
+    """Was: `--task-file a.tsv --task-file b.tsv` evaluated b.tsv alone, without a word (argparse keeps the last)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", str(tmp_path / "model"), "--task-file", "a.tsv", "--task-file", "b.tsv",
+                 "--task-type", "classification"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --task-file is given 2 times (a.tsv, b.tsv); one task file per call") and \
+        len(err.splitlines()) == 1, err
+    assert files_under(tmp_path) == []
