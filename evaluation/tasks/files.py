@@ -236,6 +236,13 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
         _check_unique_ids({"the SQuAD files": [(e.id, e) for split in examples.values() for e in split]})
     if not test_only:
         require_filled(examples, str(paths["train"]), _few_keys(items["train"], plan, key_what))
+    if task_type == "regression":  # scored by Pearson / Spearman, undefined for one pair (was a ValueError traceback
+        # after the fine-tuning)
+        short = [split for split in ("dev", "test") if len(examples[split]) == 1]
+        if short:
+            where = ", ".join(dict.fromkeys(str(paths.get(split, paths["train"])) for split in short))
+            raise InputError(f"{where}: a regression task scores its dev and test splits by Pearson and Spearman "
+                             f"correlation, which need at least 2 examples ({', '.join(f'{s} 1' for s in short)})")
     source = describe_sources(list(paths.values()))
     source.update(source_extra)
     return TaskData.from_splits(

@@ -422,3 +422,15 @@ def test_multiple_choice_rows_with_fewer_options_leave_the_last_cells_empty(tmp_
         csv.writer(f).writerows([["question", "option0", "option1", "option2", "option3", "label"], *rows])
     with pytest.raises(InputError, match=r"arc.csv:8: empty option in column 'option1'"):
         load_task_file(path, "multiple-choice")
+
+
+def test_a_regression_split_of_one_example_is_refused_when_read(tmp_path):
+    """Pearson / Spearman of one pair are undefined. Was: a ValueError traceback (`a correlation needs at least 2
+    pairs, got 1`) from the scoring, after the first fine-tuning epoch."""
+    train = write_tsv(tmp_path / "val.tsv", ["text", "label"], [[review(i), i / 10] for i in range(60)])
+    one = write_tsv(tmp_path / "one.tsv", ["text", "label"], [["a single test sentence", 1.5]])
+    with pytest.raises(InputError, match=rf"^{one}: a regression task scores its dev and test splits by Pearson and "
+                       r"Spearman correlation, which need at least 2 examples \(test 1\)$"):
+        load_task_file(train, "regression", test_path=one)
+    two = write_tsv(tmp_path / "two.tsv", ["text", "label"], [["a test sentence", 1.5], ["another one", 0.5]])
+    assert len(load_task_file(train, "regression", test_path=two).test) == 2
