@@ -38,6 +38,7 @@ _MAGIC = {"gzip": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00", "zstd": b"\
 _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32-LE"), (b"\x00\x00\xfe\xff", "UTF-32-BE"), (b"\xff\xfe", "UTF-16-LE"),
               (b"\xfe\xff", "UTF-16-BE"))
 _SKIP_CHUNK = 1 << 20
+_HEAD_BYTES = 512  # of the decompressed file: its BOM, an archive's header
 
 
 def _decompression_errors() -> tuple[type[BaseException], ...]:
@@ -148,8 +149,9 @@ def open_input(path: str | Path, name: str | None = None) -> Iterator[BinaryIO]:
         raise InputError(f"{name}: empty file (0 bytes)")
     compression = compression_of(fs_path)
     with fs.open(fs_path, "rb") as raw:
-        magic = raw.read(6)
+        head = raw.read(_HEAD_BYTES)
         raw.seek(0)
+        magic = head[:6]
         if compression is None:
             if (kind := compression_by_signature(magic)) is not None:
                 raise InputError(f"{name}: the file is {kind}-compressed but its name has no compression "
@@ -157,15 +159,11 @@ def open_input(path: str | Path, name: str | None = None) -> Iterator[BinaryIO]:
         elif not magic.startswith(_MAGIC[compression]):
             raise InputError(f"{name}: the name says {compression} but the file does not start with a {compression} "
                              f"signature (it starts with {magic!r}); corrupt, or misnamed")
-        archive = _archive_kind(_first_bytes(raw, compression, name))
-        if archive is not None:
-            raise InputError(f"{name}: the file is a {archive} archive (files packed into one), not a text file; "
-                             f"extract it and give the extracted files, or their folder, as the input")
         stream = _decompressed(raw, compression, name)
-        head = magic[:4]
         if compression is not None:
             try:
-                head = stream.peek(4)[:4]  # gzip/bz2/xz/Buffered readers all peek; one buffer, not the file
+                # gzip/bz2/xz/Buffered readers all peek: one buffer of the decompressed start, not the file
+                head = stream.peek(_HEAD_BYTES)
             except DECOMPRESSION_ERRORS as e:
                 raise InputError(f"{name}: corrupt {compression} data at the start of the file "
                                  f"({type(e).__name__}: {e})") from None
@@ -175,18 +173,10 @@ def open_input(path: str | Path, name: str | None = None) -> Iterator[BinaryIO]:
             if head.startswith(bom):
                 raise InputError(f"{name}: the file is {encoding} encoded (byte-order mark {bom.hex(' ').upper()}); "
                                  f"convert it to UTF-8 first, e.g. iconv -f {encoding} -t UTF-8")
+        if (archive := _archive_kind(head)) is not None:
+            raise InputError(f"{name}: the file is a {archive} archive (files packed into one), not a text file; "
+                             f"extract it and give the extracted files, or their folder, as the input")
         yield stream
-
-
-def _first_bytes(raw: BinaryIO, compression: str | None, name: str, n: int = 512) -> bytes:
-    """The first `n` bytes of the file after decompression, `raw` left at its start (b"" where the compressed data
-    breaks at once: the caller's own check names that)."""
-    try:  # a plain file read as it is (a BufferedReader around it would close it when dropped)
-        return (raw if compression is None else _decompressed(raw, compression, name)).read(n)
-    except DECOMPRESSION_ERRORS:
-        return b""
-    finally:
-        raw.seek(0)
 
 
 def _archive_kind(head: bytes) -> str | None:
