@@ -238,6 +238,10 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
         require_filled(examples, str(paths["train"]), _few_keys(items["train"], plan, key_what))
     if task_type == "regression":  # scored by Pearson / Spearman, undefined for one pair (was a ValueError traceback
         # after the fine-tuning)
+        targets = {e.target for e in examples["train"]}
+        if len(targets) == 1:  # nothing to learn, and every correlation undefined: results.json had no pearson at all
+            raise InputError(f"{paths['train']}: every training target is {targets.pop()}: a regression task needs "
+                             "targets that differ (is the label column the right one?)")
         short = [split for split in ("dev", "test") if len(examples[split]) == 1]
         if short:
             where = ", ".join(dict.fromkeys(str(paths.get(split, paths["train"])) for split in short))

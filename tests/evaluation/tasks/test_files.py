@@ -434,3 +434,12 @@ def test_a_regression_split_of_one_example_is_refused_when_read(tmp_path):
         load_task_file(train, "regression", test_path=one)
     two = write_tsv(tmp_path / "two.tsv", ["text", "label"], [["a test sentence", 1.5], ["another one", 0.5]])
     assert len(load_task_file(train, "regression", test_path=two).test) == 2
+
+
+def test_a_regression_file_with_one_target_value_is_refused(tmp_path):
+    """Was: evaluated to the end with no Pearson or Spearman anywhere (undefined for constant gold) and the summary
+    `(nothing in RUN yet)`; the classification rule (fewer than 2 distinct labels) had no regression counterpart."""
+    path = write_tsv(tmp_path / "const.tsv", ["text", "label"], [[review(i), "2.0"] for i in range(60)])
+    with pytest.raises(InputError, match=rf"^{path}: every training target is 2.0: a regression task needs targets "
+                       r"that differ \(is the label column the right one\?\)$"):
+        load_task_file(path, "regression")
