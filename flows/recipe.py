@@ -25,7 +25,7 @@ from evaluation.config import EvaluateConfig
 from preprocessing.config import CorpusConfig, PreprocessConfig
 from training.config import ModelConfig
 from training.pretrain_config import PretrainConfig
-from training.recipe_checks import model_pretrain_problems
+from training.recipe_checks import model_pretrain_problems, unread_member_settings
 
 from .tapt_config import TaptConfig, tapt_problems
 
@@ -62,7 +62,8 @@ class Recipe(StrictModel):
     @model_validator(mode="after")
     def _model_and_pretrain_fit(self) -> "Recipe":
         # combinations each section accepts alone but pretraining cannot run (training/recipe_checks.py)
-        problems = model_pretrain_problems(self.model, self.pretrain) + tapt_problems(self)
+        problems = (model_pretrain_problems(self.model, self.pretrain) + unread_member_settings(self.model, self.pretrain)
+                    + tapt_problems(self))
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -17,7 +17,7 @@ from bertfactory.errors import ConfigError
 # the torch-free declarations (not models.registry / objectives, which import the models): a recipe loads without torch
 from .config import ModelConfig
 from .models.core.capabilities import FUSED_MLM_LOSS, STACKING, STATIC_SHAPES, UNPAD
-from .models.members import objective_info, objective_names, supporting, supports
+from .models.members import MEMBERS, member_of_objective, objective_info, objective_names, supporting, supports
 from .pretrain_config import PretrainConfig
 
 
@@ -31,6 +31,22 @@ def _unsupported_option(option: str, cfg: PretrainConfig) -> str | None:
     objectives = [name for name in objective_names() if objective_info(name).architecture in implementing]
     return (f"pretrain.{option} is only implemented for {', '.join(implementing) or 'no architecture'} (objectives "
             f"{', '.join(objectives)}); objective {cfg.objective} trains {architecture}")
+
+
+def unread_member_settings(model_cfg: ModelConfig, cfg: PretrainConfig) -> list[str]:
+    """A member's settings sub-section (model.electra, model.xlnet, ...) set in a recipe whose pretrain.objective
+    trains another member: nothing reads it (a recipe with model.electra and the default objective trained BERT
+    without a word). flows/recipe.py's Recipe validator calls it: a recipe says what its run trains."""
+    trained = member_of_objective(cfg.objective)
+    problems = []
+    for member in MEMBERS:
+        if member.settings is None or member is trained or getattr(model_cfg, member.settings[0]) is None:
+            continue
+        key = member.settings[0]
+        problems.append(f"model.{key} is set, but pretrain.objective {cfg.objective} trains {trained.name}, which "
+                        f"does not read it: set pretrain.objective to {member.name}'s "
+                        f"({' or '.join(o.name for o in member.objectives)}), or drop model.{key}")
+    return problems
 
 
 def model_pretrain_problems(model_cfg: ModelConfig, cfg: PretrainConfig) -> list[str]:

@@ -87,3 +87,16 @@ def test_trainer_settings_are_frozen_and_validated(tmp_path):
         TrainerSettings(max_steps=0, metrics_path=tmp_path / "m.jsonl")
     with pytest.raises(ValueError, match="TrainerSettings.max_grad_norm must be > 0"):
         TrainerSettings(max_steps=1, metrics_path=tmp_path / "m.jsonl", max_grad_norm=0.0)
+
+
+def test_a_members_settings_under_another_members_objective_are_refused_naming_both():
+    # model.electra with the default objective trained BERT and never read the section, without a word
+    with pytest.raises(ConfigError, match=r"model.electra is set, but pretrain.objective mlm_nsp trains BERT, which "
+                                          r"does not read it: set pretrain.objective to ELECTRA's \(electra\), or drop "
+                                          r"model.electra"):
+        load_recipe(LOCAL, ["model.electra={generator_size: 0.5}"])
+    with pytest.raises(ConfigError, match=r"model.xlnet is set, but pretrain.objective electra trains ELECTRA, .*"
+                                          r"XLNet's \(plm\)"):
+        load_recipe(LOCAL, ["pretrain.objective=electra", "model.xlnet.mem_len=8"])
+    assert load_recipe(LOCAL, ["pretrain.objective=electra", "model.electra.generator_size=0.5"]).model.electra
+    assert load_recipe(LOCAL, ["model.electra=null"]).model.electra is None
