@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 from bertfactory.errors import InputError
 
+from . import remote
 from .corrupt import CorruptInput
 
 _COMPRESSION_BY_SUFFIX = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd",
@@ -84,10 +85,7 @@ def _filesystem(path: str | Path):
 
 def _decompressed(raw: BinaryIO, compression: str | None, name: str) -> BinaryIO:
     if compression is None:
-        from fsspec.spec import AbstractBufferedFile
-
-        # an object store's file (s3fs, gcsfs) has no bounded readline(limit), which LineReader needs
-        return io.BufferedReader(raw) if isinstance(raw, AbstractBufferedFile) else raw
+        return raw
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "bz2":
@@ -148,7 +146,10 @@ def open_input(path: str | Path, name: str | None = None) -> Iterator[BinaryIO]:
     if fs.size(fs_path) == 0:
         raise InputError(f"{name}: empty file (0 bytes)")
     compression = compression_of(fs_path)
-    with fs.open(fs_path, "rb") as raw:
+    with fs.open(fs_path, "rb") as opened:
+        # a URL's store failing mid-read (a connection reset) is one line naming it, as for the other readers, not
+        # an OSError taken for corrupt compression; buffered: an object store's file has no bounded readline(limit)
+        raw = io.BufferedReader(remote.guarded(opened, name)) if remote.is_url(str(path)) else opened
         head = raw.read(_HEAD_BYTES)
         raw.seek(0)
         magic = head[:6]

@@ -105,6 +105,12 @@ def open_binary(location: Location, block_size: int = STREAM_BLOCK) -> BinaryIO:
         return _Guarded(fs.open(path, "rb", block_size=block_size, cache_type="readahead"), url)
 
 
+def guarded(f, url: str) -> BinaryIO:
+    """`f`, a file of the URL opened by another fsspec client (sources.lines), with open_binary's failures: a store
+    failure while reading is one InputError line naming the URL."""
+    return _Guarded(f, url)
+
+
 def read_range(location: Location, start: int, end: int) -> bytes:
     """Bytes [start, end) of the file (fewer where it ends first): for a URL exactly one ranged GET of them."""
     if end <= start:
@@ -184,5 +190,5 @@ class _Guarded:
         return iter(self._f)
 
 
-__all__ = ["is_url", "local_path", "name_of", "sibling", "is_file", "size", "open_binary", "read_range",
+__all__ = ["is_url", "local_path", "name_of", "sibling", "is_file", "size", "open_binary", "guarded", "read_range",
            "iter_blocks", "Location"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
 import tracemalloc
@@ -317,3 +318,44 @@ def test_an_archive_of_files_is_refused_naming_it(tmp_path):
             with pytest.raises(InputError, match=rf"{name}: the file is a {kind} archive \(files packed into one\), "
                                                  rf"not a text file; extract it"):
                 list(iter_records(tmp_path / name, 0, fmt))
+
+
+def test_a_url_whose_store_fails_mid_read_is_one_line_naming_it_not_a_corrupt_file(tmp_path):
+    # a connection reset while reading a text/JSONL URL was "corrupt or truncated compressed data after N lines
+    # (ConnectionResetError ...)", a CorruptInput: the file was quarantined as corrupt_compression, and a job within
+    # corpus.max_bad_inputs published without the rest of it
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from bertfactory.storage import StorageError
+
+    class Resets(io.BytesIO):
+        def readinto(self, buffer):
+            if self.tell() > 2000:
+                raise ConnectionResetError(104, "Connection reset by peer")
+            return super().readinto(buffer)
+
+        read = readline = None  # every read goes through readinto
+
+    class FlakyFS(MemoryFileSystem):
+        protocol, store, pseudo_dirs = "flaky", {}, [""]
+
+        @classmethod
+        def _strip_protocol(cls, path):
+            return MemoryFileSystem._strip_protocol(path.removeprefix("flaky://"))
+
+        def _open(self, path, mode="rb", **kwargs):
+            return Resets(self.store[self._strip_protocol(path)].getvalue()) if "r" in mode else \
+                super()._open(path, mode, **kwargs)
+
+    fsspec.register_implementation("flaky", FlakyFS, clobber=True)
+    data = "".join(json.dumps({"id": i, "text": f"document {i} " * 10}) + "\n" for i in range(200)).encode()
+    fs = FlakyFS()
+    try:
+        for name, content in (("x.jsonl", data), ("x.jsonl.gz", gzip.compress(data, 0))):
+            with fs.open(f"/b/{name}", "wb") as f:
+                f.write(content)
+            with pytest.raises(StorageError, match=rf"^flaky://b/{name}: reading failed \(\[Errno 104\] Connection "
+                                                   rf"reset by peer\)$"):
+                list(iter_records(f"flaky://b/{name}", 0, "jsonl"))
+    finally:
+        FlakyFS.store.clear()
