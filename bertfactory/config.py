@@ -123,7 +123,10 @@ def _yaml_error_line(path: Path, err: yaml.YAMLError) -> str:
     if err.context:
         starts = (f" that starts at {_where(err.context_mark)}" if err.context_mark is not None
                   and err.context_mark.line != err.problem_mark.line else "")
-        text += f" ({err.context}{starts})"
+        if str(err.problem).startswith("but "):  # "expected a single document ..., but found another document"
+            text = f"{path} is not valid YAML: {_where(err.problem_mark)}: {err.context}{starts}, {err.problem}"
+        else:
+            text += f" ({err.context}{starts})"
     if "'\\t'" in str(err.problem):
         text += "; YAML indents with spaces, not tabs"
     return text

@@ -75,6 +75,11 @@ def test_a_yaml_syntax_error_is_one_line_naming_the_file_and_the_line(tmp_path):
     assert "\n" not in msg and "<unicode string>" not in msg
     assert msg.startswith(f"{tab} is not valid YAML: line 3, column 1: found character")
     assert msg.endswith("YAML indents with spaces, not tabs")
+    two = tmp_path / "two.yaml"  # two recipes pasted into one file
+    two.write_text("name: a\n---\nname: b\n")
+    with pytest.raises(ConfigError, match=r"two.yaml is not valid YAML: line 2, column 1: expected a single document "
+                                          r"in the stream that starts at line 1, column 1, but found another document$"):
+        load_yaml(two)
 
 
 def test_a_misspelt_key_is_offered_the_closest_valid_one():
@@ -123,7 +128,8 @@ def test_a_key_of_another_section_is_offered_its_full_path():
 
     with pytest.raises(ConfigError) as e:
         validate(Whole, {"train": {"hidden_size": 64}})
-    assert "unknown key 'train.hidden_size' (did you mean 'model.hidden_size'?); valid keys here: enabled" in str(e.value)
+    assert "unknown key 'train.hidden_size' (did you mean 'model.hidden_size'?); valid keys here: enabled" \
+        in str(e.value)
     with pytest.raises(ConfigError) as e:
         validate(Whole, {"max_steps": 3})
     assert "unknown key 'max_steps' (did you mean 'train.max_steps'?)" in str(e.value)
