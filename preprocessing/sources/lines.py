@@ -11,7 +11,8 @@ problems raise `InputError` naming the file: missing, 0 bytes, empty after decom
 name that says otherwise, corrupt or truncated compression (with how many lines were read: a `CorruptInput`, which
 the pipeline quarantines, sources.corrupt), a UTF-16/UTF-32
 byte-order mark (these readers split lines on the byte 0x0A, which UTF-16 text does not have on its own), and an
-archive of files (tar, also inside gzip & co., zip, 7z: its headers would be read as text).
+archive of files (tar, also inside gzip & co., zip, 7z: its headers would be read as text), and lines ending
+with CR alone (no LF in the first 512 bytes, two CRs or more: the file would be one line).
 """
 
 from __future__ import annotations
@@ -174,6 +175,9 @@ def open_input(path: str | Path, name: str | None = None) -> Iterator[BinaryIO]:
             if head.startswith(bom):
                 raise InputError(f"{name}: the file is {encoding} encoded (byte-order mark {bom.hex(' ').upper()}); "
                                  f"convert it to UTF-8 first, e.g. iconv -f {encoding} -t UTF-8")
+        if b"\n" not in head and head.count(b"\r") >= 2:
+            raise InputError(f"{name}: its lines end with CR alone (old Mac line ends), and lines are split at LF: "
+                             f"the file would be one line; convert it first, e.g. tr '\\r' '\\n' < IN > OUT")
         if (archive := _archive_kind(head)) is not None:
             raise InputError(f"{name}: the file is a {archive} archive (files packed into one), not a text file; "
                              f"extract it and give the extracted files, or their folder, as the input")

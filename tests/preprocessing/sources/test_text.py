@@ -359,3 +359,16 @@ def test_a_url_whose_store_fails_mid_read_is_one_line_naming_it_not_a_corrupt_fi
                 list(iter_records(f"flaky://b/{name}", 0, "jsonl"))
     finally:
         FlakyFS.store.clear()
+
+
+def test_lines_ending_with_cr_alone_are_refused_with_the_conversion(tmp_path):
+    # old Mac line ends: the file was one line, so every document of a text file became one document (NSP pairs
+    # across them), and a JSONL file was refused as 'line 1 is not JSON (Extra data ...) — is this a plain-text file?'
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"First document, line one.\rLine two.\r\rSecond document.\r")
+    with pytest.raises(InputError, match=r"mac\.txt: its lines end with CR alone \(old Mac line ends\).*tr '\\r' "
+                                         r"'\\n' < IN > OUT"):
+        list(iter_records(path, 0, "text"))
+    path.write_bytes(b"Windows line ends.\r\nStill one document.\r\n\r\nAnother.\r\n")
+    assert [r.paragraphs for r in iter_records(path, 0, "text")] == [["Windows line ends.", "Still one document."],
+                                                                     ["Another."]]
