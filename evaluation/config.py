@@ -337,13 +337,24 @@ def unknown_task_message(name: str) -> str:
             "classification}, docs/tasks.md)")
 
 
+_FILE_LAYOUT = ("text_column", "text_b_column", "label_column", "label_names", "dev_input", "test_input")
+
+
 def task_problem(name: str, task: TaskConfig) -> str | None:
     """Why `evaluate.tasks.<name>` cannot be loaded as declared (None: it can): a name without `task_type` must be a
     built-in task (its cached sample, or `input`); a task with `task_type` reads its own `input` file."""
     if task.task_type is None:
         from .tasks.registry import BUILTIN_TASKS
 
-        return None if name in BUILTIN_TASKS else unknown_task_message(name)
+        if name not in BUILTIN_TASKS:
+            return unknown_task_message(name)
+        # a built-in task's reader knows its layout and splits: these were left out without a word
+        layout = [key for key in _FILE_LAYOUT if getattr(task, key) is not None]
+        if layout:
+            return (f"evaluate.tasks.{name}: {', '.join(layout)} describe{'s' if len(layout) == 1 else ''} a task file, "
+                    f"and the built-in task {name!r} reads its own layout and splits (its `input` may be your copy of "
+                    "its data); a file of your own is a task with `task_type` and `input`, under a name of its own")
+        return None
     if not task.input:
         return f"evaluate.tasks.{name}: a task with task_type {task.task_type!r} needs `input` (the data file)"
     return None

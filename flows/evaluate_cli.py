@@ -354,7 +354,10 @@ def cmd_evaluate(args: argparse.Namespace, run_recipe_stage) -> int:
     # rate tuned for BERT-base), so its task file gets a grid scaled to the model's size
     # settings of the recipe that name a task the --task options replaced go with it (said in one line each),
     # before the --transfer-* ones, which replace `evaluate.crosslingual` themselves
-    args.overrides = list(args.overrides) + task_overrides(args, scaled_grid=not is_recipe) + \
+    # the task list of --task/--task-file comes before this call's --set, so that a --set of a listed task
+    # (evaluate.tasks.rev.finetune.epochs=1) applies to it: after it, the list replaced the task's --set, and the task
+    # ran at the default epochs and BERT-base's learning rate without a word
+    args.overrides = task_overrides(args, scaled_grid=not is_recipe) + list(args.overrides) + \
         replaced_task_overrides(args, _recipe_file(target) if is_recipe else None) + transfer_overrides(args)
     if is_recipe:
         args.config = str(target)

@@ -73,3 +73,14 @@ def test_every_bundled_recipe_still_validates():
     for path in bundled_recipes().values():
         if _kind(path) == "recipe":
             load_recipe(path)
+
+
+def test_a_built_in_task_with_a_file_layout_setting_is_refused():
+    """Was: `evaluate.tasks.trec_coarse: {dev_input: dev.tsv}` (or text_column, label_names, ...) validated and was
+    left out without a word: the built-in reader knows its own layout and splits."""
+    from evaluation.config import EvaluateConfig
+
+    with pytest.raises(ValueError, match=r"evaluate.tasks.movie_sentiment: text_column, label_names describe a task "
+                       r"file, and the built-in task 'movie_sentiment' reads its own layout and splits"):
+        EvaluateConfig.model_validate({"tasks": {"movie_sentiment": {"text_column": "a", "label_names": ["a", "b"]}}})
+    EvaluateConfig.model_validate({"tasks": {"movie_sentiment": {"input": "my_copy.txt"}}})  # its own data: fine

@@ -232,3 +232,27 @@ def test_a_second_task_file_is_refused_not_dropped(tmp_path, monkeypatch, capsys
     assert err.startswith("error: --task-file is given 2 times (a.tsv, b.tsv); one task file per call") and \
         len(err.splitlines()) == 1, err
     assert files_under(tmp_path) == []
+
+
+def test_a_set_of_a_listed_task_reaches_it(model_run, tmp_path, monkeypatch, capsys):
+    """Was: the task list of --task/--task-file came after this call's --set and replaced it, so `--set
+    evaluate.tasks.rev.finetune.epochs=1 --set evaluate.tasks.rev.finetune.learning_rates=[1e-3]` ran rev at 3 epochs
+    and 2e-5 (the named rate also switched the size-scaled grid off), without a word."""
+    import flows.evaluate_cli
+
+    seen = {}
+    monkeypatch.setattr(flows.evaluate_cli, "_evaluate_checkpoint",
+                        lambda recipe, run_dir, has_shards: seen.setdefault("recipe", recipe) and 0)
+    tsv = tmp_path / "rev.tsv"
+    tsv.write_text("text\tlabel\n" + "".join(f"{s}\t{i % 2}\n" for i, s in enumerate(movie_sentences(60))))
+    final = str(model_run / "pretrain" / "final")
+    assert main(["evaluate", final, "--run-dir", str(tmp_path / "ev"), "--task-file", str(tsv), "--task-type",
+                 "classification", "--set", "evaluate.tasks.rev.finetune.epochs=1",
+                 "--set", "evaluate.tasks.rev.finetune.learning_rates=[1.0e-3]"]) == 0
+    tasks = seen["recipe"].evaluate.tasks
+    assert tasks["rev"].finetune == {"epochs": 1, "learning_rates": [1.0e-3]} and tasks["rev"].input == str(tsv)
+    # a built-in task's --set reaches it too, and a file-layout setting there is refused (its reader ignored it)
+    assert main(["evaluate", final, "--run-dir", str(tmp_path / "ev"), "--task", "trec_coarse",
+                 "--set", "evaluate.tasks.trec_coarse.dev_input=dev.tsv"]) == 2
+    assert "evaluate.tasks.trec_coarse: dev_input describes a task file, and the built-in task 'trec_coarse' reads " \
+           "its own layout and splits" in capsys.readouterr().err
