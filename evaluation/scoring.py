@@ -3,7 +3,7 @@
 | task type                  | metrics (primary first)                                                         |
 |----------------------------|---------------------------------------------------------------------------------|
 | classification, pair-class.| accuracy, f1 (positive class = label 1; two labels only), macro_f1, mcc          |
-| regression                 | pearson, spearman, mse (correlations are absent for a constant prediction)      |
+| regression                 | pearson, spearman, mse (correlations are absent for a constant prediction or one example) |
 | tagging                    | entity_f1, entity_precision, entity_recall (seqeval default / conlleval)         |
 | squad v1.1                 | f1, exact_match (percent, official normalisation, max over gold answers)        |
 | squad v2.0                 | f1, exact at the dev-tuned no-answer threshold; best_f1, best_exact (the threshold tuned on the scored split itself), HasAns_/NoAns_ splits, na_threshold |
@@ -78,9 +78,10 @@ def score(task: TaskSpec, examples: Sequence, predictions, na_probs: Sequence[fl
                "mcc": matthews_corrcoef(y, predictions)}
         if len(task.label_names) == 2:
             out["f1"] = binary_f1(y, predictions)
-    elif t == "regression":
-        out = {"pearson": pearson(y, predictions), "spearman": spearman(y, predictions),
-               "mse": mean_squared_error(y, predictions)}
+    elif t == "regression":  # correlations of one pair are undefined (max_eval_examples=1): absent, as for a constant
+        defined = len(y) >= 2
+        out = {"pearson": pearson(y, predictions) if defined else None,
+               "spearman": spearman(y, predictions) if defined else None, "mse": mean_squared_error(y, predictions)}
     elif t == "tagging":
         names = task.label_names
         ents = entity_f1([[names[i] for i in s] for s in y], [[names[i] for i in s] for s in predictions])

@@ -361,3 +361,16 @@ def test_pearson_and_spearman_match_scipy_on_random_inputs():
                 assert math.isnan(ours), (x, y)
             else:
                 assert ours == pytest.approx(expected, abs=1e-9), (x, y)
+
+
+def test_a_regression_split_of_one_example_scores_without_correlations():
+    """`--set evaluate.finetune.max_eval_examples=1` on a regression task: was a ValueError traceback (`a correlation
+    needs at least 2 pairs, got 1`) after the first fine-tuning epoch; the correlations are undefined, so absent (as for
+    a constant prediction), and the mean squared error is kept."""
+    from evaluation.scoring import TaskSpec, score
+    from evaluation.tasks.base import RegressionExample
+
+    spec = TaskSpec("regression")
+    assert score(spec, [RegressionExample("a", "one", 1.5)], [1.0]) == {"mse": 0.25}
+    two = [RegressionExample("a", "one", 1.5), RegressionExample("b", "two", 0.5)]
+    assert set(score(spec, two, [1.0, 0.0])) == {"pearson", "spearman", "mse"}
