@@ -29,7 +29,8 @@ What each record becomes besides a `Document`:
   (dropped and counted like WARC's too_short, not quarantined: it is not a defect of the file). Text documents
   cannot be empty by construction.
 
-File-level problems raise `InputError` naming the file (see `preprocessing.sources.lines`): missing, 0 bytes,
+File-level problems raise `InputError` naming the file (see `preprocessing.sources.lines`): missing, 0 bytes, only
+blank lines (when reading ends),
 corrupt or truncated gzip/bz2/xz/zstd (when reading reaches the damage, with the line count), UTF-16/32 files.
 
     python -m preprocessing.sources.text FILE [text|jsonl]     # one line per record
@@ -96,7 +97,8 @@ def validate_file(path: str | Path, fmt: TextFormat = "text", options: TextOptio
     with open_input(path, name) as stream:
         if fmt != "jsonl":
             return
-        for line in LineReader(stream, name, _SNIFF_LINE_BYTES):
+        lines = LineReader(stream, name, _SNIFF_LINE_BYTES)
+        for line in lines:
             if line.data is None or not line.data.strip():
                 if line.data is None:
                     return  # a huge first line is a record problem, found by iter_records
@@ -110,6 +112,7 @@ def validate_file(path: str | Path, fmt: TextFormat = "text", options: TextOptio
                 raise InputError(f"{name}: line {line.number} is a JSON {type(value).__name__}, not an object; "
                                  f"expected JSON Lines with one object per line")
             return
+        raise InputError(f"{name}: no text: its {lines.lines_read} line(s) are all blank")
 
 
 class _Decoder:
@@ -275,8 +278,13 @@ def iter_records(path: str | Path, source: int, fmt: TextFormat = "text", option
     name = display_name or str(path)
     reader = _text_documents if fmt == "text" else _json_documents
     with open_input(path, name) as stream:
-        yield from reader(LineReader(stream, name, _MAX_BYTES_PER_CHAR * options.max_record_chars), source, name,
-                          options)
+        lines = LineReader(stream, name, _MAX_BYTES_PER_CHAR * options.max_record_chars)
+        records = 0
+        for record in reader(lines, source, name, options):
+            records += 1
+            yield record
+    if not records:  # only blank lines: as empty as a file of 0 bytes, refused like one
+        raise InputError(f"{name}: no text: its {lines.lines_read} line(s) are all blank")
 
 
 def _main(argv: list[str]) -> int:

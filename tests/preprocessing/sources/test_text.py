@@ -372,3 +372,17 @@ def test_lines_ending_with_cr_alone_are_refused_with_the_conversion(tmp_path):
     path.write_bytes(b"Windows line ends.\r\nStill one document.\r\n\r\nAnother.\r\n")
     assert [r.paragraphs for r in iter_records(path, 0, "text")] == [["Windows line ends.", "Still one document."],
                                                                      ["Another."]]
+
+
+def test_a_file_of_blank_lines_is_refused_like_an_empty_one(tmp_path):
+    # a file of 0 bytes was refused, one of blank lines read as no records without a word
+    path = tmp_path / "blank.txt"
+    path.write_bytes(b"\n\n  \r\n\t\n")
+    for fmt in ("text", "jsonl"):
+        with pytest.raises(InputError, match=r"blank\.txt: no text: its 4 line\(s\) are all blank"):
+            list(iter_records(path, 0, fmt))
+    with pytest.raises(InputError, match=r"blank\.txt: no text"):
+        validate_file(path, "jsonl")
+    (tmp_path / "blank.jsonl.gz").write_bytes(gzip.compress(b"\n" * 3))
+    with pytest.raises(InputError, match=r"blank\.jsonl\.gz: no text: its 3 line\(s\) are all blank"):
+        list(iter_records(tmp_path / "blank.jsonl.gz", 0, "jsonl"))
