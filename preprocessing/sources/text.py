@@ -225,8 +225,8 @@ def _json_documents(lines: LineReader, source: int, name: str,
             yield quarantined("too_long", f"line of {len(raw)} characters > max_record_chars "
                               f"{options.max_record_chars}")
             continue
-        try:
-            obj = json.loads(raw)
+        try:  # a byte-order mark starts every file it was written with, also one concatenated (cat a b > all)
+            obj = json.loads(raw.removeprefix("\ufeff"))
         except ValueError as e:
             yield quarantined("invalid_json", str(e))
             continue

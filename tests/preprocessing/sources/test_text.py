@@ -386,3 +386,12 @@ def test_a_file_of_blank_lines_is_refused_like_an_empty_one(tmp_path):
     (tmp_path / "blank.jsonl.gz").write_bytes(gzip.compress(b"\n" * 3))
     with pytest.raises(InputError, match=r"blank\.jsonl\.gz: no text: its 3 line\(s\) are all blank"):
         list(iter_records(tmp_path / "blank.jsonl.gz", 0, "jsonl"))
+
+
+def test_jsonl_files_with_byte_order_marks_concatenated_read_whole(tmp_path):
+    # `cat a.jsonl b.jsonl > all.jsonl` of files written with a UTF-8 BOM: the first record of each file after the
+    # first was quarantined as invalid_json ("Unexpected UTF-8 BOM")
+    part = '\ufeff{"id": "%s1", "text": "One."}\n{"id": "%s2", "text": "Two."}\n'
+    path = tmp_path / "all.jsonl"
+    path.write_text(part % ("a", "a") + part % ("b", "b"), encoding="utf-8")
+    assert [r.key for r in iter_records(path, 0, "jsonl")] == ["a1", "a2", "b1", "b2"]
