@@ -77,6 +77,14 @@ def summary_rows(run_dir: Path) -> list[tuple[str, str, object]]:
                 std = scores.get(f"{primary}_std")
                 value = f"{scores[primary]:.4f} ± {std:.4f}" if std else scores[primary]
                 rows.append(("evaluate", f"{task} {primary} · {model}", value))
+            elif isinstance(scores, dict) and model in ("pretrained", "random_init"):  # a fine-tuned model scored, but
+                # its primary metric is undefined on this test set (a correlation of one example or of constant gold):
+                # said, where the table once read "(nothing in RUN yet)"
+                from evaluation.scoring import METRICS
+
+                others = [f"{m} {scores[m]:.4f}" for m in METRICS.get(per["task_type"], ()) if m in scores]
+                rows.append(("evaluate", f"{task} {primary} · {model}",
+                             "undefined on this test set" + (f" ({', '.join(others)})" if others else "")))
         for label, scores in (per.get("compared") or {}).items():
             if primary in scores:
                 std = scores.get(f"{primary}_std")

@@ -119,3 +119,19 @@ def test_a_regression_tasks_tfidf_baseline_is_named_ridge(tmp_path, capsys):
     valence = out.split("## movie_valence (regression)")[1]
     assert "| TF-IDF + Ridge regression · pearson | 0.3000 | — |" in valence, valence
     assert "| TF-IDF + logistic regression · accuracy |" in out.split("## movie_sentiment (classification)")[1]
+
+
+def test_the_summary_says_an_undefined_primary_metric(tmp_path):
+    """A regression task scored on one test example (max_eval_examples=1) has no Pearson. Was: the run's summary
+    printed `(nothing in RUN yet)` after a finished evaluation; now the row says the metric is undefined."""
+    from flows.summary import summary_rows, summary_table
+
+    doc = clean(example())
+    doc["intrinsic"] = None
+    doc["tasks"] = {"movie_valence": doc["tasks"]["movie_valence"]}
+    for key in ("pearson", "pearson_std"):
+        doc["tasks"]["movie_valence"]["pretrained"].pop(key, None)
+    write_results(tmp_path / "run" / "eval" / "results.json", clean(doc))
+    assert ("evaluate", "movie_valence pearson · pretrained", "undefined on this test set (mse 2.0000)") in \
+        summary_rows(tmp_path / "run")
+    assert "nothing in" not in summary_table(tmp_path / "run")
