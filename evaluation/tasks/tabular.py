@@ -113,6 +113,9 @@ def _read_delimited(path: Path, text: str, fmt: str) -> Records:
     if fmt == "tsv":
         numbered = [(n, line.split("\t")) for n, line in enumerate(split_lines(text), start=1) if line.strip()]
     else:
+        # no field is longer than the file: the csv module's default limit (131,072 characters) refused a long
+        # document as "malformed CSV (field larger than field limit)"
+        csv.field_size_limit(max(csv.field_size_limit(), min(len(text), 2**31 - 1)))
         reader = csv.reader(io.StringIO(text, newline=""))
         numbered, end = [], 0
         try:

@@ -443,3 +443,15 @@ def test_a_regression_file_with_one_target_value_is_refused(tmp_path):
     with pytest.raises(InputError, match=rf"^{path}: every training target is 2.0: a regression task needs targets "
                        r"that differ \(is the label column the right one\?\)$"):
         load_task_file(path, "regression")
+
+
+def test_a_csv_text_longer_than_the_csv_modules_default_field_limit_is_read(tmp_path):
+    """A long document (150,000 characters) in a CSV cell. Was: `long.csv:9: malformed CSV (field larger than field
+    limit (131072))`, though the file is well-formed."""
+    long = "word " * 30000
+    path = tmp_path / "long.csv"
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows([["text", "label"], *([f"doc {i} " + (long if i == 7 else "short"), i % 2]
+                                                       for i in range(60))])
+    data = load_task_file(path, "classification")
+    assert max(len(e.text) for e in all_examples(data)) == len(f"doc 7 {long}".strip())
