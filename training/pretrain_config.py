@@ -20,7 +20,7 @@ from bertfactory.config import StrictModel, did_you_mean
 
 from .batch_ramp_config import BatchRampConfig
 from .fsdp_config import FsdpConfig
-from .models.members import objective_names
+from .models.members import objective_info, objective_names
 from .stacking_config import StackingConfig
 from .stream_config import stream_batches_problem
 from .tracking import TrackingConfig
@@ -192,7 +192,13 @@ class PretrainConfig(StrictModel):
     def _known_objective(cls, value: str) -> str:
         # a field validator, so the error names pretrain.objective (and the closest objective)
         if value not in objective_names():
-            close = did_you_mean(value, objective_names())
+            # a member's name (objective: roberta) is told the objectives that train it, as their descriptions
+            # name the member ("RoBERTa: masked LM only, ..."); else the closest objective's name
+            plain = lambda text: text.lower().replace("-", "").replace("_", "")  # noqa: E731
+            member = {name: objective_info(name).description.split(":", 1)[0] for name in objective_names()}
+            trained = [name for name, who in member.items() if plain(who) == plain(value)]
+            close = (f"{member[trained[0]]} is trained by objective {' or '.join(trained)}" if trained
+                     else did_you_mean(value, objective_names()))
             raise ValueError(f"unknown objective {value!r}{f' ({close})' if close else ''}; valid choices: "
                              f"{', '.join(objective_names())}")
         return value

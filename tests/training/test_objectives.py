@@ -25,6 +25,11 @@ def test_unknown_objective_lists_the_valid_ones():
     with pytest.raises(ValueError, match="unknown objective 'mlm_xyz' \\(did you mean 'mlm'\\?\\); valid choices: "
                        ".*mlm_nsp"):
         PretrainConfig(objective="mlm_xyz")
+    # a member's name where its objective goes (docs/family.md): the objectives that train it
+    with pytest.raises(ValueError, match=r"unknown objective 'roberta' \(RoBERTa is trained by objective mlm\); "):
+        PretrainConfig(objective="roberta")
+    with pytest.raises(ValueError, match=r"\(XLNet is trained by objective plm\)"):
+        PretrainConfig(objective="XLNet")
 
 
 def test_shards_of_another_instance_format_are_refused_naming_field_and_format(run_factory):
