@@ -21,7 +21,8 @@ What each record becomes:
   `binary_payload` (declared HTML, but NUL bytes or a binary file signature), `undecodable` (bytes invalid in the
   declared charset — HTTP header, else `<meta charset>` — or, with nothing declared, neither UTF-8 nor a charset
   detected by charset_normalizer; a declared charset is trusted over guessing, mojibake is worse than a lost page),
-  `bad_content_encoding`, `extraction_failed` (the extractor raised), `missing_uri` (a response without a
+  `bad_content_encoding` (a gzip / deflate payload that does not decompress, or one stored in another encoding, br
+  or zstd, which is not decoded), `extraction_failed` (the extractor raised), `missing_uri` (a response without a
   WARC-Target-URI, the document's identity).
 - `Document(key=WARC-Target-URI, paragraphs=main text lines, lang=<html lang> else Content-Language (primary
   subtag, lower case) else None, meta={url, domain, date, title, warc_record_id})`; `date` is the page's publish
@@ -393,6 +394,12 @@ def _decode(body: bytes, content_type: str) -> tuple[str | None, str]:
         return str(best), best.encoding
 
 
+def _zlib_header(body: bytes) -> bool:
+    """Whether `body` starts with a zlib header (RFC 1950; HTTP's deflate): method 8, a window of at most 32 KiB, a
+    check sum of the two bytes divisible by 31. HTML never does: it starts with < or white space."""
+    return len(body) > 2 and body[0] & 0x0F == 8 and body[0] >> 4 <= 7 and ((body[0] << 8) | body[1]) % 31 == 0
+
+
 def _is_binary(body: bytes) -> bool:
     head = body[:4096]
     return head.startswith(_BINARY_MAGIC) or b"\x00" in head
@@ -441,16 +448,20 @@ def iter_records(path: remote.Location, source: int, display_name: str | None = 
                 yield quarantined("missing_uri", "an HTML response without a WARC-Target-URI")
                 continue
             encoding = http_headers.get("content-encoding", "").lower()
-            if encoding in ("gzip", "x-gzip", "deflate") and body[:2] == b"\x1f\x8b":
-                # Common Crawl usually stores the decoded payload but keeps the header; decode only real gzip
+            if encoding in ("gzip", "x-gzip", "deflate") and (body[:2] == b"\x1f\x8b" or _zlib_header(body)):
+                # Common Crawl usually stores the decoded payload but keeps the header; decode only real gzip / zlib
                 try:
                     body = zlib.decompress(body, 47)
                 except zlib.error as e:
                     yield quarantined("bad_content_encoding", f"Content-Encoding {encoding}: {e}")
                     continue
             if _is_binary(body):
-                yield quarantined("binary_payload", f"declared {mime or 'HTML (sniffed)'} but the payload starts "
-                                  f"with {body[:8]!r} / contains NUL bytes")
+                if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):  # br, zstd, ... stored as sent
+                    yield quarantined("bad_content_encoding", f"Content-Encoding {encoding}: the payload is stored "
+                                      f"encoded, and this reader decodes only gzip and deflate")
+                else:
+                    yield quarantined("binary_payload", f"declared {mime or 'HTML (sniffed)'} but the payload "
+                                      f"starts with {body[:8]!r} / contains NUL bytes")
                 continue
             html, how = _decode(body, content_type)
             if html is None:

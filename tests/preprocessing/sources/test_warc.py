@@ -283,3 +283,25 @@ def test_a_page_without_a_target_uri_is_quarantined(tmp_path):
     assert by_kind(records) == {"Quarantined:missing_uri": 2, "Document": 1}
     assert records[0].detail == "an HTML response without a WARC-Target-URI" and records[0].record_id
     assert records[2].key == "https://g.example/2"
+
+
+def test_a_payload_stored_with_its_content_encoding(tmp_path):
+    # a deflate (zlib) payload, as a crawler that keeps what the server sent stores it, was quarantined as
+    # binary_payload ("declared text/html but the payload starts with b'x\x9c...'"), and so was a zstd / br one
+    import zlib
+
+    import zstandard
+
+    page = ARTICLE.encode()
+    path = write_warc(tmp_path / "encoded.warc", [
+        ("response", "https://h.example/plain", page, [("Content-Type", "text/html; charset=utf-8")], "200 OK"),
+        ("response", "https://h.example/deflate", zlib.compress(page),
+         [("Content-Type", "text/html; charset=utf-8"), ("Content-Encoding", "deflate")], "200 OK"),
+        ("response", "https://h.example/zstd", zstandard.ZstdCompressor().compress(page),
+         [("Content-Type", "text/html; charset=utf-8"), ("Content-Encoding", "zstd")], "200 OK"),
+    ])
+    plain, deflate, zstd = iter_records(path, 0)
+    assert isinstance(deflate, Document) and deflate.paragraphs == plain.paragraphs
+    assert isinstance(zstd, Quarantined) and zstd.reason == "bad_content_encoding"
+    assert zstd.detail == "Content-Encoding zstd: the payload is stored encoded, and this reader decodes only gzip " \
+                          "and deflate"
