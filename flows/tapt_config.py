@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from bertfactory.config import StrictModel
+from bertfactory.config import StrictModel, did_you_mean
 
 TASK_CORPUS_INPUT = "tapt:tasks"  # the corpus.inputs entry the tapt stage's task corpus takes the place of
 TAPT_OBJECTIVES = ("mlm", "mlm_nsp")  # objectives whose model (BertForPreTraining) starts from a HF BERT
@@ -74,8 +74,9 @@ def tapt_problems(recipe) -> list[str]:
     enabled = recipe.evaluate.enabled_tasks()
     unknown = [t for t in recipe.tapt.tasks or () if t not in enabled]
     if unknown:
+        close = [hint for t in unknown if (hint := did_you_mean(t, enabled))]  # trec_corse: did you mean 'trec_coarse'?
         problems.append(f"tapt.tasks {', '.join(unknown)} not among the enabled evaluate.tasks "
-                        f"({', '.join(enabled) or 'none'})")
+                        f"({', '.join(enabled) or 'none'}){'; ' + '; '.join(close) if close else ''}")
     if not (recipe.tapt.tasks or enabled):
         problems.append("tapt: no task to adapt to (tapt.tasks is null and evaluate.tasks has no enabled task)")
     return problems

@@ -41,6 +41,8 @@ def test_the_recipe_runs_tapt_first_and_fills_in_the_stages_paths(tmp_path):
     (["pretrain.objective=mlm_sop", "preprocess.instances.format=sop-pairs"],
      "pretrain.objective must be one of mlm, mlm_nsp"),
     (["tapt.tasks=[wnut16]"], "tapt.tasks wnut16 not among the enabled evaluate.tasks (movie_sentiment, trec_coarse)"),
+    (["tapt.tasks=[trec_corse]"], "tapt.tasks trec_corse not among the enabled evaluate.tasks (movie_sentiment, "
+                                  "trec_coarse); did you mean 'trec_coarse'?"),
     (["tapt.hf_modle=x"], "hf_modle"),
 ])
 def test_a_wrong_tapt_recipe_is_refused_when_it_loads(overrides, expected):
