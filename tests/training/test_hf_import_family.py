@@ -214,3 +214,33 @@ def test_a_tokenizer_without_its_vocabulary_is_refused(tmp_path, capsys):
     assert not (tmp_path / "ours").exists()
     write_tokenizer(tmp_path / "hf" / "tokenizer.json", VOCAB - 5 - 3)  # 42 tokens, 3 padded rows: imported
     assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "ours")]) == 0
+
+
+def test_the_normaliser_is_the_one_transformers_applies(tmp_path):
+    """tokenizer_config.json naming a BERT tokenizer class sets lowercasing over tokenizer.json's BertNormalizer in
+    transformers (`do_lower_case: true` over `lowercase: false`). Was: tokenizer.json copied as it was, so our model
+    read `Quiet FILM` as [UNK] [UNK] where transformers' read `quiet film`."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import WordPiece
+
+    from evaluation.encode import TextEncoder
+
+    model = randomised(transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=24)))
+    hf = tmp_path / "hf"
+    model.save_pretrained(hf)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "quiet", "film", "cafe", *[f"w{i}" for i in range(VOCAB - 8)]]
+    tok = Tokenizer(WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.save(str(hf / "tokenizer.json"))
+    special = {f"{role}_token": f"[{role.upper()}]" for role in ("pad", "unk", "cls", "sep", "mask")}
+    (hf / "tokenizer_config.json").write_text(json.dumps({**special, "tokenizer_class": "BertTokenizer",
+                                                          "do_lower_case": True}))
+    import_from_hf(hf, tmp_path / "ours")
+    theirs = transformers.AutoTokenizer.from_pretrained(hf)
+    ours = TextEncoder.from_file(tmp_path / "ours" / "tokenizer.json")
+    for text in ("Quiet FILM", "Café quiet"):
+        assert ours.tokenize([text])[0] == theirs(text, add_special_tokens=False)["input_ids"], text
+    assert ours.tokenize(["Quiet FILM"])[0] == [5, 6]

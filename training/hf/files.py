@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -197,6 +198,38 @@ def hf_tokenizer_file(hf_dir: Path) -> Path:
     return tokenizer_path
 
 
+# transformers builds these classes' normaliser from tokenizer_config.json (do_lower_case, strip_accents,
+# tokenize_chinese_chars; defaults True, None, True) over the one in tokenizer.json (4.x where they differ, 5.x always)
+_BERT_TOKENIZER_CLASSES = frozenset(f"{name}Tokenizer{fast}" for name in ("Bert", "DistilBert", "Electra")
+                                    for fast in ("", "Fast"))
+
+
+def as_transformers_reads(hf_dir: Path, tokenizer_path: Path, work: Path) -> Path:
+    """`tokenizer_path`, or a copy of it in `work` with the normaliser transformers' AutoTokenizer applies: a BERT
+    tokenizer class in tokenizer_config.json sets lowercasing and accent stripping over tokenizer.json's BertNormalizer
+    (a file saying `lowercase: false` under `do_lower_case: true` lowercases in transformers). Copied as it was, our
+    model read `Quiet FILM` as [UNK] [UNK] where the HF model read `quiet film`."""
+    config_path = hf_dir / HF_TOKENIZER_CONFIG
+    config = read_json_file(config_path, f"no {HF_TOKENIZER_CONFIG}") if config_path.is_file() else None
+    if not isinstance(config, dict) or config.get("tokenizer_class") not in _BERT_TOKENIZER_CLASSES:
+        return tokenizer_path
+    doc = read_json_file(tokenizer_path, f"no {TOKENIZER_FILE} in {hf_dir}")
+    normalizer = doc.get("normalizer") if isinstance(doc, dict) else None
+    if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
+        return tokenizer_path
+    wanted = {"lowercase": config.get("do_lower_case", True), "strip_accents": config.get("strip_accents"),
+              "handle_chinese_chars": config.get("tokenize_chinese_chars", True)}
+    if all(normalizer.get(key) == value for key, value in wanted.items()):
+        return tokenizer_path
+    logger.warning("%s: %s (%s) sets the normaliser: %s, where %s says %s; the imported tokenizer.json follows "
+                   "transformers", hf_dir, HF_TOKENIZER_CONFIG, config["tokenizer_class"],
+                   ", ".join(f"{k} {v}" for k, v in wanted.items()), TOKENIZER_FILE,
+                   ", ".join(f"{k} {normalizer.get(k)}" for k in wanted))
+    adjusted = work / TOKENIZER_FILE
+    atomic_write_json(adjusted, {**doc, "normalizer": {**normalizer, **wanted}})
+    return adjusted
+
+
 def with_sentence_head(values: dict[str, Any], sentence_head: bool) -> dict[str, Any]:
     """`values` (BertConfig fields) plus `sentence_head`: a model without a sentence-pair head, e.g. RoBERTa's, is
     then built without `nsp_head`."""
@@ -263,6 +296,7 @@ def finish_import(model: torch.nn.Module, config: Any, tokenizer_path: Path, out
     if initialised:
         logger.warning("%s (%s) has no %s: initialised as our %s does (seed %d); train them before relying on "
                        "them", hf_dir, architecture, ", ".join(initialised), type(model).__name__, seed)
-    save_pretrained(model, config, tokenizer_path, out)
+    with tempfile.TemporaryDirectory() as work:
+        save_pretrained(model, config, as_transformers_reads(Path(hf_dir), Path(tokenizer_path), Path(work)), out)
     return HfImport(path=out, architecture=architecture, initialised=tuple(initialised), seed=seed,
                     dropped=dropped)
