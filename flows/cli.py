@@ -405,7 +405,8 @@ def _cmd_export(args) -> int:
     with _output_dir(args.out, args.overwrite) as local_out:
         out = export_to_hf(source, local_out, overwrite=args.overwrite, layout=args.layout)
         hf_class = read_json_file(out / "config.json", f"no config.json in {out}")["architectures"][0]
-        auto = "AutoModel" if hf_class.endswith("Model") else \
+        # XLNetLMHeadModel ends in "Model" too, but AutoModel would load XLNetModel and leave its LM head out
+        auto = "AutoModel" if hf_class.endswith("Model") and not hf_class.endswith("LMHeadModel") else \
             f"AutoModelFor{'MaskedLM' if 'MaskedLM' in hf_class else 'PreTraining'}"
         print(f"exported {args.checkpoint} -> {args.out} (transformers {hf_class}; load with transformers.{auto}"
               f".from_pretrained({str(args.out if is_url(args.out) else out)!r}))")

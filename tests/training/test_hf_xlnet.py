@@ -64,7 +64,7 @@ def test_import_of_transformers_xlnet_parity_and_round_trip(tmp_path):
     assert_same_state(original, load_file(str(back / "model.safetensors")))
 
 
-def test_export_of_ours_parity_and_round_trip(tmp_path):
+def test_export_of_ours_parity_and_round_trip(tmp_path, capsys):
     config = XLNetConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                          dropout=0.1, attention_dropout=0.1)
     torch.manual_seed(0)
@@ -73,6 +73,10 @@ def test_export_of_ours_parity_and_round_trip(tmp_path):
     tokenizer = write_tokenizer(tmp_path / "tok" / "tokenizer.json", VOCAB - 5)
     ours_dir = save_pretrained(model, config, tokenizer, tmp_path / "ours")
     assert main(["export", str(ours_dir), "--to", "hf", str(tmp_path / "hf")]) == 0
+    # the class the command names loads the LM head too (it named AutoModel: XLNetModel, lm_loss.bias left out)
+    assert "load with transformers.AutoModelForPreTraining.from_pretrained(" in capsys.readouterr().out
+    named = transformers.AutoModelForPreTraining.from_pretrained(tmp_path / "hf")
+    assert type(named).__name__ == "XLNetLMHeadModel"
     hf, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
     assert type(hf).__name__ == "XLNetLMHeadModel" and not any(info.values()), info
     content, two_stream, scale = _logits_both_ways(model, hf.eval())
