@@ -176,7 +176,8 @@ class TaskConfig(StrictModel):
         from .tasks.files import unread_columns
 
         if self.task_type is not None and \
-                (problem := unread_columns(self.task_type, self.text_column, self.text_b_column, self.label_column)):
+                (problem := unread_columns(self.task_type, self.text_column, self.text_b_column, self.label_column,
+                                           self.label_names)):
             raise ValueError(problem)
         return self
 

@@ -44,10 +44,15 @@ RARE_LABEL_FRACTION = 0.05
 
 
 def unread_columns(task_type: str, text_column: str | None, text_b_column: str | None,
-                   label_column: str | None) -> str | None:
-    """Why a column named for this task type would not be read (a second text of a `classification` task, any column
-    of a CoNLL or SQuAD file), or None. Left out without a word, such a setting changed what the user evaluated:
-    `--task-type classification --text-b-column hypothesis` fine-tuned on the premises alone."""
+                   label_column: str | None, label_names: Sequence[str] | None = None) -> str | None:
+    """Why a column (or label set) named for this task type would not be read (a second text of a `classification`
+    task, any column of a CoNLL or SQuAD file, label names of a task without classes), or None. Left out without a
+    word, such a setting changed what the user evaluated: `--task-type classification --text-b-column hypothesis`
+    fine-tuned on the premises alone."""
+    if label_names is not None and task_type in ("regression", "squad", "multiple-choice"):
+        what = {"regression": "its labels are numbers", "squad": "its answers are spans of the context",
+                "multiple-choice": "its label is an option (index or letter)"}[task_type]
+        return f"label_names (--label-names) {list(label_names)}: a {task_type} task has no label set ({what})"
     if task_type == "classification" and text_b_column is not None:
         return (f"text_b_column (--text-b-column) {text_b_column!r}: a classification task reads one text; a task of "
                 "two texts is task type pair-classification")
@@ -184,7 +189,7 @@ def load_task_file(path: str | Path, task_type: str, text_column: str | None = N
     file is not split, so no split has to be filled."""
     if task_type not in TASK_TYPES:
         raise ConfigError(f"task type {task_type!r} is not one of {', '.join(TASK_TYPES)}")
-    if (problem := unread_columns(task_type, text_column, text_b_column, label_column)) is not None:
+    if (problem := unread_columns(task_type, text_column, text_b_column, label_column, label_names)) is not None:
         raise ConfigError(problem)
     if test_only and (dev_path is not None or test_path is not None):
         raise ConfigError("test_only reads one file as test examples; it takes no dev_path / test_path")

@@ -391,6 +391,8 @@ def test_one_number_spelt_two_ways_gets_the_same_label_ids_in_every_process(tmp_
     ("tagging", {"label_column": "ner"}, r"^label_column \(--label-column\) 'ner': a CoNLL/BIO file has no named "
                                          r"columns: the first field of a line is the word, the last its tag$"),
     ("squad", {"text_column": "context"}, r"^text_column \(--text-column\) 'context': a SQuAD file has no columns"),
+    ("regression", {"text_column": "premise", "label_names": ["0", "1"]},
+     r"^label_names \(--label-names\) \['0', '1'\]: a regression task has no label set \(its labels are numbers\)$"),
 ])
 def test_a_column_the_task_type_does_not_read_is_refused(tmp_path, task_type, columns, message):
     """Was: left out without a word: `--task-type classification --text-b-column hypothesis` fine-tuned on the
