@@ -28,7 +28,7 @@ from .inputs import Features
 logger = logging.getLogger(__name__)
 
 FORMAT = "bertfactory.task-cache"
-VERSION = 1
+VERSION = 2  # 2: words of a byte-level tokenizer without a prefix space are encoded with their space
 SPLITS = ("train", "dev", "test")
 _LISTS = ("ids", "segments", "feature_rows", "token_labels", "word_starts", "token_spans", "max_context")
 _ARRAYS = ("labels", "start_positions", "end_positions", "row_example")

@@ -11,6 +11,7 @@ post-processor, so a tokenizer saved without a BERT post-processor gives the sam
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -29,6 +30,10 @@ class TextEncoder:
     path: Path
     sha256: str
     special_ids: dict[str, int]
+    # a byte-level pre-tokenizer without a prefix space (roberta-base's, ModernBERT's tokenizer.json): a word given
+    # alone is spelt as at the start of a text ("f ilm"), not as within one ("Ġfilm"); tokenize_words then gives
+    # each word its space, as transformers does for split words (add_prefix_space=True)
+    space_words: bool = False
 
     @classmethod
     def from_file(cls, path: str | Path) -> "TextEncoder":
@@ -49,7 +54,10 @@ class TextEncoder:
         if missing:
             raise ContractError(f"tokenizer {path} has no {', '.join(missing)} token (none of the BERT, RoBERTa or "
                                 f"ALBERT special-token sets); it cannot encode task inputs")
-        return cls(tok, path, sha256_file(path), ids)
+        from preprocessing.tokenizer import _byte_level_without_prefix_space
+
+        spec = json.loads(tok.to_str())
+        return cls(tok, path, sha256_file(path), ids, _byte_level_without_prefix_space(spec.get("pre_tokenizer")))
 
     @property
     def cls_id(self) -> int:
@@ -70,7 +78,8 @@ class TextEncoder:
     def tokenize_words(self, sentences: Sequence[Sequence[str]]) -> list[tuple[list[int], list[int]]]:
         """Pre-split words -> (token ids, word index of each token). A word the tokenizer turns into nothing (an
         empty string, characters the normaliser strips) has no token and so cannot carry a prediction."""
-        encodings = self.tokenizer.encode_batch([list(words) for words in sentences], is_pretokenized=True,
+        encodings = self.tokenizer.encode_batch([[f" {w}" if self.space_words else w for w in words]
+                                                 for words in sentences], is_pretokenized=True,
                                                 add_special_tokens=False)
         return [(e.ids, [w if w is not None else -1 for w in e.word_ids]) for e in encodings]
 

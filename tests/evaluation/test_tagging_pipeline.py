@@ -161,3 +161,24 @@ def test_fine_tuning_learns_an_obvious_synthetic_ner_task(text_encoder):
     assert run.test_metrics["entity_f1"] >= 0.9, run.test_metrics
     predicted = {t for sentence in run.test_predictions for t in sentence}
     assert predicted >= {LABELS.index(t) for t in ("B-PER", "I-PER", "B-LOC", "I-LOC", "O")}
+
+
+@pytest.mark.parametrize("prefix_space", [False, True])
+def test_split_words_of_a_byte_level_tokenizer_are_spelt_as_within_a_text(tmp_path, prefix_space):
+    """roberta-base's and ModernBERT's tokenizer.json have a byte-level pre-tokenizer without a prefix space: a word
+    encoded alone is spelt as at the start of a text. Was: every word of a tagging sentence so (`film` -> `f ilm`
+    where the model read `Ġfilm`), an imported RoBERTa tagging text it never saw; now each word gets its space, as
+    transformers does for split words (add_prefix_space=True). A tokenizer with a prefix space is unchanged."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tok.train_from_iterator(movie_sentences(2000), trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    encoder = TextEncoder.from_file(tmp_path / "tokenizer.json")
+    words = ["the", "film", "is", "quiet"]
+    ids, word_ids = encoder.tokenize_words([words])[0]
+    assert ids == encoder.tokenize([" " + " ".join(words)])[0]  # each word as within a text: Ġthe Ġfilm Ġis Ġqu i et
+    assert tok.id_to_token(ids[1]) == "Ġfilm" and word_ids[:3] == [0, 1, 2]
