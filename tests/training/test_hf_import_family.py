@@ -244,3 +244,34 @@ def test_the_normaliser_is_the_one_transformers_applies(tmp_path):
     for text in ("Quiet FILM", "Café quiet"):
         assert ours.tokenize([text])[0] == theirs(text, add_special_tokens=False)["input_ids"], text
     assert ours.tokenize(["Quiet FILM"])[0] == [5, 6]
+
+
+@pytest.mark.parametrize("prefix_space", [True, False])
+def test_the_prefix_space_is_the_one_transformers_applies(tmp_path, prefix_space):
+    """tokenizer_config.json naming RobertaTokenizer sets the byte-level step's add_prefix_space (default false) over
+    tokenizer.json's in transformers. Was: tokenizer.json copied as it was: `add_prefix_space: true` in the config
+    over a file without it, our model read `the film` as `t he Ġfilm` where transformers read `Ġthe Ġfilm`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from evaluation.encode import TextEncoder
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=not prefix_space)  # the other way round
+    tok.train_from_iterator([f"the film {i} is quiet and the cast is good" for i in range(200)], trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    model = randomised(transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=26, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2)))
+    hf = tmp_path / "hf"
+    model.save_pretrained(hf)
+    tok.save(str(hf / "tokenizer.json"))
+    (hf / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "RobertaTokenizer", "add_prefix_space": prefix_space, "bos_token": "<s>",
+        "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>"}))
+    import_from_hf(hf, tmp_path / "ours")
+    theirs = transformers.AutoTokenizer.from_pretrained(hf)
+    ours = TextEncoder.from_file(tmp_path / "ours" / "tokenizer.json")
+    for text in ("the film is quiet", "cast"):
+        assert ours.tokenize([text])[0] == theirs(text, add_special_tokens=False)["input_ids"], text

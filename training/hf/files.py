@@ -202,31 +202,38 @@ def hf_tokenizer_file(hf_dir: Path) -> Path:
 # tokenize_chinese_chars; defaults True, None, True) over the one in tokenizer.json (4.x where they differ, 5.x always)
 _BERT_TOKENIZER_CLASSES = frozenset(f"{name}Tokenizer{fast}" for name in ("Bert", "DistilBert", "Electra")
                                     for fast in ("", "Fast"))
+# and RoBERTa's its byte-level pre-tokenizer's add_prefix_space (default false)
+_ROBERTA_TOKENIZER_CLASSES = frozenset({"RobertaTokenizer", "RobertaTokenizerFast"})
 
 
 def as_transformers_reads(hf_dir: Path, tokenizer_path: Path, work: Path) -> Path:
-    """`tokenizer_path`, or a copy of it in `work` with the normaliser transformers' AutoTokenizer applies: a BERT
+    """`tokenizer_path`, or a copy of it in `work` with the settings transformers' AutoTokenizer applies: a BERT
     tokenizer class in tokenizer_config.json sets lowercasing and accent stripping over tokenizer.json's BertNormalizer
-    (a file saying `lowercase: false` under `do_lower_case: true` lowercases in transformers). Copied as it was, our
-    model read `Quiet FILM` as [UNK] [UNK] where the HF model read `quiet film`."""
+    (a file saying `lowercase: false` under `do_lower_case: true` lowercases in transformers), a RoBERTa one the byte-
+    level step's prefix space. Copied as it was, our model read `Quiet FILM` as [UNK] [UNK] where the HF model read
+    `quiet film`, and `the film` as `t he Ġfilm` where it read `Ġthe Ġfilm`."""
     config_path = hf_dir / HF_TOKENIZER_CONFIG
     config = read_json_file(config_path, f"no {HF_TOKENIZER_CONFIG}") if config_path.is_file() else None
-    if not isinstance(config, dict) or config.get("tokenizer_class") not in _BERT_TOKENIZER_CLASSES:
+    kind = config.get("tokenizer_class") if isinstance(config, dict) else None
+    if kind in _BERT_TOKENIZER_CLASSES:
+        part, step = "normalizer", "BertNormalizer"
+        wanted = {"lowercase": config.get("do_lower_case", True), "strip_accents": config.get("strip_accents"),
+                  "handle_chinese_chars": config.get("tokenize_chinese_chars", True)}
+    elif kind in _ROBERTA_TOKENIZER_CLASSES:  # its add_prefix_space (default false) over the byte-level step's
+        part, step = "pre_tokenizer", "ByteLevel"
+        wanted = {"add_prefix_space": config.get("add_prefix_space", False)}
+    else:
         return tokenizer_path
     doc = read_json_file(tokenizer_path, f"no {TOKENIZER_FILE} in {hf_dir}")
-    normalizer = doc.get("normalizer") if isinstance(doc, dict) else None
-    if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
+    found = doc.get(part) if isinstance(doc, dict) else None
+    if not isinstance(found, dict) or found.get("type") != step or \
+            all(found.get(key) == value for key, value in wanted.items()):
         return tokenizer_path
-    wanted = {"lowercase": config.get("do_lower_case", True), "strip_accents": config.get("strip_accents"),
-              "handle_chinese_chars": config.get("tokenize_chinese_chars", True)}
-    if all(normalizer.get(key) == value for key, value in wanted.items()):
-        return tokenizer_path
-    logger.warning("%s: %s (%s) sets the normaliser: %s, where %s says %s; the imported tokenizer.json follows "
-                   "transformers", hf_dir, HF_TOKENIZER_CONFIG, config["tokenizer_class"],
-                   ", ".join(f"{k} {v}" for k, v in wanted.items()), TOKENIZER_FILE,
-                   ", ".join(f"{k} {normalizer.get(k)}" for k in wanted))
+    logger.warning("%s: %s (%s) sets the %s: %s, where %s says %s; the imported tokenizer.json follows "
+                   "transformers", hf_dir, HF_TOKENIZER_CONFIG, kind, part, ", ".join(f"{k} {v}" for k, v in
+                   wanted.items()), TOKENIZER_FILE, ", ".join(f"{k} {found.get(k)}" for k in wanted))
     adjusted = work / TOKENIZER_FILE
-    atomic_write_json(adjusted, {**doc, "normalizer": {**normalizer, **wanted}})
+    atomic_write_json(adjusted, {**doc, part: {**found, **wanted}})
     return adjusted
 
 
