@@ -30,7 +30,7 @@ What each record becomes besides a `Document`:
   cannot be empty by construction.
 
 File-level problems raise `InputError` naming the file (see `preprocessing.sources.lines`): missing, 0 bytes, only
-blank lines (when reading ends),
+blank lines (before the job, by validate_file; iter_records too, for a direct caller),
 corrupt or truncated gzip/bz2/xz/zstd (when reading reaches the damage, with the line count), UTF-16/32 files.
 
     python -m preprocessing.sources.text FILE [text|jsonl]     # one line per record
@@ -89,20 +89,21 @@ class TextOptions(StrictModel):
 
 
 def validate_file(path: str | Path, fmt: TextFormat = "text", options: TextOptions | None = None) -> None:
-    """Cheap up-front check: the file exists, is not empty, decompresses, is not UTF-16/32, and (jsonl) its first
-    non-blank line is a JSON object (read in options.encoding; bytes that do not decode are the record's problem,
-    quarantined by iter_records, not the file's). Raises InputError naming the file."""
+    """Cheap up-front check: the file exists, is not empty, decompresses, is not UTF-16/32, has a non-blank line
+    (read up to the first one), and (jsonl) that line is a JSON object (read in options.encoding; bytes that do not
+    decode are the record's problem, quarantined by iter_records, not the file's). Raises InputError naming the
+    file."""
     name = str(path)
     encoding = (options or TextOptions()).encoding
     with open_input(path, name) as stream:
-        if fmt != "jsonl":
-            return
         lines = LineReader(stream, name, _SNIFF_LINE_BYTES)
         for line in lines:
             if line.data is None or not line.data.strip():
                 if line.data is None:
                     return  # a huge first line is a record problem, found by iter_records
                 continue
+            if fmt != "jsonl":
+                return
             try:
                 value = json.loads(line.data.decode(encoding, errors="replace"))
             except ValueError as e:

@@ -381,8 +381,11 @@ def test_a_file_of_blank_lines_is_refused_like_an_empty_one(tmp_path):
     for fmt in ("text", "jsonl"):
         with pytest.raises(InputError, match=r"blank\.txt: no text: its 4 line\(s\) are all blank"):
             list(iter_records(path, 0, fmt))
-    with pytest.raises(InputError, match=r"blank\.txt: no text"):
-        validate_file(path, "jsonl")
+    for fmt in ("text", "jsonl"):  # before the job (a text file was refused only when the job reached it)
+        with pytest.raises(InputError, match=r"blank\.txt: no text: its 4 line\(s\) are all blank"):
+            validate_file(path, fmt)
+    (tmp_path / "late.txt").write_bytes(b"\n\n  \nA sentence at last.\n")
+    validate_file(tmp_path / "late.txt", "text")
     (tmp_path / "blank.jsonl.gz").write_bytes(gzip.compress(b"\n" * 3))
     with pytest.raises(InputError, match=r"blank\.jsonl\.gz: no text: its 3 line\(s\) are all blank"):
         list(iter_records(tmp_path / "blank.jsonl.gz", 0, "jsonl"))
