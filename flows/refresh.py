@@ -141,7 +141,7 @@ def refresh_corpus(recipe: Recipe, run_dir: Path, sources: list[str] | None = No
         _pull_corpora(wc)
     latest = check_versions(run_dir)
     watched = list(sources) if sources else list(recipe.corpus.inputs)
-    found = discover_all(watched, recipe.corpus, recipe.refresh)
+    found = discover_all(watched, recipe.corpus, recipe.refresh, "refresh sources" if sources else "corpus.inputs")
     logger.info("corpus_refresh: %d input file(s) at %d watched location(s); latest corpus version %s",
                 len(found), len(watched), latest or "none")
     if not found:

@@ -188,8 +188,9 @@ def warc_listing_files(listing: str, cfg: RefreshConfig) -> list[InputFile]:
 # ------------------------------------------------------------------------------------------------ dispatch
 
 
-def discover(source: str, corpus, cfg: RefreshConfig) -> list[InputFile]:
-    """The input files `source` offers now, for a corpus of `corpus.format` (a CorpusConfig)."""
+def discover(source: str, corpus, cfg: RefreshConfig, where: str = "corpus.inputs") -> list[InputFile]:
+    """The input files `source` offers now, for a corpus of `corpus.format` (a CorpusConfig). `where`: what the
+    messages call the list `source` is in (corpus.inputs, or the sources a refresh was given)."""
     if is_warc_listing(source):
         if corpus.format != "warc":
             raise ConfigError(f"source {source}: a CC-News WARC listing needs corpus.format warc, not {corpus.format!r}")
@@ -204,15 +205,15 @@ def discover(source: str, corpus, cfg: RefreshConfig) -> list[InputFile]:
             logger.info("%s: no finished dump job among %s yet", source, list(cfg.wikipedia_jobs))
         return files
     one = corpus.model_copy(update={"inputs": [source]})
-    return with_retries(lambda: expand_inputs(one), source, "list", cfg)
+    return with_retries(lambda: expand_inputs(one, where), source, "list", cfg)
 
 
-def discover_all(sources: list[str], corpus, cfg: RefreshConfig) -> list[InputFile]:
+def discover_all(sources: list[str], corpus, cfg: RefreshConfig, where: str = "corpus.inputs") -> list[InputFile]:
     """Every source's files, in source order, each location once."""
     seen: set[str] = set()
     out: list[InputFile] = []
     for source in sources:
-        for f in discover(source, corpus, cfg):
+        for f in discover(source, corpus, cfg, where):
             if f.location not in seen:
                 seen.add(f.location)
                 out.append(f)
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         recipe = load_recipe(str(resolve_recipe(args.config)))
-        found = discover_all(args.sources or list(recipe.corpus.inputs), recipe.corpus, recipe.refresh)
+        found = discover_all(args.sources or list(recipe.corpus.inputs), recipe.corpus, recipe.refresh,
+                             "watched sources" if args.sources else "corpus.inputs")
     except Exception as err:
         from .user_errors import is_user_error, user_error_line
 

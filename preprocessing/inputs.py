@@ -277,7 +277,7 @@ def _inside(path: str, folders: set[str]) -> bool:
     return any(path.startswith(folder + "/") for folder in folders)
 
 
-def _url_files(spec: str, fmt: str) -> list[InputFile]:
+def _url_files(spec: str, fmt: str, where: str = "corpus.inputs") -> list[InputFile]:
     try:
         import fsspec
 
@@ -297,17 +297,18 @@ def _url_files(spec: str, fmt: str) -> list[InputFile]:
         raise ListingError(f"{spec}: cannot list this URL: {type(err).__name__}: {err}") from err
     files = [f if "://" in f else f"{protocol}://{f}" for f in found if not companion_file(fmt, Path(f).name)]
     if not files:
-        raise InputError(f"{spec}: no input file at this URL (corpus.inputs)")
+        raise InputError(f"{spec}: no input file at this URL ({where})")
     return [InputFile(spec if len(files) == 1 and files[0].rstrip("/") == spec.rstrip("/") else f, f) for f in files]
 
 
-def expand_inputs(corpus) -> list[InputFile]:
-    """Every input file of `corpus` (a CorpusConfig), in the order of corpus.inputs, expansions sorted."""
+def expand_inputs(corpus, where: str = "corpus.inputs") -> list[InputFile]:
+    """Every input file of `corpus` (a CorpusConfig), in the order of corpus.inputs, expansions sorted. `where`:
+    what the messages call the list (a corpus refresh's own sources are not the recipe's corpus.inputs)."""
     fmt = corpus.format
     files: list[InputFile] = []
     for spec in corpus.inputs:
         if is_url(spec):
-            files.extend(_url_files(spec, fmt))
+            files.extend(_url_files(spec, fmt, where))
             continue
         if spec.startswith("file://"):
             spec = spec[len("file://"):]
@@ -320,25 +321,25 @@ def expand_inputs(corpus) -> list[InputFile]:
             matches = sorted(Path(m) for m in found if not _inside(m, runs))
             _log_left_out(spec, [], sorted(f"{r}/" for r in runs))
             if not matches:
-                raise InputError(f"{spec}: no input file matches this pattern (corpus.inputs)")
+                raise InputError(f"{spec}: no input file matches this pattern ({where})")
             files.extend(InputFile(str(m), str(m)) for m in matches)
             continue
         path = resolve_input(spec)
         if path.is_dir():
             found = [p for p in _directory_files(path) if not companion_file(fmt, p.name)]
             if not found:
-                raise InputError(f"{path}: input directory holds no files (corpus.inputs entry {spec!r})")
+                raise InputError(f"{path}: input directory holds no files ({where} entry {spec!r})")
             files.extend(InputFile(str(f), str(f)) for f in found)
         elif path.is_file():
             files.append(InputFile(spec, str(path)))
         else:
-            raise InputError(f"{path}: input file not found (corpus.inputs entry {spec!r})")
+            raise InputError(f"{path}: input file not found ({where} entry {spec!r})")
     seen: dict[str, str] = {}  # a local path by its absolute form: corpus/a.jsonl is /data/corpus/a.jsonl
     for f in files:
         key = f.location if f.is_url else os.path.abspath(f.location)
         if key in seen:
             also = f" (also as {seen[key]})" if seen[key] != f.location else ""
-            raise InputError(f"{f.location}: listed twice in corpus.inputs (directly or through a directory/glob)"
+            raise InputError(f"{f.location}: listed twice in {where} (directly or through a directory/glob)"
                              f"{also}")
         seen[key] = f.location
     return _without_read_sides(fmt, files, set(seen.values()))

@@ -208,7 +208,7 @@ def test_the_watch_command_prints_each_file_or_one_error_line(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == [str(tmp_path / "news" / n) for n in ("a.txt", "b.txt")]
     assert main(["local", str(tmp_path / "news"), str(tmp_path / "missing")]) == 2
     captured = capsys.readouterr()
-    assert captured.err == f"error: {tmp_path / 'missing'}: input file not found (corpus.inputs entry " \
+    assert captured.err == f"error: {tmp_path / 'missing'}: input file not found (watched sources entry " \
                            f"'{tmp_path / 'missing'}')\n" and captured.out == ""
     with pytest.raises(SystemExit) as usage:
         main([])
@@ -224,3 +224,14 @@ def test_the_watch_command_prints_a_recipe_error_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: invalid configuration in {recipe}: 'corpus.format': ")
     assert "; unknown key 'corpus.inputz' (did you mean 'inputs'?)" in err
+
+
+def test_a_refresh_source_that_is_not_there_is_named_as_one_not_as_the_recipes_corpus_inputs(tmp_path, capsys):
+    # `bertfactory refresh local --source /nonexistent` said '(corpus.inputs entry ...)': the recipe's inputs were not
+    # what the user had mistyped
+    from flows.cli import main
+
+    missing = tmp_path / "nonexistent"
+    assert main(["refresh", "local", "--run-dir", str(tmp_path / "run"), "--source", str(missing),
+                 "--no-prefect"]) != 0
+    assert f"{missing}: input file not found (refresh sources entry '{missing}')" in capsys.readouterr().err
