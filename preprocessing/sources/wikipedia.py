@@ -162,6 +162,8 @@ def _to_record(element: ET.Element, source: int, file: str, ordinal: int) -> Pag
     revision = next((c for c in reversed(element) if _local(c.tag) == "revision"), None)
     text = _child_text(revision, "text") if revision is not None else None
     if text is None:
+        if redirect:  # a redirect is dropped as one whatever its body: none is nothing wrong
+            return Page(source, ordinal, title, namespace, page_id, redirect, "")
         return bad("missing_text", "<page> has no <revision><text>")
     return Page(source, ordinal, title, namespace, page_id, redirect, text)
 

@@ -26,6 +26,18 @@ def test_iter_pages_reads_every_page_and_quarantines_malformed(tmp_path, wiki):
     assert first.title == "Article 0" and first.page_id == 100 and "{{Infobox" in first.text
 
 
+def test_a_redirect_without_text_is_a_redirect_and_an_article_without_text_is_quarantined(tmp_path, wiki):
+    # a redirect page whose <revision> has no <text> was quarantined as missing_text, though preprocess drops every
+    # redirect whatever its body; an article without text still is
+    body = ("<page><title>A</title><ns>0</ns><id>1</id><redirect title='B'/><revision><id>5</id></revision></page>"
+            "<page><title>C</title><ns>0</ns><id>2</id><revision><id>6</id></revision></page>")
+    path = tmp_path / "d.xml"
+    path.write_text(wiki.header + body + "</mediawiki>", encoding="utf-8")
+    redirect, article = list(iter_pages(path))
+    assert isinstance(redirect, Page) and redirect.redirect and redirect.text == ""
+    assert isinstance(article, Quarantined) and article.reason == "missing_text"
+
+
 def test_plain_xml_is_read_too(tmp_path, wiki):
     path = wiki.write_dump(tmp_path / "d.xml", wiki.standard_pages(), compress=False)
     validate_dump(path)
