@@ -285,10 +285,27 @@ def untrained_run(target: Path, command: str) -> str | None:
     if not is_run_directory(target) or (target / "pretrain" / "final" / "config.json").is_file():
         return None
     newest = _newest_checkpoint(target)
+    if newest is None and (evaluated := _evaluated_model(target)) is not None:
+        again = f" --run-dir {target}" if command == "evaluate" else ""  # evaluations of one run add up
+        return (f"{target} holds an evaluation (eval/results.json) of the model directory {evaluated}, not a model of "
+                f"its own: bertfactory {command} {evaluated}{again}")
     also = (f", or {command} its newest checkpoint directly: bertfactory {command} {newest}" if newest is not None
             else "")
     return (f"{target} is a run directory with no trained model yet (no {target / 'pretrain' / 'final'}/config.json): "
             f"run `bertfactory pretrain RECIPE --run-dir {target}` first{also}")
+
+
+def _evaluated_model(run_dir: Path) -> str | None:
+    """The model directory outside `run_dir` whose evaluation the run directory holds (`bertfactory evaluate MODEL
+    --run-dir RUN` of an imported or exported model: RUN/eval only), from eval/results.json's checkpoint.path (an
+    absolute path there; relative to the run for its own model); None when there is none or it cannot be read."""
+    import json
+
+    try:
+        path = json.loads((run_dir / "eval" / "results.json").read_text(encoding="utf-8"))["checkpoint"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return path if isinstance(path, str) and (Path(path).is_absolute() or "://" in path) else None
 
 
 def _newest_checkpoint(run_dir: Path) -> Path | None:

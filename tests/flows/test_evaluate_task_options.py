@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from argparse import Namespace
 
@@ -199,6 +200,17 @@ def test_a_run_directory_without_a_final_model_says_so(tmp_path, monkeypatch, ca
     (stamped / ".bertfactory").mkdir(parents=True)
     assert main(["evaluate", "stamped", "--task-file", "task.tsv", "--task-type", "classification"]) == 2
     assert "stamped is a run directory with no trained model yet" in capsys.readouterr().err
+
+    # an evaluation-only run directory (bertfactory evaluate MODEL --run-dir ev): it was told to pretrain
+    evaluated = tmp_path / "imported"
+    (tmp_path / "ev" / "eval").mkdir(parents=True)
+    (tmp_path / "ev" / "eval" / "results.json").write_text(json.dumps({"checkpoint": {"path": str(evaluated)}}))
+    assert main(["export", "ev", "--to", "hf", "hf-out"]) == 2
+    err = capsys.readouterr().err
+    assert f"ev holds an evaluation (eval/results.json) of the model directory {evaluated}, not a model of its own: " \
+           f"bertfactory export {evaluated}" in err and "pretrain" not in err, err
+    assert main(["evaluate", "ev", "--task-file", "task.tsv", "--task-type", "classification"]) == 2
+    assert f"bertfactory evaluate {evaluated} --run-dir ev" in capsys.readouterr().err
 
     (tmp_path / "other").mkdir()  # a directory that is no run at all keeps its message
     assert main(["evaluate", "other", "--task-file", "task.tsv", "--task-type", "classification"]) == 2
