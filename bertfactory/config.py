@@ -143,9 +143,11 @@ def _duplicate_key(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> st
             if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
                 if (key.tag, key.value) in first:
                     name = ".".join((*path, key.value))
-                    return (f"key '{name}' appears twice (line {first[key.tag, key.value].line + 1}, again at line "
-                            f"{key.start_mark.line + 1}); YAML would keep the second and silently drop the first "
-                            "one's settings: merge them into one")
+                    one, two = first[key.tag, key.value], key.start_mark
+                    where = (f"line {one.line + 1}, again at line {two.line + 1}" if one.line != two.line
+                             else f"columns {one.column + 1} and {two.column + 1}")  # a one-line --set value
+                    return (f"key '{name}' appears twice ({where}); YAML would keep the second and silently drop the "
+                            "first one's settings: merge them into one")
                 first[key.tag, key.value] = key.start_mark
             found = _duplicate_key(value, (*path, key.value if isinstance(key, yaml.ScalarNode) else "?"), seen)
             if found:
@@ -169,23 +171,30 @@ def read_config_text(path: Path) -> str:
                           "UTF-8") from None
 
 
-def read_yaml(path: Path) -> Any:
-    """The YAML document in `path` (safe types); ConfigError in one line naming the file for a syntax error or a key
-    that a mapping holds twice (PyYAML keeps the last one without a word)."""
-    loader = yaml.SafeLoader(read_config_text(path))
-    loader.name = str(path)
+def _yaml_document(text: str, name: str) -> Any:
+    """The YAML document in `text` (safe types); ConfigError naming `name` for a key that a mapping holds twice
+    (PyYAML keeps the last one without a word); yaml.YAMLError for a syntax error."""
+    loader = yaml.SafeLoader(text)
+    loader.name = name
     try:
         node = loader.get_single_node()
         if node is None:
             return None
         duplicate = _duplicate_key(node, (), set())
         if duplicate:
-            raise ConfigError(f"{path}: {duplicate}")
+            raise ConfigError(f"{name}: {duplicate}")
         return loader.construct_document(node)
-    except yaml.YAMLError as err:
-        raise ConfigError(_yaml_error_line(path, err)) from None
     finally:
         loader.dispose()
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document in `path` (safe types); ConfigError in one line naming the file for a syntax error or a key
+    that a mapping holds twice (PyYAML keeps the last one without a word)."""
+    try:
+        return _yaml_document(read_config_text(path), str(path))
+    except yaml.YAMLError as err:
+        raise ConfigError(_yaml_error_line(path, err)) from None
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -201,7 +210,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
-    """'pretrain.max_steps=200' -> (['pretrain', 'max_steps'], 200). Values are parsed as YAML scalars/lists."""
+    """'pretrain.max_steps=200' -> (['pretrain', 'max_steps'], 200). Values are parsed as YAML scalars/lists/maps
+    (a map holding a key twice refused, as in a recipe file); a value YAML cannot parse is taken as text."""
     if "=" not in item:
         raise ConfigError(f"override '{item}' must look like section.key=value")
     key, raw = item.split("=", 1)
@@ -209,7 +219,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not all(parts):
         raise ConfigError(f"override '{item}': empty key component")
     try:
-        value = yaml.safe_load(raw) if raw.strip() != "" else ""
+        value = _yaml_document(raw, f"--set {item}") if raw.strip() != "" else ""
     except yaml.YAMLError:
         value = raw
     return parts, value

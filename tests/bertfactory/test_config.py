@@ -64,6 +64,18 @@ def test_a_key_twice_in_a_recipe_is_refused_naming_it_and_both_lines(tmp_path):
     assert load_yaml(merged)["inner"] == {"steps": 2}
 
 
+def test_a_key_twice_in_a_set_value_is_refused_naming_the_override():
+    # --set 'evaluate.tasks={trec_coarse: {}, trec_coarse: {...}}' kept the last one without a word
+    from bertfactory.config import parse_override
+
+    item = "evaluate.tasks={trec_coarse: {}, trec_coarse: {finetune: {epochs: 1}}}"
+    with pytest.raises(ConfigError, match=r"^--set evaluate\.tasks=\{.*\}: key 'trec_coarse' appears twice "
+                                          r"\(columns 2 and 19\); YAML would keep the second"):
+        parse_override(item)
+    assert parse_override("evaluate.tasks={a: {}, b: {}}") == (["evaluate", "tasks"], {"a": {}, "b": {}})
+    assert parse_override("corpus.name=a: b: c") == (["corpus", "name"], "a: b: c")  # not YAML: taken as text
+
+
 def test_a_yaml_syntax_error_is_one_line_naming_the_file_and_the_line(tmp_path):
     from bertfactory.config import load_yaml
 
