@@ -59,6 +59,15 @@ class Recipe(StrictModel):
                                     "pretrain on the tasks' unlabeled training texts from its weights, evaluate it "
                                     "beside the unadapted one (flows/tapt.py); null = none")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections_take_their_defaults(cls, data):
+        # `pretrain:` with every key commented out is YAML's null: the section's defaults, as for a section left out
+        # (it was refused as "Input should be a valid dictionary"); tapt: null keeps its meaning (no tapt)
+        if isinstance(data, dict):
+            data = {key: {} if value is None and key in _SECTIONS else value for key, value in data.items()}
+        return data
+
     @model_validator(mode="after")
     def _model_and_pretrain_fit(self) -> "Recipe":
         # combinations each section accepts alone but pretraining cannot run (training/recipe_checks.py)
@@ -68,6 +77,8 @@ class Recipe(StrictModel):
             raise ValueError("; ".join(problems))
         return self
 
+
+_SECTIONS = ("corpus", "preprocess", "model", "pretrain", "evaluate", "refresh")  # Recipe's sections with defaults
 
 RECIPES_PACKAGE = "bertfactory.recipes"  # configs/, mapped in pyproject.toml
 RECIPE_SUFFIXES = (".yaml", ".yml")

@@ -62,3 +62,16 @@ def test_every_full_recipe_has_its_tiny_twin_and_the_published_size():
         assert recipe.preprocess.tokenizer.vocab_size == vocab, name
         total, _ = count_parameters(recipe.model, vocab, recipe.pretrain.objective)
         assert abs(total - size) / size < 0.02, (name, total)
+
+
+def test_a_section_with_every_key_commented_out_takes_its_defaults(tmp_path):
+    # `pretrain:` with its keys commented out is YAML's null: it was refused as "'pretrain': Input should be a valid
+    # dictionary ... (got None)"; tapt: null still means no tapt
+    from evaluation.config import EvaluateConfig
+    from training.pretrain_config import PretrainConfig
+
+    path = tmp_path / "r.yaml"
+    path.write_text("name: x\npretrain:\n#  max_steps: 5\nevaluate:\ntapt:\n")
+    recipe = load_recipe(path, ["pretrain.learning_rate=0.001"])
+    assert recipe.pretrain == PretrainConfig(learning_rate=0.001) and recipe.tapt is None
+    assert recipe.evaluate == EvaluateConfig()
