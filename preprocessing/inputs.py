@@ -107,16 +107,19 @@ def _holds_stamps(directory: Path) -> bool:
     return marker.is_dir() and any(p.name != LOCK_NAME for p in marker.iterdir())
 
 
+def _first_few(items: list[str]) -> str:
+    """The first three of `items`, and ", ..." when there are more."""
+    return ", ".join(items[:3]) + (", ..." if len(items) > 3 else "")
+
+
 def _log_left_out(directory: str, hidden: list[str], runs: list[str], other: list[str] = ()) -> None:
     """The one line saying what a directory's expansion left out (nothing when it left out nothing; at DEBUG when
     said already): hidden paths, run directories, and `other` (each already saying what it is)."""
     what = []
     if hidden:
-        shown = ", ".join(hidden[:3]) + (", ..." if len(hidden) > 3 else "")
-        what.append(f"{len(hidden)} hidden path(s) ({shown})")
+        what.append(f"{len(hidden)} hidden path(s) ({_first_few(hidden)})")
     if runs:
-        what.append(f"{len(runs)} run director{'y' if len(runs) == 1 else 'ies'} ({', '.join(runs[:3])}"
-                    f"{', ...' if len(runs) > 3 else ''})")
+        what.append(f"{len(runs)} run director{'y' if len(runs) == 1 else 'ies'} ({_first_few(runs)})")
     what += list(other)
     if what:
         line = f"{directory}: left out {' and '.join(what)}: not corpus"
@@ -196,11 +199,9 @@ def _directory_files(directory: Path) -> list[Path]:
                 special.append((rel / name).as_posix())
     other = []
     if loops:
-        other.append(f"{len(loops)} link(s) to a folder listed already ({', '.join(sorted(loops)[:3])}"
-                     f"{', ...' if len(loops) > 3 else ''})")
+        other.append(f"{len(loops)} link(s) to a folder listed already ({_first_few(sorted(loops))})")
     if special:
-        other.append(f"{len(special)} special file(s), no regular file ({', '.join(sorted(special)[:3])}"
-                     f"{', ...' if len(special) > 3 else ''})")
+        other.append(f"{len(special)} special file(s), no regular file ({_first_few(sorted(special))})")
     _log_left_out(str(directory), sorted(hidden), sorted(runs), other)
     return sorted(found)
 
