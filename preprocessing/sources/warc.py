@@ -262,10 +262,10 @@ def validate_file(path: remote.Location) -> None:
         raise InputError(f"{path}: empty file, not a WARC (0 records read)")
     with _open(path, block_size=256 << 10) as raw:
         first = _Stream(raw, str(path)).readline()
-    if not _WARC_VERSION_LINE.match(first) and (kind := compression_by_signature(first)) is not None:
-        raise InputError(f"{path}: the file is {kind}-compressed; a WARC file is read plain or gzip-compressed "
-                         f"(.warc, .warc.gz): decompress it first, or recompress it with gzip")
     if not _WARC_VERSION_LINE.match(first):
+        if (kind := compression_by_signature(first)) is not None:
+            raise InputError(f"{path}: the file is {kind}-compressed; a WARC file is read plain or gzip-compressed "
+                             f"(.warc, .warc.gz): decompress it first, or recompress it with gzip")
         raise InputError(f"{path}: not a WARC file: first line is {first[:60]!r}, expected 'WARC/1.0' or "
                          f"'WARC/1.1' (0 records read)")
 
